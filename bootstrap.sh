@@ -1,0 +1,74 @@
+#!/bin/sh
+# Narwhal set-up, build, test and demo on Debian 12, as root or with sudo.
+#
+#   ./bootstrap.sh demo   install dependencies, build, run Narwhal on conf/narwhal.json
+#   ./bootstrap.sh test   install dependencies, build with -Werror, run the whole
+#                         suite plain, then under ASan+UBSan, then make distcheck
+#   ./bootstrap.sh deps   only install the Debian packages
+set -eu
+
+top=$(cd "$(dirname "$0")" && pwd)
+jobs=$(nproc 2>/dev/null || echo 2)
+
+# Build tools and libraries, all from Debian's registry.
+packages="build-essential autoconf automake libtool pkg-config
+	libglib2.0-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev
+	curl clang"
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+deps() {
+	missing=""
+	for p in $packages; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		echo "bootstrap: installing$missing"
+		as_root apt-get update -qq
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+	fi
+}
+
+configure_in() { # dir, configure flags...
+	dir=$1; shift
+	[ -x "$top/configure" ] || (cd "$top" && autoreconf -fi)
+	mkdir -p "$top/$dir"
+	cd "$top/$dir"
+	"$top/configure" --enable-werror "$@" >/dev/null
+}
+
+build() { # dir, configure flags...
+	configure_in "$@"
+	make -j"$jobs"
+}
+
+case "${1:-}" in
+deps)
+	deps
+	;;
+demo)
+	deps
+	build build/plain
+	echo "bootstrap: starting narwhal on conf/narwhal.json (Ctrl-C stops it)"
+	echo "bootstrap: try   curl -s http://127.0.0.1:8000/narwhal/health"
+	cd "$top"
+	NARWHAL_PLUGIN_DIR="$top/build/plain/plugins/.libs" exec build/plain/narwhal --config conf/narwhal.json
+	;;
+test)
+	deps
+	build build/plain
+	make -j"$jobs" check
+	build build/sanitizers --enable-sanitizers
+	make -j"$jobs" check
+	cd "$top/build/plain"
+	make -j"$jobs" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror
+	echo "bootstrap: all tests passed (plain, sanitizers, distcheck)"
+	;;
+*)
+	echo "usage: $0 demo|test|deps" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,237 @@
+#include "build-config.h"
+
+#include "core/host.h"
+
+#include <math.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "core/plugin-loader.h"
+
+struct nw_plugin_metrics {
+	GHashTable *values; /* full name -> double * */
+};
+
+struct nw_host {
+	struct narwhal_host table;
+	char *plugin;        /* "admission/open", for logs */
+	char *metric_prefix; /* "narwhal_plugin_admission_open_" */
+	nw_clock_fn clock;
+	void *clock_data;
+	struct nw_fleet *fleet;
+	struct nw_plugin_metrics *metrics;
+};
+
+int64_t
+nw_clock_monotonic_ns(void *unused)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* --- fleet ----------------------------------------------------------- */
+
+struct nw_fleet *
+nw_fleet_new(const struct nw_config *cfg, int64_t now_ns)
+{
+	struct nw_fleet *fleet = g_new0(struct nw_fleet, 1);
+	uint32_t n = cfg->fleet.n_engines;
+
+	fleet->engines = g_new0(struct narwhal_engine_view, n);
+	fleet->ids = g_new0(char *, n + 1);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nw_engine_config *e = &cfg->fleet.engines[i];
+		struct narwhal_engine_view *v = &fleet->engines[i];
+
+		fleet->ids[i] = g_strdup(e->id);
+		v->struct_size = sizeof *v;
+		v->index = i;
+		v->id = fleet->ids[i];
+		v->role = (narwhal_role)e->role;
+		/* Engines count as available until health checking says otherwise. */
+		v->flags = NARWHAL_ENGINE_AVAILABLE | (e->pinned ? NARWHAL_ENGINE_PINNED : 0);
+		v->role_since_ns = now_ns;
+		v->prefill_load = NAN;
+		v->decode_load = NAN;
+	}
+	fleet->view.struct_size = sizeof fleet->view;
+	fleet->view.engine_view_size = sizeof(struct narwhal_engine_view);
+	fleet->view.n_engines = n;
+	fleet->view.engines = fleet->engines;
+	fleet->view.ttft_target_s = cfg->slo.ttft_s;
+	fleet->view.tpot_target_s = cfg->slo.tpot_s;
+	return fleet;
+}
+
+void
+nw_fleet_free(struct nw_fleet *fleet)
+{
+	if (fleet == NULL)
+		return;
+	g_strfreev(fleet->ids);
+	g_free(fleet->engines);
+	g_free(fleet);
+}
+
+/* --- metrics --------------------------------------------------------- */
+
+struct nw_plugin_metrics *
+nw_plugin_metrics_new(void)
+{
+	struct nw_plugin_metrics *m = g_new0(struct nw_plugin_metrics, 1);
+
+	m->values = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+	return m;
+}
+
+void
+nw_plugin_metrics_free(struct nw_plugin_metrics *m)
+{
+	if (m == NULL)
+		return;
+	g_hash_table_destroy(m->values);
+	g_free(m);
+}
+
+double
+nw_plugin_metrics_get(const struct nw_plugin_metrics *m, const char *name)
+{
+	double *v = g_hash_table_lookup(m->values, name);
+
+	return v ? *v : NAN;
+}
+
+static double *
+metric_slot(struct nw_host *h, const char *name)
+{
+	char *full = g_strconcat(h->metric_prefix, name, NULL);
+	double *v;
+
+	/* Prometheus names allow [a-zA-Z0-9_:]; map anything else to '_'. */
+	for (char *p = full; *p; p++) {
+		if (!g_ascii_isalnum(*p) && *p != '_' && *p != ':')
+			*p = '_';
+	}
+	v = g_hash_table_lookup(h->metrics->values, full);
+	if (v == NULL) {
+		v = g_new0(double, 1);
+		g_hash_table_insert(h->metrics->values, full, v);
+	} else {
+		g_free(full);
+	}
+	return v;
+}
+
+/* --- the services ---------------------------------------------------- */
+
+static int64_t
+svc_now_ns(void *ctx)
+{
+	struct nw_host *h = ctx;
+
+	return h->clock(h->clock_data);
+}
+
+static void
+svc_log(void *ctx, narwhal_log_level level, const char *message)
+{
+	struct nw_host *h = ctx;
+
+	if (level > NARWHAL_LOG_ERROR)
+		level = NARWHAL_LOG_ERROR;
+	nw_log(level, "plugin", "plugin", h->plugin, "message", message ? message : "", NULL);
+}
+
+static void
+svc_counter_add(void *ctx, const char *name, double delta)
+{
+	if (name != NULL && delta >= 0)
+		*metric_slot(ctx, name) += delta;
+}
+
+static void
+svc_gauge_set(void *ctx, const char *name, double value)
+{
+	if (name != NULL)
+		*metric_slot(ctx, name) = value;
+}
+
+static const struct narwhal_fleet_view *
+svc_fleet(void *ctx)
+{
+	struct nw_host *h = ctx;
+
+	return h->fleet ? &h->fleet->view : NULL;
+}
+
+/* Profiles arrive with narwhal-profile; until an engine has one, the
+ * estimators say so rather than guess. */
+static narwhal_estimate_status
+svc_prefill_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
+{
+	return NARWHAL_ESTIMATE_NO_PROFILE;
+}
+
+static narwhal_estimate_status
+svc_decode_interval_seconds(void *ctx, uint32_t engine, uint32_t active, uint64_t kv,
+                            double *out)
+{
+	return NARWHAL_ESTIMATE_NO_PROFILE;
+}
+
+static narwhal_estimate_status
+svc_prefill_queue_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
+{
+	return NARWHAL_ESTIMATE_NO_PROFILE;
+}
+
+struct nw_host *
+nw_host_new(narwhal_plugin_kind kind, const char *plugin_name, nw_clock_fn clock,
+            void *clock_data, struct nw_fleet *fleet, struct nw_plugin_metrics *metrics)
+{
+	struct nw_host *h = g_new0(struct nw_host, 1);
+	const char *kind_name = nw_plugin_kind_name(kind);
+
+	h->plugin = g_strdup_printf("%s/%s", kind_name, plugin_name);
+	h->metric_prefix = g_strdup_printf("narwhal_plugin_%s_%s_", kind_name, plugin_name);
+	for (char *p = h->metric_prefix; *p; p++) {
+		if (!g_ascii_isalnum(*p) && *p != '_')
+			*p = '_';
+	}
+	h->clock = clock ? clock : nw_clock_monotonic_ns;
+	h->clock_data = clock_data;
+	h->fleet = fleet;
+	h->metrics = metrics;
+
+	h->table.struct_size = sizeof h->table;
+	h->table.abi_major = NARWHAL_ABI_MAJOR;
+	h->table.abi_minor = NARWHAL_ABI_MINOR;
+	h->table.host_ctx = h;
+	h->table.now_ns = svc_now_ns;
+	h->table.log = svc_log;
+	h->table.counter_add = svc_counter_add;
+	h->table.gauge_set = svc_gauge_set;
+	h->table.fleet = svc_fleet;
+	h->table.prefill_seconds = svc_prefill_seconds;
+	h->table.decode_interval_seconds = svc_decode_interval_seconds;
+	h->table.prefill_queue_seconds = svc_prefill_queue_seconds;
+	return h;
+}
+
+const struct narwhal_host *
+nw_host_table(const struct nw_host *host)
+{
+	return &host->table;
+}
+
+void
+nw_host_free(struct nw_host *host)
+{
+	if (host == NULL)
+		return;
+	g_free(host->plugin);
+	g_free(host->metric_prefix);
+	g_free(host);
+}

@@ -1,0 +1,485 @@
+#include "build-config.h"
+
+#include "core/plugin-loader.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifndef NW_PLUGINDIR
+#error "NW_PLUGINDIR must name the installed plugin directory (set by Makefile.am)"
+#endif
+
+#define REBUILD_HINT \
+	"rebuild the plugin against Narwhal's installed headers (pkg-config narwhal-plugin)"
+
+G_DEFINE_QUARK(narwhal-plugin-error-quark, nw_plugin_error)
+
+/* The byte just past a struct member: a struct is "long enough" for a member
+ * when its declared size reaches this. */
+#define END_OF(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* The 1.0 descriptor ends with ops; anything shorter cannot be trusted. */
+#define DESCRIPTOR_MIN_SIZE END_OF(struct narwhal_plugin_descriptor, ops)
+
+struct slot {
+	const char *name;
+	size_t offset;
+};
+
+#define SLOT(type, member) { #member, offsetof(type, member) }
+
+static const struct slot admission_required[] = {
+	SLOT(struct narwhal_admission_ops, create),
+	SLOT(struct narwhal_admission_ops, destroy),
+	SLOT(struct narwhal_admission_ops, decide),
+};
+
+static const struct slot placement_required[] = {
+	SLOT(struct narwhal_placement_ops, create),
+	SLOT(struct narwhal_placement_ops, destroy),
+	SLOT(struct narwhal_placement_ops, place),
+};
+
+static const struct slot controller_required[] = {
+	SLOT(struct narwhal_controller_ops, create),
+	SLOT(struct narwhal_controller_ops, destroy),
+	SLOT(struct narwhal_controller_ops, propose),
+};
+
+/* build_tokenize and parse_tokenize are optional: without them the host
+ * sizes requests with engine.chars_per_token. */
+static const struct slot dialect_required[] = {
+	SLOT(struct narwhal_dialect_ops, create),
+	SLOT(struct narwhal_dialect_ops, destroy),
+	SLOT(struct narwhal_dialect_ops, capabilities),
+	SLOT(struct narwhal_dialect_ops, build_prefill),
+	SLOT(struct narwhal_dialect_ops, build_decode),
+	SLOT(struct narwhal_dialect_ops, build_aggregate),
+	SLOT(struct narwhal_dialect_ops, build_health),
+	SLOT(struct narwhal_dialect_ops, parse_prefill),
+	SLOT(struct narwhal_dialect_ops, parse_sse),
+	SLOT(struct narwhal_dialect_ops, classify_error),
+};
+
+struct kind_info {
+	const char *name;
+	const char *ops_type; /* for messages */
+	size_t ops_size;      /* the host's sizeof */
+	size_t ops_min;       /* end of the last required slot */
+	const struct slot *required;
+	size_t n_required;
+};
+
+/* Indexed by narwhal_plugin_kind. */
+static const struct kind_info kinds[] = {
+	[NARWHAL_KIND_DIALECT] = {
+		"dialect", "struct narwhal_dialect_ops",
+		sizeof(struct narwhal_dialect_ops),
+		END_OF(struct narwhal_dialect_ops, classify_error),
+		dialect_required, G_N_ELEMENTS(dialect_required),
+	},
+	[NARWHAL_KIND_ADMISSION] = {
+		"admission", "struct narwhal_admission_ops",
+		sizeof(struct narwhal_admission_ops),
+		END_OF(struct narwhal_admission_ops, decide),
+		admission_required, G_N_ELEMENTS(admission_required),
+	},
+	[NARWHAL_KIND_PLACEMENT] = {
+		"placement", "struct narwhal_placement_ops",
+		sizeof(struct narwhal_placement_ops),
+		END_OF(struct narwhal_placement_ops, place),
+		placement_required, G_N_ELEMENTS(placement_required),
+	},
+	[NARWHAL_KIND_CONTROLLER] = {
+		"controller", "struct narwhal_controller_ops",
+		sizeof(struct narwhal_controller_ops),
+		END_OF(struct narwhal_controller_ops, propose),
+		controller_required, G_N_ELEMENTS(controller_required),
+	},
+};
+
+/* The union in struct nw_plugin must hold every kind's ops. */
+G_STATIC_ASSERT(sizeof(((struct nw_plugin *)0)->ops) >= sizeof(struct narwhal_dialect_ops));
+G_STATIC_ASSERT(sizeof(((struct nw_plugin *)0)->ops) >= sizeof(struct narwhal_admission_ops));
+G_STATIC_ASSERT(sizeof(((struct nw_plugin *)0)->ops) >= sizeof(struct narwhal_placement_ops));
+G_STATIC_ASSERT(sizeof(((struct nw_plugin *)0)->ops) >= sizeof(struct narwhal_controller_ops));
+
+static const struct kind_info *
+kind_info(uint32_t kind)
+{
+	if (kind >= G_N_ELEMENTS(kinds) || kinds[kind].name == NULL)
+		return NULL;
+	return &kinds[kind];
+}
+
+const char *
+nw_plugin_kind_name(narwhal_plugin_kind kind)
+{
+	const struct kind_info *k = kind_info((uint32_t)kind);
+
+	return k ? k->name : NULL;
+}
+
+char *
+nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
+                  const char *dir)
+{
+	const char *kind_name = nw_plugin_kind_name(kind);
+	g_autofree char *base = NULL;
+
+	if (path != NULL && *path != '\0')
+		return g_strdup(path);
+	g_return_val_if_fail(kind_name != NULL, NULL);
+	g_return_val_if_fail(name != NULL && *name != '\0', NULL);
+
+	if (dir == NULL || *dir == '\0')
+		dir = g_getenv("NARWHAL_PLUGIN_DIR");
+	if (dir == NULL || *dir == '\0')
+		dir = NW_PLUGINDIR;
+	base = g_strdup_printf("%s-%s.so", kind_name, name);
+	return g_build_filename(dir, base, NULL);
+}
+
+/* Kind as text for messages, including values no host kind has. */
+static char *
+describe_kind(uint32_t kind)
+{
+	const struct kind_info *k = kind_info(kind);
+
+	return k ? g_strdup(k->name) : g_strdup_printf("unknown kind %" PRIu32, kind);
+}
+
+/* How the configuration can point at a file directly, for hints. Dialects
+ * are found by name only. */
+static const char *
+path_hint(narwhal_plugin_kind kind)
+{
+	switch (kind) {
+	case NARWHAL_KIND_ADMISSION: return "plugins.admission.path";
+	case NARWHAL_KIND_PLACEMENT: return "plugins.placement.path";
+	case NARWHAL_KIND_CONTROLLER: return "plugins.controller.path";
+	case NARWHAL_KIND_DIALECT: break;
+	}
+	return NULL;
+}
+
+static void
+refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
+                 const char *name)
+{
+	g_autofree char *dir = g_path_get_dirname(file);
+	const char *kind_name = nw_plugin_kind_name(kind);
+	const char *path_key = path_hint(kind);
+
+	if (name == NULL && path_key != NULL) {
+		/* The configuration named the file itself. */
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
+		            "%s: plugin file not found: expected a %s plugin at this path "
+		            "(directory %s), found no such file: correct %s, or remove it "
+		            "and set plugins.dir to find the plugin by name",
+		            file, kind_name, dir, path_key);
+	} else if (path_key != NULL) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
+		            "%s: plugin file not found: expected %s plugin \"%s\" in directory "
+		            "%s, found no such file: install the plugin there, set plugins.dir "
+		            "to the directory that holds it, or give its file with %s",
+		            file, kind_name, name, dir, path_key);
+	} else {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
+		            "%s: plugin file not found: expected %s plugin \"%s\" in directory "
+		            "%s, found no such file: install the plugin there, or set "
+		            "plugins.dir to the directory that holds it",
+		            file, kind_name, name ? name : "", dir);
+	}
+}
+
+/* Every check the descriptor and ops must pass before the host calls into
+ * the plugin, in a fixed order: the guard fields first, because nothing
+ * after them has a known layout until they match. Fills p->ops. */
+static bool
+check_descriptor(struct nw_plugin *p, const char *name, GError **error)
+{
+	const struct narwhal_plugin_descriptor *d = p->desc;
+	const char *file = p->path;
+	const struct kind_info *want = kind_info(p->kind);
+	uint32_t ops_size;
+
+	if (d == NULL) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_DESCRIPTOR,
+		            "%s: plugin returned no descriptor: expected a descriptor from %s(), "
+		            "found NULL: declare the plugin with NARWHAL_PLUGIN_DEFINE, which "
+		            "returns a static descriptor",
+		            file, NARWHAL_PLUGIN_ENTRY_SYMBOL);
+		return false;
+	}
+	if (d->magic != NARWHAL_PLUGIN_MAGIC) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_BAD_MAGIC,
+		            "%s: not a Narwhal plugin descriptor: expected magic 0x%08x, "
+		            "found 0x%08" PRIx32 ": declare the plugin with "
+		            "NARWHAL_PLUGIN_DEFINE from <narwhal/plugin-abi.h>",
+		            file, NARWHAL_PLUGIN_MAGIC, d->magic);
+		return false;
+	}
+	/* A different major may lay out every later field differently, so it is
+	 * reported on its own. */
+	if (d->abi_major != NARWHAL_ABI_MAJOR) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_MAJOR,
+		            "%s: incompatible plugin ABI: host is %d.%d, plugin was built for "
+		            "%u.%u: " REBUILD_HINT,
+		            file, NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR,
+		            (unsigned)d->abi_major, (unsigned)d->abi_minor);
+		return false;
+	}
+	if (d->abi_minor > NARWHAL_ABI_MINOR) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_MINOR,
+		            "%s: plugin needs a newer Narwhal: expected ABI %d.%d or older, "
+		            "found %u.%u: upgrade Narwhal, or " REBUILD_HINT,
+		            file, NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR,
+		            (unsigned)d->abi_major, (unsigned)d->abi_minor);
+		return false;
+	}
+	if (d->struct_size < DESCRIPTOR_MIN_SIZE) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_SHORT_STRUCT,
+		            "%s: plugin descriptor too short: expected at least %zu bytes "
+		            "(ABI %d.0), found %" PRIu32 ": " REBUILD_HINT,
+		            file, (size_t)DESCRIPTOR_MIN_SIZE, NARWHAL_ABI_MAJOR,
+		            d->struct_size);
+		return false;
+	}
+	if (d->kind != (uint32_t)p->kind) {
+		g_autofree char *found = describe_kind(d->kind);
+
+		if (kind_info(d->kind) != NULL)
+			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_KIND,
+			            "%s: wrong kind of plugin: expected %s, found %s: configure a "
+			            "plugin of kind %s here; this file can only serve as a %s plugin",
+			            file, want->name, found, want->name, found);
+		else
+			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_KIND,
+			            "%s: wrong kind of plugin: expected %s, found %s: " REBUILD_HINT,
+			            file, want->name, found);
+		return false;
+	}
+	/* Messages and logs name the plugin, so a name is always required;
+	 * it must match when the configuration chose the plugin by name. */
+	if (d->name == NULL || *d->name == '\0') {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NAME,
+		            "%s: plugin has no name: expected %s%s%s, found none: give the "
+		            "name as the second argument of NARWHAL_PLUGIN_DEFINE",
+		            file, name ? "\"" : "a name", name ? name : "", name ? "\"" : "");
+		return false;
+	}
+	if (name != NULL && strcmp(d->name, name) != 0) {
+		const char *path_key = path_hint(p->kind);
+
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NAME,
+		            "%s: plugin name mismatch: expected \"%s\", found \"%s\": configure "
+		            "the name \"%s\" and install the file as %s-%s.so%s%s",
+		            file, name, d->name, d->name, want->name, d->name,
+		            path_key ? ", or give its file with " : "", path_key ? path_key : "");
+		return false;
+	}
+	if (d->ops == NULL) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_SLOT,
+		            "%s: plugin %s has no ops: expected a pointer to %s, found NULL: "
+		            "pass the ops table as the last argument of NARWHAL_PLUGIN_DEFINE",
+		            file, d->name, want->ops_type);
+		return false;
+	}
+	/* Every ops struct starts with its size. */
+	memcpy(&ops_size, d->ops, sizeof ops_size);
+	if (ops_size < want->ops_min) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_SHORT_STRUCT,
+		            "%s: %s ops too short: expected at least %zu bytes (through %s), "
+		            "found %" PRIu32 ": set struct_size to sizeof(%s) and "
+		            REBUILD_HINT,
+		            file, want->name, want->ops_min,
+		            want->required[want->n_required - 1].name, ops_size, want->ops_type);
+		return false;
+	}
+
+	/* Copy what the plugin declared; slots it does not cover stay NULL and
+	 * the host uses its defaults for them. */
+	memset(&p->ops, 0, sizeof p->ops);
+	memcpy(&p->ops, d->ops, MIN((size_t)ops_size, want->ops_size));
+
+	for (size_t i = 0; i < want->n_required; i++) {
+		const struct slot *s = &want->required[i];
+		void (*fn)(void);
+
+		memcpy(&fn, (const char *)&p->ops + s->offset, sizeof fn);
+		if (fn == NULL) {
+			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_SLOT,
+			            "%s: required %s slot is NULL: expected a function in %s, "
+			            "found NULL: implement %s() and set it in the plugin's %s",
+			            file, want->name, s->name, s->name, want->ops_type);
+			return false;
+		}
+	}
+	return true;
+}
+
+struct nw_plugin *
+nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GError **error)
+{
+	struct nw_plugin *p = NULL;
+	g_autofree char *open_name = NULL;
+	narwhal_plugin_entry_fn entry;
+	struct stat st;
+	void *sym;
+	const char *why;
+
+	g_return_val_if_fail(nw_plugin_kind_name(kind) != NULL, NULL);
+	g_return_val_if_fail(file != NULL && *file != '\0', NULL);
+	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
+
+	if (stat(file, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+		refuse_not_found(error, file, kind, name);
+		return NULL;
+	}
+
+	p = g_new0(struct nw_plugin, 1);
+	p->path = g_strdup(file);
+	p->kind = kind;
+
+	/* A name without a slash would send dlopen through the library search
+	 * path; the configuration means a file. */
+	open_name = strchr(file, '/') ? g_strdup(file) : g_strconcat("./", file, NULL);
+
+	/* Not RTLD_NODELETE yet: a refused plugin must really unload. */
+	p->handle = dlopen(open_name, RTLD_NOW | RTLD_LOCAL);
+	if (p->handle == NULL) {
+		why = dlerror();
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN,
+		            "%s: cannot load plugin: expected a loadable shared object, found "
+		            "dlopen error: %s: check its dependencies with `ldd %s` and that it "
+		            "was built for this system",
+		            file, why ? why : "unknown error", file);
+		goto out;
+	}
+
+	dlerror();
+	sym = dlsym(p->handle, NARWHAL_PLUGIN_ENTRY_SYMBOL);
+	if (sym == NULL) {
+		why = dlerror();
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NO_ENTRY,
+		            "%s: not a Narwhal plugin: expected an exported function %s, found "
+		            "none (%s): declare the plugin with NARWHAL_PLUGIN_DEFINE and export "
+		            "the entry (-export-symbols-regex '^%s$')",
+		            file, NARWHAL_PLUGIN_ENTRY_SYMBOL, why ? why : "symbol is NULL",
+		            NARWHAL_PLUGIN_ENTRY_SYMBOL);
+		goto out;
+	}
+	/* dlsym returns an object pointer; POSIX guarantees the conversion. */
+	memcpy(&entry, &sym, sizeof entry);
+	p->desc = entry();
+
+	if (!check_descriptor(p, name, error))
+		goto out;
+
+	/* Accepted: keep it mapped for the life of the process, so callbacks
+	 * and sanitizer stack traces stay valid even after nw_plugin_free. */
+	if (dlopen(open_name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE) == NULL) {
+		why = dlerror();
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN,
+		            "%s: cannot keep plugin resident: expected dlopen(RTLD_NODELETE) to "
+		            "succeed, found: %s: check the file was not replaced while loading",
+		            file, why ? why : "unknown error");
+		goto out;
+	}
+	return p;
+
+out:
+	if (p->handle != NULL)
+		dlclose(p->handle);
+	g_free(p->path);
+	g_free(p);
+	return NULL;
+}
+
+void
+nw_plugin_free(struct nw_plugin *plugin)
+{
+	if (plugin == NULL)
+		return;
+	/* The handle stays open on purpose: see nw_plugin_load. */
+	g_free(plugin->path);
+	g_free(plugin);
+}
+
+/* Every kind has create and destroy, with the same types; the loader has
+ * already checked both are set. */
+typedef int (*create_fn)(const struct narwhal_host *, const json_t *, void **, char *, size_t);
+typedef void (*destroy_fn)(void *);
+
+static create_fn
+plugin_create(const struct nw_plugin *p)
+{
+	switch (p->kind) {
+	case NARWHAL_KIND_DIALECT: return p->ops.dialect.create;
+	case NARWHAL_KIND_ADMISSION: return p->ops.admission.create;
+	case NARWHAL_KIND_PLACEMENT: return p->ops.placement.create;
+	case NARWHAL_KIND_CONTROLLER: return p->ops.controller.create;
+	}
+	return NULL;
+}
+
+static destroy_fn
+plugin_destroy(const struct nw_plugin *p)
+{
+	switch (p->kind) {
+	case NARWHAL_KIND_DIALECT: return p->ops.dialect.destroy;
+	case NARWHAL_KIND_ADMISSION: return p->ops.admission.destroy;
+	case NARWHAL_KIND_PLACEMENT: return p->ops.placement.destroy;
+	case NARWHAL_KIND_CONTROLLER: return p->ops.controller.destroy;
+	}
+	return NULL;
+}
+
+struct nw_plugin_instance *
+nw_plugin_instance_new(struct nw_plugin *plugin, const struct narwhal_host *host,
+                       const json_t *config, GError **error)
+{
+	struct nw_plugin_instance *inst;
+	char err[NARWHAL_ERROR_MAX];
+	void *ctx = NULL;
+	create_fn create;
+	int rc;
+
+	g_return_val_if_fail(plugin != NULL, NULL);
+	g_return_val_if_fail(host != NULL, NULL);
+	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
+
+	create = plugin_create(plugin);
+	err[0] = '\0';
+	rc = create(host, config, &ctx, err, sizeof err);
+	/* The plugin may have filled the buffer without a terminator. */
+	err[sizeof err - 1] = '\0';
+	if (rc != 0) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_CREATE,
+		            "%s: plugin %s refused its configuration: %s",
+		            plugin->path, plugin->desc->name,
+		            err[0] != '\0' ? err
+		                            : (rc < 0 && rc > INT_MIN ? g_strerror(-rc)
+		                                                      : "no reason given"));
+		return NULL;
+	}
+
+	inst = g_new0(struct nw_plugin_instance, 1);
+	inst->plugin = plugin;
+	inst->ctx = ctx;
+	return inst;
+}
+
+void
+nw_plugin_instance_free(struct nw_plugin_instance *inst)
+{
+	if (inst == NULL)
+		return;
+	plugin_destroy(inst->plugin)(inst->ctx);
+	g_free(inst);
+}

@@ -1,0 +1,29 @@
+/*
+ * The narwhal daemon: one GLib main loop driving the client HTTP server,
+ * the engine connection pools and the configured plugins.
+ */
+#ifndef NW_DAEMON_H
+#define NW_DAEMON_H
+
+#include <glib.h>
+
+#include "core/config.h"
+
+struct nw_daemon;
+
+/* Build the daemon from a validated configuration (transfer full, also on
+ * failure): load
+ * the plugins, open the engine pools and start listening. */
+struct nw_daemon *nw_daemon_new(struct nw_config *cfg, GError **error);
+
+/* Run until SIGTERM or SIGINT; returns the process exit status. */
+int nw_daemon_run(struct nw_daemon *d);
+
+void nw_daemon_free(struct nw_daemon *d);
+
+/* For --check-config: load every configured plugin and let it validate its
+ * own section. Appends struct nw_config_error entries to problems; returns
+ * false if any plugin refused. */
+gboolean nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems);
+
+#endif /* NW_DAEMON_H */

@@ -1,0 +1,146 @@
+/*
+ * narwhal: the router daemon.
+ *
+ *   narwhal --config FILE          run
+ *   narwhal --check-config FILE    print the effective configuration, or
+ *                                  every problem, and exit 0 or 1
+ */
+#include "build-config.h"
+
+#include <locale.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <curl/curl.h>
+#include <glib.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "daemon.h"
+
+enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
+
+static void
+print_problems(const char *file, GPtrArray *problems, gboolean warnings_only)
+{
+	for (guint i = 0; problems && i < problems->len; i++) {
+		const struct nw_config_error *e = g_ptr_array_index(problems, i);
+		char *line;
+
+		if (warnings_only && !e->warning)
+			continue;
+		line = nw_config_error_format(file, e);
+		fprintf(stderr, "%s%s\n", e->warning ? "warning: " : "", line);
+		g_free(line);
+	}
+}
+
+static int
+check_config(const char *file)
+{
+	GPtrArray *problems = NULL;
+	struct nw_config *cfg = nw_config_load_file(file, &problems);
+	int status = 0;
+
+	if (cfg == NULL) {
+		print_problems(file, problems, FALSE);
+		status = EXIT_CONFIG;
+	} else if (!nw_daemon_check_plugins(cfg, problems)) {
+		print_problems(file, problems, FALSE);
+		status = EXIT_CONFIG;
+	} else {
+		json_t *effective = nw_config_to_json(cfg);
+
+		print_problems(file, problems, TRUE);
+		json_dumpf(effective, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+		fputc('\n', stdout);
+		json_decref(effective);
+	}
+	if (problems)
+		g_ptr_array_unref(problems);
+	nw_config_free(cfg);
+	return status;
+}
+
+static int
+run(const char *file)
+{
+	GPtrArray *problems = NULL;
+	struct nw_config *cfg = nw_config_load_file(file, &problems);
+	struct nw_daemon *d;
+	GError *error = NULL;
+	int status;
+
+	if (cfg == NULL) {
+		print_problems(file, problems, FALSE);
+		g_ptr_array_unref(problems);
+		return EXIT_CONFIG;
+	}
+	if (!nw_log_setup(cfg->log.level, cfg->log.format)) {
+		fprintf(stderr, "%s: log.level: unknown level \"%s\"\n", file, cfg->log.level);
+		nw_config_free(cfg);
+		g_ptr_array_unref(problems);
+		return EXIT_CONFIG;
+	}
+	for (guint i = 0; problems && i < problems->len; i++) {
+		char *line = nw_config_error_format(file, g_ptr_array_index(problems, i));
+
+		nw_log(NARWHAL_LOG_WARNING, "config_warning", "problem", line, NULL);
+		g_free(line);
+	}
+	g_ptr_array_unref(problems);
+
+	d = nw_daemon_new(cfg, &error);
+	if (d == NULL) {
+		nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error", error->message, NULL);
+		fprintf(stderr, "narwhal: %s\n", error->message);
+		g_error_free(error);
+		return EXIT_CONFIG;
+	}
+	status = nw_daemon_run(d);
+	nw_daemon_free(d);
+	nw_log(NARWHAL_LOG_INFO, "stopped", NULL);
+	return status;
+}
+
+int
+main(int argc, char **argv)
+{
+	g_autofree char *config_file = NULL;
+	g_autofree char *check_file = NULL;
+	gboolean version = FALSE;
+	GOptionEntry entries[] = {
+		{ "config", 'c', 0, G_OPTION_ARG_FILENAME, &config_file,
+		  "Run with this configuration file", "FILE" },
+		{ "check-config", 0, 0, G_OPTION_ARG_FILENAME, &check_file,
+		  "Validate FILE, print the effective configuration and exit", "FILE" },
+		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
+		{ NULL },
+	};
+	g_autoptr(GOptionContext) ctx = g_option_context_new("- router for disaggregated LLM inference");
+	GError *error = NULL;
+	int status;
+
+	setlocale(LC_ALL, "C");
+	g_option_context_add_main_entries(ctx, entries, NULL);
+	if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
+		fprintf(stderr, "narwhal: %s (see --help)\n", error->message);
+		g_error_free(error);
+		return EXIT_USAGE;
+	}
+	if (version) {
+		printf("narwhal %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, NARWHAL_ABI_MAJOR,
+		       NARWHAL_ABI_MINOR);
+		return 0;
+	}
+	if (check_file != NULL)
+		return check_config(check_file);
+	if (config_file == NULL) {
+		fprintf(stderr, "narwhal: give --config FILE to run or --check-config FILE to validate\n");
+		return EXIT_USAGE;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	status = run(config_file);
+	curl_global_cleanup();
+	return status;
+}

@@ -1,0 +1,86 @@
+/*
+ * The client-facing HTTP server: libmicrohttpd in external-poll epoll mode,
+ * driven from the GLib main loop (shared/reference/event-loop-notes.md).
+ *
+ * - MHD's epoll descriptor is watched by one GLib fd source; each wake runs
+ *   MHD_run once and re-arms a deadline source from MHD_get_timeout, whose
+ *   answer is honoured after every run (M3).
+ * - Resuming a connection does not wake the loop in external mode (M2), so
+ *   nw_http_server_resume() only asks for a run at the next iteration; many
+ *   resumes in one iteration share one MHD_run.
+ * - A suspended client is watched for hang-up in a private epoll set (M4),
+ *   so a client that leaves while its request waits on an engine is noticed
+ *   at once.
+ */
+#ifndef NW_HTTP_SERVER_H
+#define NW_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+#include <jansson.h>
+#include <microhttpd.h>
+
+struct nw_http_server;
+
+struct nw_http_server_options {
+	const char *host;          /* numeric IPv4 or IPv6 address */
+	uint16_t port;             /* 0: ephemeral */
+	unsigned connection_timeout_s; /* idle and slow clients */
+	unsigned connection_limit;
+};
+
+/* The request handler, with libmicrohttpd's access-handler contract: it is
+ * called for the headers, then for each body chunk, then once with
+ * *upload_size == 0; it must queue a response or suspend before returning
+ * MHD_YES on that last call (M1). */
+typedef enum MHD_Result (*nw_http_handler_fn)(void *data, struct MHD_Connection *conn,
+                                              const char *url, const char *method,
+                                              const char *version, const char *upload,
+                                              size_t *upload_size, void **request);
+/* Called once per request when MHD is done with it, whatever the reason. */
+typedef void (*nw_http_completed_fn)(void *data, struct MHD_Connection *conn,
+                                     void **request, enum MHD_RequestTerminationCode why);
+/* A suspended client hung up. */
+typedef void (*nw_http_hangup_fn)(void *data);
+
+struct nw_http_server *nw_http_server_start(const struct nw_http_server_options *opts,
+                                            nw_http_handler_fn handler,
+                                            nw_http_completed_fn completed, void *data,
+                                            GError **error);
+
+/* The bound port (useful with port 0). */
+uint16_t nw_http_server_port(const struct nw_http_server *srv);
+
+/* Suspend a connection (only from the handler or a content reader), and
+ * watch it for hang-up until it is resumed. on_hangup may be NULL. */
+void nw_http_server_suspend(struct nw_http_server *srv, struct MHD_Connection *conn,
+                            nw_http_hangup_fn on_hangup, void *data);
+
+/* Resume a suspended connection from any callback on the loop thread. */
+void nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *conn);
+
+/* Number of connections currently suspended. */
+unsigned nw_http_server_suspended(const struct nw_http_server *srv);
+
+/* Resume every suspended connection and stop. The handler may be called
+ * again for resumed connections and must answer them (e.g. 503). */
+void nw_http_server_stop(struct nw_http_server *srv);
+
+/* Queue a JSON response (body borrowed) with the given status. */
+enum MHD_Result nw_http_respond_json(struct MHD_Connection *conn, unsigned status,
+                                     const json_t *body);
+
+/* Queue the OpenAI-style error envelope:
+ * {"error":{"message":..., "type":..., "param":..., "code":...}}
+ * code and param may be NULL (JSON null). */
+enum MHD_Result nw_http_respond_error(struct MHD_Connection *conn, unsigned status,
+                                      const char *type, const char *code,
+                                      const char *param, const char *message);
+
+/* The error body alone (transfer full), for streams and tests. */
+json_t *nw_http_error_body(const char *type, const char *code, const char *param,
+                           const char *message);
+
+#endif /* NW_HTTP_SERVER_H */

@@ -1,0 +1,181 @@
+/*
+ * The daemon skeleton, as a real process on a loopback ephemeral port:
+ * the health route, errors for unknown routes and methods, the exit status
+ * and message for bad configurations, and clean shutdown on SIGTERM/SIGINT.
+ */
+#include "build-config.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "integration/harness.h"
+
+/* A one-engine fleet: both floors at 1 serve aggregate (spec 7.2). No engine
+ * is contacted by the skeleton, so the URL need not answer. */
+static const char *good_config =
+	"{\n"
+	"  \"server\": {\"host\": \"127.0.0.1\", \"port\": 0},\n"
+	"  \"log\": {\"level\": \"info\", \"format\": \"json\"},\n"
+	"  \"serving\": {\"admission\": \"open\"},\n"
+	"  \"controller\": {\"policy\": \"static\"},\n"
+	"  \"fleet\": {\"engines\": [\n"
+	"    {\"id\": \"e0\", \"url\": \"http://127.0.0.1:9\", \"role\": \"prefill\"}\n"
+	"  ]}\n"
+	"}\n";
+
+static void
+test_health(void)
+{
+	struct harness_proc p = { 0 };
+	g_autofree char *file = harness_write_config(&p, good_config);
+	g_autofree char *body = NULL;
+	json_t *doc;
+
+	g_assert_true(harness_start_daemon(&p, file));
+	g_assert_cmpint(harness_http(p.port, "GET", "/narwhal/health", NULL, &body), ==, 200);
+	doc = json_loads(body, 0, NULL);
+	g_assert_nonnull(doc);
+	g_assert_cmpstr(json_string_value(json_object_get(doc, "status")), ==, "ok");
+	g_assert_cmpint(json_integer_value(json_object_get(doc, "engines")), ==, 1);
+	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(json_object_get(doc,
+	                "plugins"), "admission"), "name")), ==, "open");
+	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(json_object_get(doc,
+	                "plugins"), "controller"), "name")), ==, "static");
+	json_decref(doc);
+	g_assert_cmpint(harness_stop(&p, SIGTERM, 10000), ==, 0);
+	harness_clear(&p);
+}
+
+static void
+assert_error_envelope(const char *body, const char *code)
+{
+	json_t *doc = json_loads(body, 0, NULL);
+	json_t *err;
+
+	g_assert_nonnull(doc);
+	err = json_object_get(doc, "error");
+	g_assert_true(json_is_object(err));
+	g_assert_true(json_is_string(json_object_get(err, "message")));
+	g_assert_true(json_is_string(json_object_get(err, "type")));
+	g_assert_cmpstr(json_string_value(json_object_get(err, "code")), ==, code);
+	json_decref(doc);
+}
+
+static void
+test_unknown_route_and_method(void)
+{
+	struct harness_proc p = { 0 };
+	g_autofree char *file = harness_write_config(&p, good_config);
+	char *body = NULL;
+
+	g_assert_true(harness_start_daemon(&p, file));
+	g_assert_cmpint(harness_http(p.port, "GET", "/nowhere", NULL, &body), ==, 404);
+	assert_error_envelope(body, "not_found");
+	g_free(body);
+	g_assert_cmpint(harness_http(p.port, "POST", "/narwhal/health", "{}", &body), ==, 405);
+	assert_error_envelope(body, "method_not_allowed");
+	g_free(body);
+	/* Still healthy after the errors. */
+	g_assert_cmpint(harness_http(p.port, "GET", "/narwhal/health", NULL, NULL), ==, 200);
+	g_assert_cmpint(harness_stop(&p, SIGTERM, 10000), ==, 0);
+	harness_clear(&p);
+}
+
+static void
+test_shutdown_signal(gconstpointer data)
+{
+	int signo = GPOINTER_TO_INT(data);
+	struct harness_proc p = { 0 };
+	g_autofree char *file = harness_write_config(&p, good_config);
+
+	g_assert_true(harness_start_daemon(&p, file));
+	g_assert_cmpint(harness_stop(&p, signo, 10000), ==, 0);
+	g_assert_nonnull(strstr(p.log->str, "\"event\":\"stopping\""));
+	g_assert_nonnull(strstr(p.log->str, "\"event\":\"stopped\""));
+	harness_clear(&p);
+}
+
+static void
+test_bad_config_exit(void)
+{
+	struct harness_proc p = { 0 };
+	g_autofree char *file = harness_write_config(&p,
+		"{\"serving\": {\"admission\": \"open\", \"max_attempts\": 7},"
+		" \"controller\": {\"policy\": \"static\"},"
+		" \"fleet\": {\"engines\": [{\"id\": \"e0\", \"url\": \"http://127.0.0.1:9\"}]}}");
+	g_autofree char *out = NULL, *err = NULL;
+	const char *argv[] = { harness_narwhal_bin(), "--config", file, NULL };
+	g_autofree char *expect = g_strdup_printf("%s: serving.max_attempts: ", file);
+
+	g_assert_cmpint(harness_run(argv, &out, &err), ==, 1);
+	g_assert_nonnull(strstr(err, expect));
+	harness_clear(&p);
+}
+
+static void
+test_missing_plugin_exit(void)
+{
+	struct harness_proc p = { 0 };
+	g_autofree char *file = harness_write_config(&p,
+		"{\"serving\": {\"admission\": \"open\"},"
+		" \"controller\": {\"policy\": \"static\"},"
+		" \"plugins\": {\"admission\": {\"path\": \"/nonexistent/admission-x.so\"}},"
+		" \"fleet\": {\"engines\": [{\"id\": \"e0\", \"url\": \"http://127.0.0.1:9\"}]}}");
+	g_autofree char *out = NULL, *err = NULL;
+	const char *argv[] = { harness_narwhal_bin(), "--config", file, NULL };
+
+	g_assert_cmpint(harness_run(argv, &out, &err), ==, 1);
+	g_assert_nonnull(strstr(err, "/nonexistent/admission-x.so"));
+	harness_clear(&p);
+}
+
+static void
+test_port_in_use(void)
+{
+	struct harness_proc a = { 0 }, b = { 0 };
+	g_autofree char *file_a = harness_write_config(&a, good_config);
+	g_autofree char *text = NULL, *file_b = NULL, *out = NULL, *err = NULL;
+
+	g_assert_true(harness_start_daemon(&a, file_a));
+	text = g_strdup_printf("{\"server\": {\"port\": %u}, \"serving\": {\"admission\": \"open\"},"
+	                       " \"controller\": {\"policy\": \"static\"},"
+	                       " \"fleet\": {\"engines\": [{\"id\": \"e0\", \"url\": \"http://127.0.0.1:9\"}]}}",
+	                       a.port);
+	file_b = harness_write_config(&b, text);
+	const char *argv[] = { harness_narwhal_bin(), "--config", file_b, NULL };
+	g_assert_cmpint(harness_run(argv, &out, &err), ==, 1);
+	g_assert_nonnull(strstr(err, "cannot listen"));
+	g_assert_cmpint(harness_stop(&a, SIGTERM, 10000), ==, 0);
+	harness_clear(&a);
+	harness_clear(&b);
+}
+
+static void
+test_usage(void)
+{
+	const char *argv[] = { harness_narwhal_bin(), NULL };
+	g_autofree char *out = NULL, *err = NULL;
+
+	g_assert_cmpint(harness_run(argv, &out, &err), ==, 2);
+	g_assert_nonnull(strstr(err, "--config"));
+}
+
+int
+main(int argc, char **argv)
+{
+	g_test_init(&argc, &argv, NULL);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	g_test_add_func("/daemon/health", test_health);
+	g_test_add_func("/daemon/unknown-route-and-method", test_unknown_route_and_method);
+	g_test_add_data_func("/daemon/shutdown/sigterm", GINT_TO_POINTER(SIGTERM), test_shutdown_signal);
+	g_test_add_data_func("/daemon/shutdown/sigint", GINT_TO_POINTER(SIGINT), test_shutdown_signal);
+	g_test_add_func("/daemon/bad-config-exit", test_bad_config_exit);
+	g_test_add_func("/daemon/missing-plugin-exit", test_missing_plugin_exit);
+	g_test_add_func("/daemon/port-in-use", test_port_in_use);
+	g_test_add_func("/daemon/usage", test_usage);
+	int status = g_test_run();
+	curl_global_cleanup();
+	return status;
+}

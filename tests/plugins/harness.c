@@ -1,0 +1,52 @@
+#include "build-config.h"
+
+#include "plugins/harness.h"
+
+struct nw_harness *
+nw_harness_new(narwhal_plugin_kind kind, const char *name)
+{
+	g_autofree char *file = NULL;
+	g_autoptr(GError) error = NULL;
+	struct nw_harness *h;
+	const char *dir = g_getenv("NARWHAL_PLUGIN_DIR");
+
+	if (dir == NULL || *dir == '\0') {
+		g_test_skip("NARWHAL_PLUGIN_DIR is not set (run through make check)");
+		return NULL;
+	}
+	file = nw_plugin_resolve(kind, name, NULL, dir);
+	h = g_new0(struct nw_harness, 1);
+	h->plugin = nw_plugin_load(kind, name, file, &error);
+	g_assert_no_error(error);
+	g_assert_nonnull(h->plugin);
+	h->host = nw_mock_host_new();
+	return h;
+}
+
+gboolean
+nw_harness_create(struct nw_harness *h, const char *config_json, GError **error)
+{
+	json_t *config = NULL;
+	json_error_t jerr;
+
+	g_assert_null(h->inst);
+	if (config_json != NULL) {
+		config = json_loads(config_json, JSON_DECODE_ANY, &jerr);
+		if (config == NULL)
+			g_error("test config is not JSON: %s: %s", jerr.text, config_json);
+	}
+	h->inst = nw_plugin_instance_new(h->plugin, nw_mock_host_table(h->host), config, error);
+	json_decref(config);
+	return h->inst != NULL;
+}
+
+void
+nw_harness_free(struct nw_harness *h)
+{
+	if (h == NULL)
+		return;
+	nw_plugin_instance_free(h->inst);
+	nw_plugin_free(h->plugin);
+	nw_mock_host_free(h->host);
+	g_free(h);
+}

@@ -1,0 +1,275 @@
+#include "build-config.h"
+
+#include "plugins/mock-host.h"
+
+#include <math.h>
+#include <string.h>
+
+struct canned {
+	narwhal_estimate_status status;
+	double value;
+	guint calls;
+	struct nw_mock_estimate_call last;
+};
+
+struct nw_mock_host {
+	/* First, so a host_ctx pointer is also the table's owner. */
+	struct narwhal_host table;
+	int64_t now_ns;
+	guint clock_reads;
+	GPtrArray *logs;        /* char *, "level: message" */
+	GHashTable *counters;   /* char * -> double * */
+	GHashTable *gauges;     /* char * -> double * */
+	const struct narwhal_fleet_view *fleet;
+	guint fleet_reads;
+	struct canned estimates[NW_MOCK_N_ESTIMATORS];
+};
+
+static const char *const level_names[] = { "debug", "info", "warning", "error" };
+
+static int64_t
+mock_now_ns(void *host_ctx)
+{
+	struct nw_mock_host *mh = host_ctx;
+
+	mh->clock_reads++;
+	return mh->now_ns;
+}
+
+static void
+mock_log(void *host_ctx, narwhal_log_level level, const char *message)
+{
+	struct nw_mock_host *mh = host_ctx;
+	const char *name = (unsigned)level < G_N_ELEMENTS(level_names) ? level_names[level]
+	                                                               : "invalid";
+
+	g_ptr_array_add(mh->logs, g_strdup_printf("%s: %s", name, message ? message : "(null)"));
+}
+
+static double *
+metric_slot(GHashTable *table, const char *name)
+{
+	double *v = g_hash_table_lookup(table, name);
+
+	if (v == NULL) {
+		v = g_new0(double, 1);
+		g_hash_table_insert(table, g_strdup(name), v);
+	}
+	return v;
+}
+
+static void
+mock_counter_add(void *host_ctx, const char *name, double delta)
+{
+	struct nw_mock_host *mh = host_ctx;
+
+	*metric_slot(mh->counters, name) += delta;
+}
+
+static void
+mock_gauge_set(void *host_ctx, const char *name, double value)
+{
+	struct nw_mock_host *mh = host_ctx;
+
+	*metric_slot(mh->gauges, name) = value;
+}
+
+static const struct narwhal_fleet_view *
+mock_fleet(void *host_ctx)
+{
+	struct nw_mock_host *mh = host_ctx;
+
+	mh->fleet_reads++;
+	return mh->fleet;
+}
+
+static narwhal_estimate_status
+answer(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine, uint64_t tokens,
+       uint32_t active, double *out)
+{
+	struct canned *c = &mh->estimates[which];
+
+	c->calls++;
+	c->last.engine = engine;
+	c->last.tokens = tokens;
+	c->last.active_requests = active;
+	/* Like the real estimators: *out is written only on OK. */
+	if (c->status == NARWHAL_ESTIMATE_OK)
+		*out = c->value;
+	return c->status;
+}
+
+static narwhal_estimate_status
+mock_prefill_seconds(void *host_ctx, uint32_t engine, uint64_t prompt_tokens, double *out)
+{
+	return answer(host_ctx, NW_MOCK_PREFILL_SECONDS, engine, prompt_tokens, 0, out);
+}
+
+static narwhal_estimate_status
+mock_decode_interval_seconds(void *host_ctx, uint32_t engine, uint32_t active_requests,
+                             uint64_t resident_kv_tokens, double *out)
+{
+	return answer(host_ctx, NW_MOCK_DECODE_INTERVAL_SECONDS, engine, resident_kv_tokens,
+	              active_requests, out);
+}
+
+static narwhal_estimate_status
+mock_prefill_queue_seconds(void *host_ctx, uint32_t engine, uint64_t prompt_tokens,
+                           double *out)
+{
+	return answer(host_ctx, NW_MOCK_PREFILL_QUEUE_SECONDS, engine, prompt_tokens, 0, out);
+}
+
+struct nw_mock_host *
+nw_mock_host_new(void)
+{
+	struct nw_mock_host *mh = g_new0(struct nw_mock_host, 1);
+
+	mh->table.struct_size = sizeof mh->table;
+	mh->table.abi_major = NARWHAL_ABI_MAJOR;
+	mh->table.abi_minor = NARWHAL_ABI_MINOR;
+	mh->table.host_ctx = mh;
+	mh->table.now_ns = mock_now_ns;
+	mh->table.log = mock_log;
+	mh->table.counter_add = mock_counter_add;
+	mh->table.gauge_set = mock_gauge_set;
+	mh->table.fleet = mock_fleet;
+	mh->table.prefill_seconds = mock_prefill_seconds;
+	mh->table.decode_interval_seconds = mock_decode_interval_seconds;
+	mh->table.prefill_queue_seconds = mock_prefill_queue_seconds;
+
+	mh->logs = g_ptr_array_new_with_free_func(g_free);
+	mh->counters = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+	mh->gauges = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
+		mh->estimates[i].status = NARWHAL_ESTIMATE_NO_PROFILE;
+	return mh;
+}
+
+void
+nw_mock_host_free(struct nw_mock_host *mh)
+{
+	if (mh == NULL)
+		return;
+	g_ptr_array_unref(mh->logs);
+	g_hash_table_unref(mh->counters);
+	g_hash_table_unref(mh->gauges);
+	g_free(mh);
+}
+
+const struct narwhal_host *
+nw_mock_host_table(struct nw_mock_host *mh)
+{
+	return &mh->table;
+}
+
+void
+nw_mock_host_set_time(struct nw_mock_host *mh, int64_t now_ns)
+{
+	mh->now_ns = now_ns;
+}
+
+void
+nw_mock_host_advance(struct nw_mock_host *mh, int64_t delta_ns)
+{
+	/* The host clock is monotonic. */
+	g_assert_cmpint(delta_ns, >=, 0);
+	mh->now_ns += delta_ns;
+}
+
+guint
+nw_mock_host_clock_reads(const struct nw_mock_host *mh)
+{
+	return mh->clock_reads;
+}
+
+guint
+nw_mock_host_n_logs(const struct nw_mock_host *mh)
+{
+	return mh->logs->len;
+}
+
+const char *
+nw_mock_host_log_line(const struct nw_mock_host *mh, guint i)
+{
+	g_assert_cmpuint(i, <, mh->logs->len);
+	return g_ptr_array_index(mh->logs, i);
+}
+
+gboolean
+nw_mock_host_logged(const struct nw_mock_host *mh, narwhal_log_level level,
+                    const char *substring)
+{
+	g_autofree char *prefix = NULL;
+
+	g_assert_cmpuint((unsigned)level, <, G_N_ELEMENTS(level_names));
+	prefix = g_strdup_printf("%s: ", level_names[level]);
+	for (guint i = 0; i < mh->logs->len; i++) {
+		const char *line = g_ptr_array_index(mh->logs, i);
+
+		if (g_str_has_prefix(line, prefix) && strstr(line + strlen(prefix), substring))
+			return TRUE;
+	}
+	return FALSE;
+}
+
+void
+nw_mock_host_clear_logs(struct nw_mock_host *mh)
+{
+	g_ptr_array_set_size(mh->logs, 0);
+}
+
+static double
+metric_value(GHashTable *table, const char *name)
+{
+	const double *v = g_hash_table_lookup(table, name);
+
+	return v ? *v : NAN;
+}
+
+double
+nw_mock_host_counter(const struct nw_mock_host *mh, const char *name)
+{
+	return metric_value(mh->counters, name);
+}
+
+double
+nw_mock_host_gauge(const struct nw_mock_host *mh, const char *name)
+{
+	return metric_value(mh->gauges, name);
+}
+
+void
+nw_mock_host_set_fleet(struct nw_mock_host *mh, const struct narwhal_fleet_view *fleet)
+{
+	mh->fleet = fleet;
+}
+
+guint
+nw_mock_host_fleet_reads(const struct nw_mock_host *mh)
+{
+	return mh->fleet_reads;
+}
+
+void
+nw_mock_host_set_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
+                          narwhal_estimate_status status, double value)
+{
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	mh->estimates[which].status = status;
+	mh->estimates[which].value = value;
+}
+
+guint
+nw_mock_host_estimate_calls(const struct nw_mock_host *mh, nw_mock_estimator which)
+{
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	return mh->estimates[which].calls;
+}
+
+const struct nw_mock_estimate_call *
+nw_mock_host_last_estimate(const struct nw_mock_host *mh, nw_mock_estimator which)
+{
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	return &mh->estimates[which].last;
+}

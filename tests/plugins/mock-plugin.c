@@ -1,0 +1,367 @@
+/*
+ * Mock plugins for the loader tests: one source, built once per case with a
+ * -D flag (tests/plugins/Makefile.inc). With no flag it is a well-behaved
+ * admission plugin named "mock" that exercises every host service.
+ *
+ *   MOCK_BAD_MAGIC    descriptor magic is wrong
+ *   MOCK_MAJOR        built for the next ABI major
+ *   MOCK_MINOR        built for a newer minor than the host's
+ *   MOCK_SHORT_DESC   descriptor struct_size covers only the guard fields
+ *   MOCK_NULL_DESC    the entry returns NULL
+ *   MOCK_NO_ENTRY     exports something, but not narwhal_plugin_entry
+ *   MOCK_NO_NAME      the descriptor's name is empty
+ *   MOCK_NULL_OPS     the descriptor's ops pointer is NULL
+ *   MOCK_NULL_SLOT    decide is NULL
+ *   MOCK_WRONG_KIND   a (working) controller named "mock"
+ *   MOCK_CREATE_FAIL  create always refuses
+ *   MOCK_OLD_OPS      ops struct_size ends at decide: finished must read NULL
+ *   MOCK_TINY_OPS     ops struct_size ends before decide
+ *   MOCK_DIALECT      a dialect without the optional tokenise slots
+ */
+#include <narwhal/plugin-abi.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MOCK_MAGIC 0x4d4f434bu /* "MOCK" */
+
+#define MOCK_END_OF(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+struct mock {
+	unsigned magic;
+	const struct narwhal_host *host;
+	char label[32];
+};
+
+static struct mock *
+mock_cast(void *instance)
+{
+	struct mock *m = instance;
+
+	if (m == NULL || m->magic != MOCK_MAGIC)
+		abort();
+	return m;
+}
+
+static void
+mock_log(const struct mock *m, narwhal_log_level level, const char *what)
+{
+	char line[96];
+
+	snprintf(line, sizeof line, "mock %s label=%s", what, m->label);
+	m->host->log(m->host->host_ctx, level, line);
+}
+
+/* Config: {"label": string, "fail": string, "fail_unterminated": true,
+ * "fail_silent": negative errno}; anything else is refused by name. */
+static int
+mock_create(const struct narwhal_host *host, const json_t *config, void **instance,
+            char *err, size_t err_len)
+{
+	struct mock *m;
+	const char *label = "none";
+	const char *key;
+	json_t *value;
+
+#ifdef MOCK_CREATE_FAIL
+	(void)host;
+	(void)config;
+	(void)instance;
+	snprintf(err, err_len, "mock refuses every configuration (option \"always\")");
+	return -EINVAL;
+#endif
+	if (config != NULL && !json_is_object(config)) {
+		snprintf(err, err_len, "config must be an object");
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)config, key, value) {
+		if (strcmp(key, "label") == 0 && json_is_string(value)) {
+			label = json_string_value(value);
+		} else if (strcmp(key, "fail") == 0 && json_is_string(value)) {
+			snprintf(err, err_len, "%s", json_string_value(value));
+			return -EINVAL;
+		} else if (strcmp(key, "fail_unterminated") == 0) {
+			memset(err, 'x', err_len); /* no terminator on purpose */
+			return -EINVAL;
+		} else if (strcmp(key, "fail_silent") == 0 && json_is_integer(value)) {
+			return (int)json_integer_value(value);
+		} else {
+			snprintf(err, err_len, "unknown key \"%s\"", key);
+			return -EINVAL;
+		}
+	}
+	m = calloc(1, sizeof *m);
+	if (m == NULL)
+		return -ENOMEM;
+	m->magic = MOCK_MAGIC;
+	m->host = host;
+	snprintf(m->label, sizeof m->label, "%s", label);
+	host->counter_add(host->host_ctx, "mock_instances_total", 1.0);
+	host->gauge_set(host->host_ctx, "mock_live", 1.0);
+	mock_log(m, NARWHAL_LOG_INFO, "create");
+	*instance = m;
+	return 0;
+}
+
+static void
+mock_destroy(void *instance)
+{
+	struct mock *m = mock_cast(instance);
+
+	m->host->gauge_set(m->host->host_ctx, "mock_live", 0.0);
+	mock_log(m, NARWHAL_LOG_INFO, "destroy");
+	m->magic = 0;
+	free(m);
+}
+
+#if defined(MOCK_WRONG_KIND)
+
+static int
+mock_propose(void *instance, const struct narwhal_controller_input *in,
+             struct narwhal_controller_proposal *out)
+{
+	mock_cast(instance);
+	out->prefill = in->live_prefill;
+	out->decode = in->live_decode;
+	out->worst_slo_ratio = NAN;
+	out->reason = "mock";
+	return 0;
+}
+
+static const struct narwhal_controller_ops mock_ops = {
+	.struct_size = sizeof(struct narwhal_controller_ops),
+	.create = mock_create,
+	.destroy = mock_destroy,
+	.propose = mock_propose,
+};
+#define MOCK_KIND CONTROLLER
+
+#elif defined(MOCK_DIALECT)
+
+static uint32_t
+mock_capabilities(void *instance)
+{
+	mock_cast(instance);
+	return NARWHAL_DIALECT_HANDOFF_SEQUENTIAL;
+}
+
+static int
+mock_build(void *instance, narwhal_route route, const json_t *client_body,
+           struct narwhal_http_call *out)
+{
+	mock_cast(instance);
+	(void)route;
+	out->method = "POST";
+	out->path = "/v1/completions";
+	out->body = json_deep_copy(client_body);
+	return out->body ? 0 : -ENOMEM;
+}
+
+static int
+mock_build_decode(void *instance, narwhal_route route, const json_t *client_body,
+                  const json_t *handoff, struct narwhal_http_call *out)
+{
+	(void)handoff;
+	return mock_build(instance, route, client_body, out);
+}
+
+static int
+mock_build_health(void *instance, struct narwhal_http_call *out)
+{
+	mock_cast(instance);
+	out->method = "GET";
+	out->path = "/health";
+	out->body = NULL;
+	return 0;
+}
+
+static int
+mock_parse_prefill(void *instance, const json_t *response, json_t **handoff)
+{
+	mock_cast(instance);
+	(void)response;
+	*handoff = NULL;
+	return 0;
+}
+
+static int
+mock_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
+{
+	mock_cast(instance);
+	out->kind = (len == 6 && memcmp(data, "[DONE]", 6) == 0) ? NARWHAL_SSE_DONE
+	                                                         : NARWHAL_SSE_OTHER;
+	out->tokens = 0;
+	out->prompt_tokens = -1;
+	out->completion_tokens = -1;
+	return 0;
+}
+
+static narwhal_error_class
+mock_classify_error(void *instance, int http_status, const char *body, size_t len)
+{
+	mock_cast(instance);
+	(void)body;
+	(void)len;
+	return http_status >= 500 ? NARWHAL_ERROR_RETRYABLE : NARWHAL_ERROR_PERMANENT;
+}
+
+static const struct narwhal_dialect_ops mock_ops = {
+	.struct_size = sizeof(struct narwhal_dialect_ops),
+	.create = mock_create,
+	.destroy = mock_destroy,
+	.capabilities = mock_capabilities,
+	.build_tokenize = NULL, /* optional */
+	.build_prefill = mock_build,
+	.build_decode = mock_build_decode,
+	.build_aggregate = mock_build,
+	.build_health = mock_build_health,
+	.parse_tokenize = NULL, /* optional */
+	.parse_prefill = mock_parse_prefill,
+	.parse_sse = mock_parse_sse,
+	.classify_error = mock_classify_error,
+};
+#define MOCK_KIND DIALECT
+
+#else /* admission */
+
+#ifndef MOCK_NULL_SLOT
+/* Admits prompts up to 1000 tokens, priced with the prefill estimator of
+ * engine 0 plus the time already spent since arrival. */
+static int
+mock_decide(void *instance, const struct narwhal_admission_request *req,
+            struct narwhal_admission_decision *out)
+{
+	struct mock *m = mock_cast(instance);
+	const struct narwhal_host *h = m->host;
+	double prefill;
+
+	h->counter_add(h->host_ctx, "mock_decisions_total", 1.0);
+	if (req->prompt_tokens > 1000) {
+		out->verdict = NARWHAL_REFUSE_TOO_LONG;
+		out->reason = "too_long";
+		out->projected_ttft_s = NAN;
+		return 0;
+	}
+	out->verdict = NARWHAL_ADMIT;
+	out->reason = "mock";
+	out->retry_after_s = 0.0;
+	if (h->prefill_seconds(h->host_ctx, 0, req->prompt_tokens, &prefill) ==
+	    NARWHAL_ESTIMATE_OK)
+		out->projected_ttft_s = prefill + (double)(h->now_ns(h->host_ctx) -
+		                                           req->arrival_ns) / 1e9;
+	else
+		out->projected_ttft_s = NAN;
+	return 0;
+}
+#endif
+
+static void
+mock_finished(void *instance, const char *request_id, bool ok)
+{
+	struct mock *m = mock_cast(instance);
+
+	(void)request_id;
+	m->host->counter_add(m->host->host_ctx, ok ? "mock_ok_total" : "mock_failed_total", 1.0);
+}
+
+#if defined(MOCK_OLD_OPS)
+#define MOCK_OPS_SIZE MOCK_END_OF(struct narwhal_admission_ops, decide)
+#elif defined(MOCK_TINY_OPS)
+#define MOCK_OPS_SIZE MOCK_END_OF(struct narwhal_admission_ops, destroy)
+#else
+#define MOCK_OPS_SIZE sizeof(struct narwhal_admission_ops)
+#endif
+
+static const struct narwhal_admission_ops mock_ops = {
+	.struct_size = MOCK_OPS_SIZE,
+	.create = mock_create,
+	.destroy = mock_destroy,
+#ifdef MOCK_NULL_SLOT
+	.decide = NULL,
+#else
+	.decide = mock_decide,
+#endif
+	/* Present in memory even when struct_size says otherwise. */
+	.finished = mock_finished,
+};
+#define MOCK_KIND ADMISSION
+
+#endif
+
+#if defined(MOCK_BAD_MAGIC) || defined(MOCK_MAJOR) || defined(MOCK_MINOR) || \
+	defined(MOCK_SHORT_DESC) || defined(MOCK_NULL_DESC) || defined(MOCK_NO_ENTRY) || \
+	defined(MOCK_NO_NAME) || defined(MOCK_NULL_OPS)
+
+/* A descriptor written by hand, as a broken or foreign build would. */
+#define MOCK_GLUE(a, b) a##b
+#define MOCK_KIND_VALUE(k) MOCK_GLUE(NARWHAL_KIND_, k)
+
+static const struct narwhal_plugin_descriptor mock_desc = {
+#ifdef MOCK_BAD_MAGIC
+	.magic = 0xdeadbeefu,
+#else
+	.magic = NARWHAL_PLUGIN_MAGIC,
+#endif
+#ifdef MOCK_MAJOR
+	.abi_major = NARWHAL_ABI_MAJOR + 1,
+	.abi_minor = 0,
+#elif defined(MOCK_MINOR)
+	.abi_major = NARWHAL_ABI_MAJOR,
+	.abi_minor = NARWHAL_ABI_MINOR + 1,
+#else
+	.abi_major = NARWHAL_ABI_MAJOR,
+	.abi_minor = NARWHAL_ABI_MINOR,
+#endif
+#ifdef MOCK_SHORT_DESC
+	.struct_size = offsetof(struct narwhal_plugin_descriptor, kind),
+#else
+	.struct_size = sizeof(struct narwhal_plugin_descriptor),
+#endif
+	.kind = MOCK_KIND_VALUE(MOCK_KIND),
+#ifdef MOCK_NO_NAME
+	.name = "",
+#else
+	.name = "mock",
+#endif
+	.version = "0.0.1",
+	.build_id = "test",
+#ifdef MOCK_NULL_OPS
+	.ops = NULL,
+#else
+	.ops = &mock_ops,
+#endif
+};
+
+#ifdef MOCK_NO_ENTRY
+/* A plausible mistake: the descriptor exported under another name. */
+const struct narwhal_plugin_descriptor *narwhal_plugin_descriptor(void);
+NARWHAL_PLUGIN_EXPORT const struct narwhal_plugin_descriptor *
+narwhal_plugin_descriptor(void)
+{
+	return &mock_desc;
+}
+#else
+NARWHAL_PLUGIN_EXPORT const struct narwhal_plugin_descriptor *
+narwhal_plugin_entry(void)
+{
+#ifdef MOCK_NULL_OPS
+	(void)&mock_ops;
+#endif
+#ifdef MOCK_NULL_DESC
+	(void)&mock_desc;
+	return NULL;
+#else
+	return &mock_desc;
+#endif
+}
+#endif
+
+#else
+
+/* MOCK_KIND is itself a macro: this also checks the kind argument expands. */
+NARWHAL_PLUGIN_DEFINE(MOCK_KIND, "mock", "0.0.1", &mock_ops)
+
+#endif

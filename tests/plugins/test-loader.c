@@ -1,0 +1,817 @@
+/*
+ * Loader tests: every refusal against a purpose-built mock plugin
+ * (tests/plugins/mock-plugin.c), asserting the error code and that the
+ * message names the file, what was expected and what was found; the path
+ * rules; the ops copy; residency; and instances against the mock host.
+ *
+ * Every test that dlopens runs in its own subprocess, so what one test
+ * leaves loaded cannot change what another sees.
+ */
+#include "build-config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+
+#include "core/plugin-loader.h"
+#include "plugins/mock-host.h"
+
+/* ------------------------------------------------------------- helpers --- */
+
+static char *
+mock_file(const char *name)
+{
+	g_autofree char *base = g_strdup_printf("mock-%s.so", name);
+
+	return g_test_build_filename(G_TEST_BUILT, "plugins", ".libs", base, NULL);
+}
+
+/* Load mock-<name>.so and expect the refusal code; returns the message. */
+static char *
+expect_refusal(const char *mock, narwhal_plugin_kind kind, const char *name,
+               nw_plugin_error code)
+{
+	g_autofree char *file = mock_file(mock);
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin *p;
+	char *message;
+
+	p = nw_plugin_load(kind, name, file, &error);
+	g_assert_null(p);
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, (gint)code);
+	g_test_message("%s", error->message);
+	/* Every refusal starts with the file it is about. */
+	g_assert_true(g_str_has_prefix(error->message, file));
+	g_assert_cmpint(error->message[strlen(file)], ==, ':');
+	message = g_strdup(error->message);
+	return message;
+}
+
+static void
+assert_contains(const char *haystack, const char *needle)
+{
+	if (strstr(haystack, needle) == NULL)
+		g_error("expected \"%s\" in \"%s\"", needle, haystack);
+}
+
+static struct nw_plugin *
+load_ok(const char *mock, narwhal_plugin_kind kind, const char *name)
+{
+	g_autofree char *file = mock_file(mock);
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin *p;
+
+	p = nw_plugin_load(kind, name, file, &error);
+	g_assert_no_error(error);
+	g_assert_nonnull(p);
+	g_assert_cmpstr(p->path, ==, file);
+	g_assert_cmpint(p->kind, ==, kind);
+	return p;
+}
+
+/* Whether the file is mapped in this process right now. */
+static gboolean
+is_loaded(const char *file)
+{
+	void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+
+	if (h == NULL)
+		return FALSE;
+	dlclose(h);
+	return TRUE;
+}
+
+/* ------------------------------------------------- names and resolution --- */
+
+static void
+test_kind_names(void)
+{
+	g_assert_cmpstr(nw_plugin_kind_name(NARWHAL_KIND_DIALECT), ==, "dialect");
+	g_assert_cmpstr(nw_plugin_kind_name(NARWHAL_KIND_ADMISSION), ==, "admission");
+	g_assert_cmpstr(nw_plugin_kind_name(NARWHAL_KIND_PLACEMENT), ==, "placement");
+	g_assert_cmpstr(nw_plugin_kind_name(NARWHAL_KIND_CONTROLLER), ==, "controller");
+	g_assert_null(nw_plugin_kind_name((narwhal_plugin_kind)0));
+	g_assert_null(nw_plugin_kind_name((narwhal_plugin_kind)5));
+	g_assert_null(nw_plugin_kind_name((narwhal_plugin_kind)-1));
+}
+
+static void
+test_resolve_path_wins(void)
+{
+	g_autofree char *a = NULL;
+	g_autofree char *b = NULL;
+
+	a = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "open", "/opt/x/my.so", "/dir");
+	g_assert_cmpstr(a, ==, "/opt/x/my.so");
+	/* The path is used as given, even relative and without a name. */
+	b = nw_plugin_resolve(NARWHAL_KIND_CONTROLLER, NULL, "rel/ctl.so", NULL);
+	g_assert_cmpstr(b, ==, "rel/ctl.so");
+}
+
+static void
+test_resolve_dir(void)
+{
+	g_autofree char *a = NULL;
+	g_autofree char *b = NULL;
+	g_autofree char *c = NULL;
+
+	g_setenv("NARWHAL_PLUGIN_DIR", "/from/env", TRUE);
+	a = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "open", NULL, "/lib/nw");
+	g_assert_cmpstr(a, ==, "/lib/nw/admission-open.so");
+	/* An empty path means "not given". */
+	b = nw_plugin_resolve(NARWHAL_KIND_DIALECT, "vllm", "", "/lib/nw/");
+	g_assert_cmpstr(b, ==, "/lib/nw/dialect-vllm.so");
+	c = nw_plugin_resolve(NARWHAL_KIND_PLACEMENT, "slo-cost", NULL, "plugins");
+	g_assert_cmpstr(c, ==, "plugins/placement-slo-cost.so");
+}
+
+static void
+test_resolve_env(void)
+{
+	g_autofree char *a = NULL;
+	g_autofree char *b = NULL;
+
+	g_setenv("NARWHAL_PLUGIN_DIR", "/from/env", TRUE);
+	a = nw_plugin_resolve(NARWHAL_KIND_CONTROLLER, "static", NULL, NULL);
+	g_assert_cmpstr(a, ==, "/from/env/controller-static.so");
+	b = nw_plugin_resolve(NARWHAL_KIND_CONTROLLER, "static", NULL, "");
+	g_assert_cmpstr(b, ==, "/from/env/controller-static.so");
+}
+
+static void
+test_resolve_default(void)
+{
+	g_autofree char *a = NULL;
+	g_autofree char *b = NULL;
+	g_autofree char *want = g_build_filename(NW_PLUGINDIR, "admission-open.so", NULL);
+
+	g_unsetenv("NARWHAL_PLUGIN_DIR");
+	a = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "open", NULL, NULL);
+	g_assert_cmpstr(a, ==, want);
+	g_setenv("NARWHAL_PLUGIN_DIR", "", TRUE);
+	b = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "open", NULL, NULL);
+	g_assert_cmpstr(b, ==, want);
+}
+
+/* ------------------------------------------------------------ refusals --- */
+
+static void
+test_not_found(void)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *dir = NULL;
+	g_autofree char *file = NULL;
+	struct nw_plugin *p;
+
+	dir = g_dir_make_tmp("narwhal-loader-XXXXXX", &error);
+	g_assert_no_error(error);
+	file = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "missing", NULL, dir);
+	p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "missing", file, &error);
+	g_assert_null(p);
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND);
+	g_test_message("%s", error->message);
+	g_assert_true(g_str_has_prefix(error->message, file));
+	assert_contains(error->message, "plugin file not found");
+	assert_contains(error->message, "expected admission plugin \"missing\"");
+	assert_contains(error->message, dir);
+	assert_contains(error->message, "plugins.dir");
+	assert_contains(error->message, "plugins.admission.path");
+	g_clear_error(&error);
+
+	/* Dialects are found by name only: no path to suggest. */
+	g_free(file);
+	file = nw_plugin_resolve(NARWHAL_KIND_DIALECT, "tgi", NULL, dir);
+	p = nw_plugin_load(NARWHAL_KIND_DIALECT, "tgi", file, &error);
+	g_assert_null(p);
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND);
+	g_test_message("%s", error->message);
+	assert_contains(error->message, "expected dialect plugin \"tgi\"");
+	assert_contains(error->message, "or set plugins.dir");
+	g_assert_null(strstr(error->message, ".path"));
+	g_clear_error(&error);
+
+	/* An explicit path (no name to check) points back at the path setting. */
+	g_free(file);
+	file = g_build_filename(dir, "mine.so", NULL);
+	p = nw_plugin_load(NARWHAL_KIND_CONTROLLER, NULL, file, &error);
+	g_assert_null(p);
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND);
+	g_test_message("%s", error->message);
+	g_assert_true(g_str_has_prefix(error->message, file));
+	assert_contains(error->message, "expected a controller plugin at this path");
+	assert_contains(error->message, dir);
+	assert_contains(error->message, "correct plugins.controller.path");
+	assert_contains(error->message, "plugins.dir");
+	g_rmdir(dir);
+}
+
+static void
+test_open_error(void)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *file = NULL;
+	struct nw_plugin *p;
+	int fd;
+
+	fd = g_file_open_tmp("admission-junk-XXXXXX.so", &file, &error);
+	g_assert_no_error(error);
+	g_assert_cmpint(write(fd, "not a shared object\n", 20), ==, 20);
+	close(fd);
+
+	p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "junk", file, &error);
+	g_assert_null(p);
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN);
+	g_test_message("%s", error->message);
+	g_assert_true(g_str_has_prefix(error->message, file));
+	assert_contains(error->message, "cannot load plugin");
+	assert_contains(error->message, "expected a loadable shared object");
+	/* dlerror() names the file and the reason. */
+	assert_contains(error->message, "found dlopen error: ");
+	assert_contains(error->message, "ldd ");
+	g_unlink(file);
+}
+
+static void
+test_no_entry(void)
+{
+	g_autofree char *m = expect_refusal("no-entry", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_NO_ENTRY);
+
+	assert_contains(m, "not a Narwhal plugin");
+	assert_contains(m, "expected an exported function narwhal_plugin_entry, found none");
+	assert_contains(m, "NARWHAL_PLUGIN_DEFINE");
+}
+
+static void
+test_null_descriptor(void)
+{
+	g_autofree char *m = expect_refusal("null-desc", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_NULL_DESCRIPTOR);
+
+	assert_contains(m, "expected a descriptor");
+	assert_contains(m, "found NULL");
+	assert_contains(m, "NARWHAL_PLUGIN_DEFINE");
+}
+
+static void
+test_bad_magic(void)
+{
+	g_autofree char *m = expect_refusal("bad-magic", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_BAD_MAGIC);
+
+	assert_contains(m, "not a Narwhal plugin descriptor");
+	assert_contains(m, "expected magic 0x4e57504c, found 0xdeadbeef");
+}
+
+static void
+test_major(void)
+{
+	g_autofree char *file = mock_file("major");
+	g_autofree char *m = expect_refusal("major", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_MAJOR);
+	g_autofree char *want = g_strdup_printf(
+		"%s: incompatible plugin ABI: host is %d.%d, plugin was built for %d.0: "
+		"rebuild the plugin against Narwhal's installed headers (pkg-config "
+		"narwhal-plugin)",
+		file, NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR, NARWHAL_ABI_MAJOR + 1);
+
+	/* Reported alone: nothing past the guard fields is read or mentioned. */
+	g_assert_cmpstr(m, ==, want);
+}
+
+static void
+test_minor(void)
+{
+	g_autofree char *m = expect_refusal("minor", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_MINOR);
+	g_autofree char *expected = g_strdup_printf("expected ABI %d.%d or older",
+	                                            NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR);
+	g_autofree char *found = g_strdup_printf("found %d.%d", NARWHAL_ABI_MAJOR,
+	                                         NARWHAL_ABI_MINOR + 1);
+
+	assert_contains(m, "plugin needs a newer Narwhal");
+	assert_contains(m, expected);
+	assert_contains(m, found);
+	assert_contains(m, "pkg-config narwhal-plugin");
+}
+
+static void
+test_short_descriptor(void)
+{
+	g_autofree char *m = expect_refusal("short-desc", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_SHORT_STRUCT);
+	g_autofree char *expected = g_strdup_printf(
+		"expected at least %zu bytes",
+		offsetof(struct narwhal_plugin_descriptor, ops) + sizeof(const void *));
+	g_autofree char *found = g_strdup_printf(
+		"found %zu", offsetof(struct narwhal_plugin_descriptor, kind));
+
+	assert_contains(m, "plugin descriptor too short");
+	assert_contains(m, expected);
+	assert_contains(m, found);
+}
+
+static void
+test_wrong_kind(void)
+{
+	g_autofree char *m = expect_refusal("wrong-kind", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_KIND);
+	struct nw_plugin *p;
+
+	assert_contains(m, "wrong kind of plugin: expected admission, found controller");
+	assert_contains(m, "this file can only serve as a controller plugin");
+	/* The same file is fine where it belongs. */
+	p = load_ok("wrong-kind", NARWHAL_KIND_CONTROLLER, "mock");
+	g_assert_nonnull(p->ops.controller.propose);
+	nw_plugin_free(p);
+}
+
+static void
+test_name_mismatch(void)
+{
+	g_autofree char *m = expect_refusal("good", NARWHAL_KIND_ADMISSION, "other",
+	                                    NW_PLUGIN_ERROR_NAME);
+
+	assert_contains(m, "plugin name mismatch: expected \"other\", found \"mock\"");
+	assert_contains(m, "install the file as admission-mock.so");
+	assert_contains(m, "plugins.admission.path");
+}
+
+/* A name is required even when the configuration gave a path. */
+static void
+test_no_name(void)
+{
+	g_autofree char *a = expect_refusal("no-name", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_NAME);
+	g_autofree char *b = expect_refusal("no-name", NARWHAL_KIND_ADMISSION, NULL,
+	                                    NW_PLUGIN_ERROR_NAME);
+
+	assert_contains(a, "plugin has no name: expected \"mock\", found none");
+	assert_contains(b, "plugin has no name: expected a name, found none");
+	assert_contains(b, "NARWHAL_PLUGIN_DEFINE");
+}
+
+static void
+test_null_ops(void)
+{
+	g_autofree char *m = expect_refusal("null-ops", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_NULL_SLOT);
+
+	assert_contains(m, "plugin mock has no ops");
+	assert_contains(m, "expected a pointer to struct narwhal_admission_ops, found NULL");
+}
+
+static void
+test_null_slot(void)
+{
+	g_autofree char *m = expect_refusal("null-slot", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_NULL_SLOT);
+
+	assert_contains(m, "required admission slot is NULL");
+	assert_contains(m, "expected a function in decide, found NULL");
+	assert_contains(m, "struct narwhal_admission_ops");
+}
+
+static void
+test_short_ops(void)
+{
+	g_autofree char *m = expect_refusal("tiny-ops", NARWHAL_KIND_ADMISSION, "mock",
+	                                    NW_PLUGIN_ERROR_SHORT_STRUCT);
+	g_autofree char *expected = g_strdup_printf(
+		"expected at least %zu bytes (through decide)",
+		offsetof(struct narwhal_admission_ops, decide) + sizeof(void *));
+	g_autofree char *found = g_strdup_printf(
+		"found %zu", offsetof(struct narwhal_admission_ops, decide));
+
+	assert_contains(m, "admission ops too short");
+	assert_contains(m, expected);
+	assert_contains(m, found);
+}
+
+/* The first failing check wins, in the documented order. */
+static void
+test_check_order(void)
+{
+	g_autofree char *a = NULL;
+	g_autofree char *b = NULL;
+	g_autofree char *c = NULL;
+
+	/* kind before name */
+	a = expect_refusal("wrong-kind", NARWHAL_KIND_PLACEMENT, "other", NW_PLUGIN_ERROR_KIND);
+	/* name before the ops size and slots */
+	b = expect_refusal("null-slot", NARWHAL_KIND_ADMISSION, "other", NW_PLUGIN_ERROR_NAME);
+	c = expect_refusal("tiny-ops", NARWHAL_KIND_ADMISSION, "other", NW_PLUGIN_ERROR_NAME);
+	/* without a configured name, the slots are checked */
+	g_clear_pointer(&b, g_free);
+	b = expect_refusal("null-slot", NARWHAL_KIND_ADMISSION, NULL, NW_PLUGIN_ERROR_NULL_SLOT);
+}
+
+/* A refused plugin is really unloaded; an accepted one stays resident even
+ * after its bookkeeping is freed. */
+static void
+test_residency(void)
+{
+	g_autofree char *bad = mock_file("bad-magic");
+	g_autofree char *good = mock_file("good");
+	g_autofree char *m = NULL;
+	struct nw_plugin *p;
+
+	g_assert_false(is_loaded(bad));
+	m = expect_refusal("bad-magic", NARWHAL_KIND_ADMISSION, "mock", NW_PLUGIN_ERROR_BAD_MAGIC);
+	g_assert_false(is_loaded(bad));
+
+	g_assert_false(is_loaded(good));
+	p = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
+	nw_plugin_free(p);
+	g_assert_true(is_loaded(good));
+
+	/* Refusing a resident plugin later does not unload it. */
+	g_clear_pointer(&m, g_free);
+	m = expect_refusal("good", NARWHAL_KIND_ADMISSION, "other", NW_PLUGIN_ERROR_NAME);
+	g_assert_true(is_loaded(good));
+}
+
+/* --------------------------------------------------------------- loads --- */
+
+static void
+test_good(void)
+{
+	struct nw_plugin *p = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
+
+	g_assert_cmpuint(p->desc->magic, ==, NARWHAL_PLUGIN_MAGIC);
+	g_assert_cmpuint(p->desc->abi_major, ==, NARWHAL_ABI_MAJOR);
+	g_assert_cmpuint(p->desc->abi_minor, ==, NARWHAL_ABI_MINOR);
+	g_assert_cmpuint(p->desc->struct_size, ==, sizeof(struct narwhal_plugin_descriptor));
+	g_assert_cmpstr(p->desc->name, ==, "mock");
+	g_assert_cmpstr(p->desc->version, ==, "0.0.1");
+	g_assert_nonnull(p->desc->build_id);
+	g_assert_cmpuint(p->ops.admission.struct_size, ==, sizeof(struct narwhal_admission_ops));
+	g_assert_nonnull(p->ops.admission.create);
+	g_assert_nonnull(p->ops.admission.destroy);
+	g_assert_nonnull(p->ops.admission.decide);
+	g_assert_nonnull(p->ops.admission.finished);
+	nw_plugin_free(p);
+
+	/* An explicit path may skip the name check. */
+	p = load_ok("good", NARWHAL_KIND_ADMISSION, NULL);
+	g_assert_cmpstr(p->desc->name, ==, "mock");
+	nw_plugin_free(p);
+}
+
+/* Slots past the plugin's ops struct_size read as NULL even though the
+ * plugin's table has something there. */
+static void
+test_old_ops(void)
+{
+	struct nw_plugin *p = load_ok("old-ops", NARWHAL_KIND_ADMISSION, "mock");
+
+	g_assert_cmpuint(p->ops.admission.struct_size, ==,
+	                 offsetof(struct narwhal_admission_ops, decide) + sizeof(void *));
+	g_assert_nonnull(p->ops.admission.decide);
+	g_assert_null(p->ops.admission.finished);
+	nw_plugin_free(p);
+}
+
+static void
+test_dialect_optional_slots(void)
+{
+	struct nw_plugin *p = load_ok("dialect", NARWHAL_KIND_DIALECT, "mock");
+	struct nw_mock_host *mh = nw_mock_host_new();
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin_instance *inst;
+	struct narwhal_http_call call = { .struct_size = sizeof call };
+
+	g_assert_null(p->ops.dialect.build_tokenize);
+	g_assert_null(p->ops.dialect.parse_tokenize);
+	g_assert_nonnull(p->ops.dialect.classify_error);
+
+	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), NULL, &error);
+	g_assert_no_error(error);
+	g_assert_cmpuint(p->ops.dialect.capabilities(inst->ctx), ==,
+	                 NARWHAL_DIALECT_HANDOFF_SEQUENTIAL);
+	g_assert_cmpint(p->ops.dialect.build_health(inst->ctx, &call), ==, 0);
+	g_assert_cmpstr(call.path, ==, "/health");
+	g_assert_null(call.body);
+	g_assert_cmpint(p->ops.dialect.classify_error(inst->ctx, 503, "", 0), ==,
+	                NARWHAL_ERROR_RETRYABLE);
+	nw_plugin_instance_free(inst);
+	nw_plugin_free(p);
+	nw_mock_host_free(mh);
+}
+
+/* ----------------------------------------------------------- instances --- */
+
+static void
+test_instance_lifecycle(void)
+{
+	struct nw_plugin *p = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
+	struct nw_mock_host *mh = nw_mock_host_new();
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin_instance *inst;
+	json_t *config = json_pack("{s:s}", "label", "first");
+	struct narwhal_admission_request req = {
+		.struct_size = sizeof req,
+		.request_id = "r1",
+		.prompt_tokens = 100,
+		.arrival_ns = 1000000000,
+	};
+	struct narwhal_admission_decision out = { .struct_size = sizeof out };
+
+	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), config, &error);
+	/* config is borrowed: the plugin must not keep it. */
+	json_decref(config);
+	g_assert_no_error(error);
+	g_assert_nonnull(inst);
+	g_assert_true(inst->plugin == p);
+	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "mock create label=first"));
+	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_instances_total"), ==, 1.0);
+	g_assert_cmpfloat(nw_mock_host_gauge(mh, "mock_live"), ==, 1.0);
+
+	/* Unpriced without a profile. */
+	g_assert_cmpint(p->ops.admission.decide(inst->ctx, &req, &out), ==, 0);
+	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
+	g_assert_true(isnan(out.projected_ttft_s));
+	g_assert_cmpuint(nw_mock_host_estimate_calls(mh, NW_MOCK_PREFILL_SECONDS), ==, 1);
+	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_PREFILL_SECONDS)->tokens, ==, 100);
+	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 0);
+
+	/* Priced with the canned estimate and the virtual clock. */
+	nw_mock_host_set_estimate(mh, NW_MOCK_PREFILL_SECONDS, NARWHAL_ESTIMATE_OK, 0.25);
+	nw_mock_host_set_time(mh, 1000000000);
+	nw_mock_host_advance(mh, 500000000);
+	g_assert_cmpint(p->ops.admission.decide(inst->ctx, &req, &out), ==, 0);
+	g_assert_cmpfloat_with_epsilon(out.projected_ttft_s, 0.75, 1e-9);
+	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 1);
+	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_decisions_total"), ==, 2.0);
+
+	p->ops.admission.finished(inst->ctx, "r1", true);
+	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_ok_total"), ==, 1.0);
+	g_assert_true(isnan(nw_mock_host_counter(mh, "mock_failed_total")));
+
+	nw_plugin_instance_free(inst);
+	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "mock destroy label=first"));
+	g_assert_cmpfloat(nw_mock_host_gauge(mh, "mock_live"), ==, 0.0);
+	nw_plugin_instance_free(NULL);
+	nw_plugin_free(p);
+	nw_mock_host_free(mh);
+}
+
+/* Two instances of one plugin keep separate state. */
+static void
+test_two_instances(void)
+{
+	struct nw_plugin *p1 = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
+	struct nw_plugin *p2 = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
+	struct nw_mock_host *mh = nw_mock_host_new();
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin_instance *a, *b;
+	json_t *ca = json_pack("{s:s}", "label", "a");
+	json_t *cb = json_pack("{s:s}", "label", "b");
+
+	/* The same file twice shares code, not state. */
+	g_assert_true(p1->desc == p2->desc);
+	a = nw_plugin_instance_new(p1, nw_mock_host_table(mh), ca, &error);
+	g_assert_no_error(error);
+	b = nw_plugin_instance_new(p2, nw_mock_host_table(mh), cb, &error);
+	g_assert_no_error(error);
+	g_assert_true(a->ctx != b->ctx);
+	nw_plugin_instance_free(a);
+	nw_plugin_free(p1);
+	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=a"));
+	g_assert_false(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=b"));
+	nw_plugin_instance_free(b);
+	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=b"));
+	nw_plugin_free(p2);
+	nw_mock_host_free(mh);
+	json_decref(ca);
+	json_decref(cb);
+}
+
+static char *
+expect_create_error(const char *mock, const char *config_json)
+{
+	struct nw_plugin *p = load_ok(mock, NARWHAL_KIND_ADMISSION, "mock");
+	struct nw_mock_host *mh = nw_mock_host_new();
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin_instance *inst;
+	json_t *config = config_json ? json_loads(config_json, 0, NULL) : NULL;
+	char *message;
+
+	g_assert_true(config_json == NULL || config != NULL);
+	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), config, &error);
+	g_assert_null(inst);
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_CREATE);
+	g_test_message("%s", error->message);
+	/* A refused create leaves nothing behind for destroy. */
+	g_assert_false(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "create"));
+	message = g_strdup(error->message);
+	json_decref(config);
+	nw_plugin_free(p);
+	nw_mock_host_free(mh);
+	return message;
+}
+
+static void
+test_create_fail(void)
+{
+	g_autofree char *file = mock_file("create-fail");
+	g_autofree char *m = expect_create_error("create-fail", NULL);
+	g_autofree char *want = g_strdup_printf(
+		"%s: plugin mock refused its configuration: mock refuses every configuration "
+		"(option \"always\")", file);
+
+	g_assert_cmpstr(m, ==, want);
+}
+
+static void
+test_create_unknown_key(void)
+{
+	g_autofree char *m = expect_create_error("good", "{\"colour\": 1}");
+
+	assert_contains(m, "plugin mock refused its configuration: unknown key \"colour\"");
+}
+
+/* A plugin that fills the whole buffer without a terminator is cut at the
+ * buffer's end, not read past it. */
+static void
+test_create_unterminated(void)
+{
+	g_autofree char *m = expect_create_error("good", "{\"fail_unterminated\": true}");
+	const char *reason = strstr(m, "refused its configuration: ");
+
+	g_assert_nonnull(reason);
+	reason += strlen("refused its configuration: ");
+	g_assert_cmpuint(strlen(reason), ==, NARWHAL_ERROR_MAX - 1);
+	g_assert_cmpuint(strspn(reason, "x"), ==, NARWHAL_ERROR_MAX - 1);
+}
+
+/* No message: the errno the plugin returned explains it. */
+static void
+test_create_silent(void)
+{
+	g_autofree char *m = expect_create_error("good", "{\"fail_silent\": -5}");
+	g_autofree char *want = g_strdup_printf("refused its configuration: %s", g_strerror(EIO));
+
+	assert_contains(m, want);
+}
+
+/* ------------------------------------------------------------ mock host --- */
+
+static void
+test_mock_host(void)
+{
+	struct nw_mock_host *mh = nw_mock_host_new();
+	const struct narwhal_host *h = nw_mock_host_table(mh);
+	struct narwhal_engine_view engines[2] = {
+		{ .struct_size = sizeof engines[0], .index = 0, .id = "e0" },
+		{ .struct_size = sizeof engines[0], .index = 1, .id = "e1" },
+	};
+	struct narwhal_fleet_view fleet = {
+		.struct_size = sizeof fleet,
+		.engine_view_size = sizeof engines[0],
+		.n_engines = 2,
+		.engines = engines,
+	};
+	double v = -1.0;
+
+	g_assert_cmpuint(h->struct_size, ==, sizeof(struct narwhal_host));
+	g_assert_cmpuint(h->abi_major, ==, NARWHAL_ABI_MAJOR);
+
+	g_assert_cmpint(h->now_ns(h->host_ctx), ==, 0);
+	nw_mock_host_set_time(mh, 42);
+	nw_mock_host_advance(mh, 8);
+	g_assert_cmpint(h->now_ns(h->host_ctx), ==, 50);
+	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 2);
+
+	h->log(h->host_ctx, NARWHAL_LOG_WARNING, "disk on fire");
+	g_assert_cmpuint(nw_mock_host_n_logs(mh), ==, 1);
+	g_assert_cmpstr(nw_mock_host_log_line(mh, 0), ==, "warning: disk on fire");
+	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_WARNING, "fire"));
+	g_assert_false(nw_mock_host_logged(mh, NARWHAL_LOG_ERROR, "fire"));
+	nw_mock_host_clear_logs(mh);
+	g_assert_cmpuint(nw_mock_host_n_logs(mh), ==, 0);
+
+	h->counter_add(h->host_ctx, "c", 2.0);
+	h->counter_add(h->host_ctx, "c", 3.0);
+	h->gauge_set(h->host_ctx, "g", 7.0);
+	h->gauge_set(h->host_ctx, "g", 4.0);
+	g_assert_cmpfloat(nw_mock_host_counter(mh, "c"), ==, 5.0);
+	g_assert_cmpfloat(nw_mock_host_gauge(mh, "g"), ==, 4.0);
+	g_assert_true(isnan(nw_mock_host_counter(mh, "g")));
+
+	g_assert_null(h->fleet(h->host_ctx));
+	nw_mock_host_set_fleet(mh, &fleet);
+	g_assert_cmpstr(narwhal_fleet_engine(h->fleet(h->host_ctx), 1)->id, ==, "e1");
+	g_assert_cmpuint(nw_mock_host_fleet_reads(mh), ==, 2);
+
+	g_assert_cmpint(h->decode_interval_seconds(h->host_ctx, 1, 8, 4096, &v), ==,
+	                NARWHAL_ESTIMATE_NO_PROFILE);
+	g_assert_cmpfloat(v, ==, -1.0);
+	nw_mock_host_set_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS,
+	                          NARWHAL_ESTIMATE_OK, 0.02);
+	g_assert_cmpint(h->decode_interval_seconds(h->host_ctx, 1, 8, 4096, &v), ==,
+	                NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(v, ==, 0.02);
+	g_assert_cmpuint(nw_mock_host_estimate_calls(mh, NW_MOCK_DECODE_INTERVAL_SECONDS), ==, 2);
+	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS)->engine,
+	                 ==, 1);
+	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS)
+	                 ->active_requests, ==, 8);
+	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS)->tokens,
+	                 ==, 4096);
+	g_assert_cmpint(h->prefill_queue_seconds(h->host_ctx, 0, 10, &v), ==,
+	                NARWHAL_ESTIMATE_NO_PROFILE);
+	nw_mock_host_free(mh);
+}
+
+/* ------------------------------------------------------- pkg-config --- */
+
+/* configure.ac mirrors the header's ABI version into narwhal-plugin.pc for
+ * out-of-tree builds; the two must not drift apart. */
+static void
+test_pkgconfig_abi(void)
+{
+	g_autofree char *pc = g_test_build_filename(G_TEST_BUILT, "..", "narwhal-plugin.pc", NULL);
+	g_autofree char *text = NULL;
+	g_autofree char *major = g_strdup_printf("\nabi_major=%d\n", NARWHAL_ABI_MAJOR);
+	g_autofree char *minor = g_strdup_printf("\nabi_minor=%d\n", NARWHAL_ABI_MINOR);
+
+	if (!g_file_get_contents(pc, &text, NULL, NULL)) {
+		g_test_skip("narwhal-plugin.pc not generated (not a configured build tree)");
+		return;
+	}
+	assert_contains(text, major);
+	assert_contains(text, minor);
+	assert_contains(text, "\nplugindir=");
+}
+
+/* ---------------------------------------------------------------- main --- */
+
+struct isolated {
+	const char *path;
+	void (*body)(void);
+};
+
+/* Run the body in a fresh process: the parent only checks it passed. */
+static void
+run_isolated(gconstpointer data)
+{
+	const struct isolated *t = data;
+
+	if (g_test_subprocess()) {
+		t->body();
+		return;
+	}
+	g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+	g_test_trap_assert_passed();
+}
+
+static const struct isolated isolated_tests[] = {
+	/* These change the environment, which later children would inherit. */
+	{ "/loader/resolve/dir", test_resolve_dir },
+	{ "/loader/resolve/env", test_resolve_env },
+	{ "/loader/resolve/default", test_resolve_default },
+	{ "/loader/refuse/not-found", test_not_found },
+	{ "/loader/refuse/open", test_open_error },
+	{ "/loader/refuse/no-entry", test_no_entry },
+	{ "/loader/refuse/null-descriptor", test_null_descriptor },
+	{ "/loader/refuse/bad-magic", test_bad_magic },
+	{ "/loader/refuse/major", test_major },
+	{ "/loader/refuse/minor", test_minor },
+	{ "/loader/refuse/short-descriptor", test_short_descriptor },
+	{ "/loader/refuse/wrong-kind", test_wrong_kind },
+	{ "/loader/refuse/name", test_name_mismatch },
+	{ "/loader/refuse/no-name", test_no_name },
+	{ "/loader/refuse/null-ops", test_null_ops },
+	{ "/loader/refuse/null-slot", test_null_slot },
+	{ "/loader/refuse/short-ops", test_short_ops },
+	{ "/loader/refuse/order", test_check_order },
+	{ "/loader/residency", test_residency },
+	{ "/loader/load/good", test_good },
+	{ "/loader/load/old-ops", test_old_ops },
+	{ "/loader/load/dialect", test_dialect_optional_slots },
+	{ "/loader/instance/lifecycle", test_instance_lifecycle },
+	{ "/loader/instance/two", test_two_instances },
+	{ "/loader/instance/create-fail", test_create_fail },
+	{ "/loader/instance/unknown-key", test_create_unknown_key },
+	{ "/loader/instance/unterminated-error", test_create_unterminated },
+	{ "/loader/instance/silent-error", test_create_silent },
+};
+
+int
+main(int argc, char **argv)
+{
+	g_test_init(&argc, &argv, NULL);
+
+	g_test_add_func("/loader/kind-names", test_kind_names);
+	g_test_add_func("/loader/resolve/path", test_resolve_path_wins);
+	g_test_add_func("/mock-host/services", test_mock_host);
+	g_test_add_func("/loader/pkgconfig-abi", test_pkgconfig_abi);
+	for (size_t i = 0; i < G_N_ELEMENTS(isolated_tests); i++)
+		g_test_add_data_func(isolated_tests[i].path, &isolated_tests[i], run_isolated);
+	return g_test_run();
+}
