@@ -45,6 +45,24 @@ build() { # dir, configure flags...
 	make -j"$jobs"
 }
 
+# Run make check in the current build dir, keep going on failure, and add
+# its counts to the totals printed at the end.
+passed=0
+failed=0
+check() {
+	status=0
+	make -j"$jobs" check || status=$?
+	if [ -f test-suite.log ]; then
+		p=$(sed -n 's/^# PASS: *//p' test-suite.log | head -n 1)
+		f=$(sed -n 's/^# FAIL: *//p' test-suite.log | head -n 1)
+		e=$(sed -n 's/^# ERROR: *//p' test-suite.log | head -n 1)
+		passed=$((passed + ${p:-0}))
+		failed=$((failed + ${f:-0} + ${e:-0}))
+	fi
+	[ "$status" = 0 ] || failed=$((failed + 1))
+	return 0
+}
+
 case "${1:-}" in
 deps)
 	deps
@@ -60,12 +78,14 @@ demo)
 test)
 	deps
 	build build/plain
-	make -j"$jobs" check
+	check
 	build build/sanitizers --enable-sanitizers
-	make -j"$jobs" check
+	check
 	cd "$top/build/plain"
-	make -j"$jobs" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror
-	echo "bootstrap: all tests passed (plain, sanitizers, distcheck)"
+	make -j"$jobs" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror || failed=$((failed + 1))
+	echo "bootstrap: plain and sanitizer runs of the suite, then distcheck"
+	echo "tests: $passed passed, $failed failed"
+	[ "$failed" = 0 ]
 	;;
 *)
 	echo "usage: $0 demo|test|deps" >&2
