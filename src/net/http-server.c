@@ -91,6 +91,8 @@ suspended_free(gpointer p)
 	g_free(p);
 }
 
+static void mhd_log(void *cls, const char *fmt, va_list ap) G_GNUC_PRINTF(2, 0);
+
 static void
 mhd_log(void *cls, const char *fmt, va_list ap)
 {

@@ -1,0 +1,34 @@
+/*
+ * narwhal-sim's deterministic tokeniser (documented in docs/simulator.md).
+ * The same text always gives the same tokens, /tokenize counts equal the
+ * prompt tokens reported in usage, and narwhal-replay can synthesise a
+ * prompt of an exact token count.
+ */
+#ifndef NW_SIM_TOKENIZE_H
+#define NW_SIM_TOKENIZE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <glib.h>
+#include <jansson.h>
+
+/* Token ids of text (no special tokens) appended to ids (guint32). */
+void sim_tokenize(const char *text, size_t len, GArray *ids);
+uint32_t sim_tokenize_count(const char *text, size_t len);
+
+/* The id of the beginning-of-sequence token added with add_special_tokens. */
+#define SIM_TOKEN_BOS 1u
+
+/* The chat template: the prompt text the engine would see for messages
+ * (an array of {role, content}); caller frees. NULL when messages is not a
+ * valid array of objects with string role and string (or array-of-text-
+ * parts) content, with *error set to a message. */
+char *sim_chat_prompt(const json_t *messages, bool add_generation_prompt, const char **error);
+
+/* Deterministic generated text: the piece for output token index of the
+ * request with this seed. Each piece is exactly one token. */
+const char *sim_token_piece(uint64_t seed, uint32_t index);
+
+#endif /* NW_SIM_TOKENIZE_H */
