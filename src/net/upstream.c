@@ -338,6 +338,19 @@ nw_upstream_unpause(struct nw_upstream_call *call)
 	curl_easy_pause(call->easy, CURLPAUSE_CONT);
 }
 
+const char *
+nw_upstream_header(struct nw_upstream_call *call, const char *name)
+{
+	struct curl_header *h = NULL;
+
+	if (call == NULL || call->cancelled)
+		return NULL;
+	/* request -1: the last response, past any 1xx interim ones. */
+	if (curl_easy_header(call->easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return NULL;
+	return h->value;
+}
+
 unsigned
 nw_upstream_active(const struct nw_upstream *up)
 {

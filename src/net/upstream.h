@@ -71,4 +71,8 @@ void nw_upstream_unpause(struct nw_upstream_call *call);
 
 unsigned nw_upstream_active(const struct nw_upstream *up);
 
+/* A header of the call's final response (e.g. "Retry-After"), or NULL.
+ * Valid from on_response until on_done returns. */
+const char *nw_upstream_header(struct nw_upstream_call *call, const char *name);
+
 #endif /* NW_UPSTREAM_H */
