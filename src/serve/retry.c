@@ -1,0 +1,70 @@
+#include "build-config.h"
+
+#include "serve/retry.h"
+
+#include <math.h>
+
+bool
+nw_retry_status_retryable(long status)
+{
+	switch (status) {
+	case 0:   /* no response: connect, reset, timeout */
+	case 408:
+	case 429:
+	case 500:
+	case 502:
+	case 503:
+	case 504:
+		return true;
+	default:
+		return false;
+	}
+}
+
+double
+nw_backoff_ceiling(double base_s, double cap_s, unsigned k)
+{
+	/* 2^k overflows nothing that matters: cap wins long before. */
+	double ceiling = base_s * ldexp(1.0, (int)MIN(k, 60u));
+
+	return MIN(cap_s, ceiling);
+}
+
+double
+nw_backoff_sample(GRand *rng, double base_s, double cap_s, unsigned k)
+{
+	double ceiling = nw_backoff_ceiling(base_s, cap_s, k);
+
+	if (ceiling <= 0.0)
+		return 0.0;
+	/* g_rand_double_range is [begin, end); the closed end does not matter. */
+	return g_rand_double_range(rng, 0.0, ceiling);
+}
+
+void
+nw_retry_budget_init(struct nw_retry_budget *b, uint32_t budget, double replenish)
+{
+	b->credits = budget;
+	b->max = budget;
+	b->replenish = replenish;
+	b->spent = 0;
+	b->denied = 0;
+}
+
+bool
+nw_retry_budget_take(struct nw_retry_budget *b)
+{
+	if (b->credits < 1.0) {
+		b->denied++;
+		return false;
+	}
+	b->credits -= 1.0;
+	b->spent++;
+	return true;
+}
+
+void
+nw_retry_budget_success(struct nw_retry_budget *b)
+{
+	b->credits = MIN(b->max, b->credits + b->replenish);
+}

@@ -1,0 +1,38 @@
+/*
+ * An engine's Prometheus metrics with vLLM's names and labels
+ * (model_name, engine). Latencies are in model seconds.
+ */
+#ifndef NW_SIM_METRICS_H
+#define NW_SIM_METRICS_H
+
+#include <stdint.h>
+
+#include <glib.h>
+
+#include "sim/engine.h"
+
+typedef enum sim_finish_reason {
+	SIM_REASON_STOP = 0,
+	SIM_REASON_LENGTH = 1,
+	SIM_REASON_ABORT = 2,
+	SIM_REASON_ERROR = 3,
+	SIM_N_REASONS
+} sim_finish_reason;
+
+struct sim_metrics;
+
+struct sim_metrics *sim_metrics_new(void);
+void sim_metrics_free(struct sim_metrics *m);
+
+void sim_metrics_first_token(struct sim_metrics *m, double ttft_s);
+/* n inter-token gaps of gap_s each. */
+void sim_metrics_inter_token(struct sim_metrics *m, double gap_s, uint32_t n);
+/* A request left the engine; any time < 0 is not observed. */
+void sim_metrics_finished(struct sim_metrics *m, sim_finish_reason reason, double e2e_s,
+                          double queue_s, double prefill_s, double decode_s);
+
+/* The exposition text (version 0.0.4) of one engine. */
+void sim_metrics_render(const struct sim_metrics *m, const struct sim_engine_stats *st,
+                        const char *model_name, const char *engine_label, GString *out);
+
+#endif /* NW_SIM_METRICS_H */

@@ -1,0 +1,166 @@
+/*
+ * The routes of an engine besides generation: /tokenize, /detokenize,
+ * /v1/models, /health, /version, /metrics, and the answers for unknown
+ * routes and methods.
+ */
+#include "build-config.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "sim/metrics.h"
+#include "sim/server.h"
+
+struct route_def {
+	const char *path;
+	enum sim_route route;
+	bool post;            /* POST with a body; otherwise GET or HEAD */
+};
+
+static const struct route_def routes[] = {
+	{ "/v1/completions", R_COMPLETIONS, true },
+	{ "/v1/chat/completions", R_CHAT, true },
+	{ "/tokenize", R_TOKENIZE, true },
+	{ "/detokenize", R_DETOKENIZE, true },
+	{ "/v1/models", R_MODELS, false },
+	{ "/health", R_HEALTH, false },
+	{ "/version", R_VERSION, false },
+	{ "/metrics", R_METRICS, false },
+	{ "/sim/kv/pull", R_KV_PULL, true },
+};
+
+enum MHD_Result
+sim_route_tokenize(struct sim_call *call)
+{
+	struct sim_fail f = { 0 };
+	json_t *doc = sim_parse_body(call, &f);
+	GArray *ids;
+	GString *out;
+	uint64_t seed;
+	uint32_t count = 0;
+	bool chat;
+
+	if (doc == NULL)
+		return sim_respond_fail(call, &f);
+	chat = json_object_get(doc, "messages") != NULL;
+	ids = g_array_new(FALSE, FALSE, sizeof(guint32));
+	if (!sim_check_model(call->node, doc, &f) ||
+	    !sim_parse_prompt(doc, chat, ids, &count, &seed, &f)) {
+		g_array_free(ids, TRUE);
+		json_decref(doc);
+		return sim_respond_fail(call, &f);
+	}
+	json_decref(doc);
+	out = g_string_sized_new(64 + ids->len * 7);
+	g_string_append_printf(out, "{\"count\":%" PRIu32 ",\"max_model_len\":%" PRIu32
+	                       ",\"tokens\":[", count, call->node->fleet->model.max_model_len);
+	for (guint i = 0; i < ids->len; i++)
+		g_string_append_printf(out, i ? ",%u" : "%u", g_array_index(ids, guint32, i));
+	g_string_append(out, "],\"token_strs\":null}");
+	g_array_free(ids, TRUE);
+	count = (uint32_t)out->len;
+	return sim_respond_text(call->conn, 200, "application/json", g_string_free(out, FALSE),
+	                        count, NULL);
+}
+
+static enum MHD_Result
+route_models(struct sim_node *node, struct MHD_Connection *conn)
+{
+	const struct sim_fleet *fleet = node->fleet;
+	json_int_t created = (json_int_t)(fleet->start_unix_us / G_USEC_PER_SEC);
+	g_autofree char *perm = g_strdup_printf("modelperm-%s", node->id);
+	json_t *doc = json_pack(
+		"{s:s, s:[{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:[{s:s, s:s, s:I, s:b, s:b, s:b, "
+		"s:b, s:b, s:b, s:s, s:n, s:b}]}]}",
+		"object", "list", "data",
+		"id", fleet->model_name, "object", "model", "created", created, "owned_by", "vllm",
+		"root", fleet->model.name, "parent", "max_model_len",
+		(json_int_t)fleet->model.max_model_len, "permission",
+		"id", perm, "object", "model_permission", "created", created,
+		"allow_create_engine", 0, "allow_sampling", 1, "allow_logprobs", 1,
+		"allow_search_indices", 0, "allow_view", 1, "allow_fine_tuning", 0,
+		"organization", "*", "group", "is_blocking", 0);
+	enum MHD_Result ret = sim_respond_json(conn, 200, doc);
+
+	json_decref(doc);
+	return ret;
+}
+
+static enum MHD_Result
+route_metrics(struct sim_node *node, struct MHD_Connection *conn)
+{
+	struct sim_engine_stats st;
+	GString *out = g_string_sized_new(8192);
+	size_t len;
+
+	sim_engine_stats(node->engine, &st);
+	sim_metrics_render(node->metrics, &st, node->fleet->model_name, node->index_label, out);
+	len = out->len;
+	return sim_respond_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
+	                        g_string_free(out, FALSE), len, NULL);
+}
+
+enum MHD_Result
+sim_route_get(struct sim_node *node, struct MHD_Connection *conn, int route)
+{
+	switch (route) {
+	case R_HEALTH: {
+		bool down = sim_faults_health_down(&node->faults, sim_fleet_now(node->fleet));
+
+		/* vLLM: an empty body either way; 503 when the engine is dead. */
+		return sim_respond_text(conn, down ? 503 : 200, NULL, g_strdup(""), 0, NULL);
+	}
+	case R_MODELS:
+		return route_models(node, conn);
+	case R_VERSION: {
+		json_t *doc = json_pack("{s:s}", "version", PACKAGE_VERSION);
+		enum MHD_Result ret = sim_respond_json(conn, 200, doc);
+
+		json_decref(doc);
+		return ret;
+	}
+	case R_METRICS:
+		return route_metrics(node, conn);
+	default:
+		return MHD_NO;
+	}
+}
+
+/* 404 and 405 carry vLLM's error object and also FastAPI's "detail", which
+ * is what a real vLLM server says for an unknown route. */
+enum MHD_Result
+sim_respond_no_route(struct MHD_Connection *conn, unsigned status, const char *detail,
+                 const char *message, const char *allow)
+{
+	g_autofree char *err = sim_error_text(status, NULL, message);
+	char *text = g_strdup_printf("%.*s,\"detail\":\"%s\"}", (int)strlen(err) - 1, err, detail);
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer_with_free_callback(strlen(text), text, g_free);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* The route of a request; *not_allowed names the allowed methods when the
+ * path exists but the method does not fit. */
+int
+sim_route_of(const char *url, const char *method, const char **not_allowed)
+{
+	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+
+	*not_allowed = NULL;
+	for (size_t i = 0; i < G_N_ELEMENTS(routes); i++) {
+		if (strcmp(url, routes[i].path) != 0)
+			continue;
+		if (routes[i].post ? strcmp(method, "POST") != 0 : !get)
+			*not_allowed = routes[i].post ? "POST" : "GET, HEAD";
+		return routes[i].route;
+	}
+	return R_NONE;
+}
+
