@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "daemon.h"
 
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
@@ -90,6 +91,7 @@ run(const char *file)
 	}
 	g_ptr_array_unref(problems);
 
+	nw_process_raise_fd_limit();
 	d = nw_daemon_new(cfg, &error);
 	if (d == NULL) {
 		nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error", error->message, NULL);

@@ -17,13 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include <curl/curl.h>
 #include <glib-unix.h>
 #include <glib.h>
 
 #include "core/log.h"
+#include "core/process.h"
 #include "sim/server.h"
 #include "sim/sim.h"
 
@@ -114,19 +114,6 @@ faults_from_flags(const struct fault_flags *ff, char **error)
 	if (ff->unhealthy)
 		json_object_set_new(doc, "unhealthy", json_true());
 	return doc;
-}
-
-/* Thousands of client connections per engine need more than the usual
- * soft limit of 1024 descriptors; take what the hard limit allows. */
-static void
-raise_fd_limit(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
 }
 
 static void
@@ -500,7 +487,7 @@ main(int argc, char **argv)
 	                                               : SIM_KV_POLICY_FAIL;
 	/* A client that leaves mid-write must not kill the process. */
 	signal(SIGPIPE, SIG_IGN);
-	raise_fd_limit();
+	nw_process_raise_fd_limit();
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	status = run(&o);
 	curl_global_cleanup();

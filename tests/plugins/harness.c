@@ -2,6 +2,8 @@
 
 #include "plugins/harness.h"
 
+#include <string.h>
+
 struct nw_harness *
 nw_harness_new(narwhal_plugin_kind kind, const char *name)
 {
@@ -49,4 +51,25 @@ nw_harness_free(struct nw_harness *h)
 	nw_plugin_free(h->plugin);
 	nw_mock_host_free(h->host);
 	g_free(h);
+}
+
+void
+nw_harness_expect_config_error(narwhal_plugin_kind kind, const char *name,
+                               const char *config_json, const char *reason)
+{
+	struct nw_harness *h = nw_harness_new(kind, name);
+	g_autoptr(GError) error = NULL;
+	g_autofree char *prefix = NULL;
+
+	if (h == NULL)
+		return;
+	g_assert_false(nw_harness_create(h, config_json, &error));
+	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_CREATE);
+	g_test_message("%s", error->message);
+	prefix = g_strdup_printf("%s: plugin %s refused its configuration: ", h->plugin->path, name);
+	g_assert_true(g_str_has_prefix(error->message, prefix));
+	if (strstr(error->message + strlen(prefix), reason) == NULL)
+		g_error("expected \"%s\" in \"%s\"", reason, error->message);
+	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	nw_harness_free(h);
 }

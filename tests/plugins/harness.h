@@ -3,8 +3,8 @@
  * host. Plugins are found by kind and name in $NARWHAL_PLUGIN_DIR (make check
  * points it at plugins/.libs), so tests never pick up an installed copy.
  */
-#ifndef NW_TEST_HARNESS_H
-#define NW_TEST_HARNESS_H
+#ifndef NW_TEST_PLUGIN_HARNESS_H
+#define NW_TEST_PLUGIN_HARNESS_H
 
 #include "core/plugin-loader.h"
 #include "plugins/mock-host.h"
@@ -26,8 +26,14 @@ void nw_harness_free(struct nw_harness *h);
  * error set when the plugin refuses. */
 gboolean nw_harness_create(struct nw_harness *h, const char *config_json, GError **error);
 
+/* Assert that kind/name refuses config_json: the loader's message names the
+ * file and the plugin, then the plugin's own reason, which must contain
+ * reason; the refusal must log nothing. */
+void nw_harness_expect_config_error(narwhal_plugin_kind kind, const char *name,
+                                    const char *config_json, const char *reason);
+
 /* Typed access to the instance's context and ops. */
 #define nw_harness_ctx(h) ((h)->inst->ctx)
 #define nw_harness_ops(h) (&(h)->plugin->ops)
 
-#endif /* NW_TEST_HARNESS_H */
+#endif /* NW_TEST_PLUGIN_HARNESS_H */

@@ -232,20 +232,7 @@ test_empty_configs(void)
 static void
 expect_config_error(const char *config_json, const char *reason)
 {
-	struct nw_harness *h = nw_harness_new(NARWHAL_KIND_DIALECT, "vllm");
-	g_autoptr(GError) error = NULL;
-	g_autofree char *prefix = NULL;
-
-	if (h == NULL)
-		return;
-	g_assert_false(nw_harness_create(h, config_json, &error));
-	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_CREATE);
-	g_test_message("%s", error->message);
-	prefix = g_strdup_printf("%s: plugin vllm refused its configuration: ", h->plugin->path);
-	g_assert_true(g_str_has_prefix(error->message, prefix));
-	if (strstr(error->message + strlen(prefix), reason) == NULL)
-		g_error("expected \"%s\" in \"%s\"", reason, error->message);
-	nw_harness_free(h);
+	nw_harness_expect_config_error(NARWHAL_KIND_DIALECT, "vllm", config_json, reason);
 }
 
 static void

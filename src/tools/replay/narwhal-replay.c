@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include <curl/curl.h>
 #include <glib.h>
 #include <jansson.h>
 
+#include "core/process.h"
 #include "tools/replay/client.h"
 #include "tools/replay/report.h"
 #include "tools/replay/trace.h"
@@ -218,18 +218,6 @@ check_options(double *scales, guint *n_scales, enum rp_long_policy *policy)
 	if (opt.plot && !rp_plot_path_ok(opt.plot))
 		return usage_error("--plot %s: the name must end in .png or .svg", opt.plot);
 	return 0;
-}
-
-/* Enough descriptors for one socket per request in flight. */
-static void
-raise_fd_limit(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
 }
 
 /* How many requests to generate for --max-requests: the schedule drops
@@ -474,7 +462,7 @@ main(int argc, char **argv)
 		json_decref(extra);
 		return 1;
 	}
-	raise_fd_limit();
+	nw_process_raise_fd_limit();
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (opt.model == NULL && !opt.dry_run) {
 		opt.model = rp_client_discover_model(opt.url, opt.connect_timeout, &error);

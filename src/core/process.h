@@ -1,0 +1,10 @@
+/* Process-wide set-up shared by the programs. */
+#ifndef NW_PROCESS_H
+#define NW_PROCESS_H
+
+/* Raise the soft limit on open descriptors to the hard limit: a router or
+ * a load generator holds about two sockets per request in flight, far past
+ * the usual soft limit of 1024. Returns the soft limit now in force. */
+unsigned long nw_process_raise_fd_limit(void);
+
+#endif /* NW_PROCESS_H */
