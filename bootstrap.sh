@@ -3,7 +3,8 @@
 #
 #   ./bootstrap.sh demo   install dependencies, build, run Narwhal on conf/narwhal.json
 #   ./bootstrap.sh test   install dependencies, build with -Werror, run the whole
-#                         suite plain, then under ASan+UBSan, then make distcheck
+#                         suite plain, then under ASan+UBSan, then make distcheck,
+#                         then each libFuzzer target briefly (FUZZ_SECONDS, default 20)
 #   ./bootstrap.sh deps   only install the Debian packages
 set -eu
 
@@ -13,7 +14,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Build tools and libraries, all from Debian's registry.
 packages="build-essential autoconf automake libtool pkg-config
 	libglib2.0-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev
-	curl clang gnuplot-nox"
+	curl clang libclang-rt-14-dev gnuplot-nox"
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -83,7 +84,11 @@ test)
 	check
 	cd "$top/build/plain"
 	make -j"$jobs" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror || failed=$((failed + 1))
-	echo "bootstrap: plain and sanitizer runs of the suite, then distcheck"
+	# The fuzz targets need clang's libFuzzer; they run for a bounded time.
+	configure_in build/fuzz CC=clang --enable-fuzzing
+	make -j"$jobs"
+	"$top/tests/fuzz/run-fuzzers.sh" "$top/build/fuzz" || failed=$((failed + 1))
+	echo "bootstrap: plain and sanitizer runs of the suite, distcheck, fuzzing"
 	echo "tests: $passed passed, $failed failed"
 	[ "$failed" = 0 ]
 	;;
