@@ -12,6 +12,10 @@
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
 #include "net/upstream.h"
+#include "serve/serve.h"
+
+/* How long a stop signal waits for answered requests to leave. */
+#define STOP_GRACE_US (2 * G_USEC_PER_SEC)
 
 /* One configured plugin: its loaded type, host table and instance. */
 struct loaded_plugin {
@@ -27,16 +31,25 @@ struct nw_daemon {
 	struct nw_fleet *fleet;
 	struct nw_plugin_metrics *plugin_metrics;
 	struct loaded_plugin admission;
+	struct loaded_plugin placement;
 	struct loaded_plugin controller;
+	/* One dialect instance per distinct engine dialect; engine i uses
+	 * dialects[engine_dialect[i]]. */
+	struct loaded_plugin *dialects;
+	guint n_dialects;
+	struct nw_plugin_instance **engine_dialects;
+	char **api_keys;
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	struct nw_http_server *http;
+	struct nw_serve *serve;
 	guint sigterm, sigint;
+	guint stop_poll;
+	int64_t stop_started_us;
 	int exit_status;
 };
 
-/* The plugin kinds this version of the daemon runs. Placement and dialect
- * plugins join when the data plane does. */
+/* The plugin kinds chosen once for the daemon; dialects are per engine. */
 struct plugin_slot {
 	narwhal_plugin_kind kind;
 	const char *config_path; /* for messages */
@@ -50,14 +63,23 @@ select_admission(const struct nw_config *cfg)
 }
 
 static const struct nw_plugin_config *
+select_placement(const struct nw_config *cfg)
+{
+	return &cfg->plugins.placement;
+}
+
+static const struct nw_plugin_config *
 select_controller(const struct nw_config *cfg)
 {
 	return &cfg->plugins.controller;
 }
 
+enum { SLOT_ADMISSION, SLOT_PLACEMENT, SLOT_CONTROLLER };
+
 static const struct plugin_slot plugin_slots[] = {
-	{ NARWHAL_KIND_ADMISSION, "plugins.admission", select_admission },
-	{ NARWHAL_KIND_CONTROLLER, "plugins.controller", select_controller },
+	[SLOT_ADMISSION] = { NARWHAL_KIND_ADMISSION, "plugins.admission", select_admission },
+	[SLOT_PLACEMENT] = { NARWHAL_KIND_PLACEMENT, "plugins.placement", select_placement },
+	[SLOT_CONTROLLER] = { NARWHAL_KIND_CONTROLLER, "plugins.controller", select_controller },
 };
 
 static void
@@ -90,6 +112,56 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 	return TRUE;
 }
 
+/* A dialect by name, with its section of plugins.dialects. */
+static gboolean
+load_dialect(const struct nw_config *cfg, const char *name, struct nw_fleet *fleet,
+             struct nw_plugin_metrics *metrics, struct loaded_plugin *out, GError **error)
+{
+	g_autofree char *file = nw_plugin_resolve(NARWHAL_KIND_DIALECT, name, NULL, cfg->plugins.dir);
+	const json_t *section = json_object_get(cfg->plugins.dialects, name);
+	struct loaded_plugin lp = { 0 };
+
+	lp.plugin = nw_plugin_load(NARWHAL_KIND_DIALECT, name, file, error);
+	if (lp.plugin == NULL)
+		return FALSE;
+	lp.host = nw_host_new(NARWHAL_KIND_DIALECT, name, NULL, NULL, fleet, metrics);
+	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), section, error);
+	if (lp.instance == NULL) {
+		loaded_plugin_clear(&lp);
+		return FALSE;
+	}
+	*out = lp;
+	return TRUE;
+}
+
+/* The distinct dialect names of the fleet, in fleet order. */
+static GPtrArray *
+fleet_dialects(const struct nw_config *cfg)
+{
+	GPtrArray *names = g_ptr_array_new();
+
+	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
+		const char *d = cfg->fleet.engines[i].dialect;
+		gboolean seen = FALSE;
+
+		for (guint k = 0; k < names->len && !seen; k++)
+			seen = strcmp(g_ptr_array_index(names, k), d) == 0;
+		if (!seen)
+			g_ptr_array_add(names, (gpointer)d);
+	}
+	return names;
+}
+
+static void
+add_problem(GPtrArray *problems, const char *path, const char *message)
+{
+	struct nw_config_error *e = g_new0(struct nw_config_error, 1);
+
+	e->path = g_strdup(path);
+	e->message = g_strdup(message);
+	g_ptr_array_add(problems, e);
+}
+
 gboolean
 nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 {
@@ -105,12 +177,27 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 			loaded_plugin_clear(&lp);
 			continue;
 		}
-		struct nw_config_error *e = g_new0(struct nw_config_error, 1);
-		e->path = g_strdup(plugin_slots[i].config_path);
-		e->message = g_strdup(error->message);
-		g_ptr_array_add(problems, e);
+		add_problem(problems, plugin_slots[i].config_path, error->message);
 		g_error_free(error);
 		ok = FALSE;
+	}
+	{
+		g_autoptr(GPtrArray) names = fleet_dialects(cfg);
+
+		for (guint k = 0; k < names->len; k++) {
+			const char *name = g_ptr_array_index(names, k);
+			struct loaded_plugin lp = { 0 };
+			GError *error = NULL;
+			g_autofree char *path = g_strdup_printf("plugins.dialects.%s", name);
+
+			if (load_dialect(cfg, name, fleet, metrics, &lp, &error)) {
+				loaded_plugin_clear(&lp);
+				continue;
+			}
+			add_problem(problems, path, error->message);
+			g_error_free(error);
+			ok = FALSE;
+		}
 	}
 	nw_plugin_metrics_free(metrics);
 	nw_fleet_free(fleet);
@@ -129,14 +216,23 @@ plugin_json(const struct loaded_plugin *lp)
 static enum MHD_Result
 route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 {
-	json_t *body = json_pack("{s:s, s:s, s:f, s:i, s:{s:o, s:o}}",
-	                         "status", "ok",
-	                         "version", PACKAGE_VERSION,
-	                         "uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
-	                         "engines", (json_int_t)d->cfg->fleet.n_engines,
-	                         "plugins",
-	                         "admission", plugin_json(&d->admission),
-	                         "controller", plugin_json(&d->controller));
+	json_t *dialects = json_object();
+	json_t *body;
+
+	for (guint k = 0; k < d->n_dialects; k++)
+		json_object_set_new(dialects, d->dialects[k].plugin->desc->name,
+		                    plugin_json(&d->dialects[k]));
+	body = json_pack("{s:s, s:s, s:f, s:i, s:{s:o, s:o, s:o, s:o}, s:o}",
+	                 "status", "ok",
+	                 "version", PACKAGE_VERSION,
+	                 "uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
+	                 "engines", (json_int_t)d->cfg->fleet.n_engines,
+	                 "plugins",
+	                 "admission", plugin_json(&d->admission),
+	                 "placement", plugin_json(&d->placement),
+	                 "controller", plugin_json(&d->controller),
+	                 "dialects", dialects,
+	                 "counters", nw_serve_counters_to_json(d->serve));
 	enum MHD_Result ret = nw_http_respond_json(conn, MHD_HTTP_OK, body);
 
 	json_decref(body);
@@ -168,32 +264,80 @@ on_request(void *data, struct MHD_Connection *conn, const char *url, const char 
 	struct nw_daemon *d = data;
 
 	/* Answer on the first call; a body sent with these routes is ignored. */
-	if (strcmp(url, "/narwhal/health") == 0) {
+	if (*request == NULL && strcmp(url, "/narwhal/health") == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 			return respond_method_not_allowed(conn, "GET, HEAD");
 		return route_health(d, conn);
 	}
-	g_autofree char *msg = g_strdup_printf("no route for %s %s", method, url);
-	return nw_http_respond_error(conn, MHD_HTTP_NOT_FOUND, "invalid_request_error",
-	                             "not_found", NULL, msg);
+	if (*request != NULL || nw_serve_owns(url))
+		return nw_serve_handle(d->serve, conn, url, method, upload, upload_size, request);
+	return nw_serve_no_route(d->serve, conn, url, method);
 }
 
 static void
 on_request_completed(void *data, struct MHD_Connection *conn, void **request,
                      enum MHD_RequestTerminationCode why)
 {
+	struct nw_daemon *d = data;
+
+	nw_serve_completed(d->serve, request, why);
 }
 
 /* --- lifecycle ------------------------------------------------------- */
+
+/* Stop once every answered request has left, or after the grace time. */
+static gboolean
+on_stop_poll(gpointer data)
+{
+	struct nw_daemon *d = data;
+
+	if (nw_serve_retained(d->serve) > 0 &&
+	    g_get_monotonic_time() - d->stop_started_us < STOP_GRACE_US)
+		return G_SOURCE_CONTINUE;
+	d->stop_poll = 0;
+	g_main_loop_quit(d->loop);
+	return G_SOURCE_REMOVE;
+}
 
 static gboolean
 on_stop_signal(gpointer data)
 {
 	struct nw_daemon *d = data;
+	char inflight[16];
 
-	nw_log(NARWHAL_LOG_INFO, "stopping", "reason", "signal", NULL);
-	g_main_loop_quit(d->loop);
+	if (d->stop_poll != 0)
+		return G_SOURCE_CONTINUE;
+	/* Every request in flight gets its answer (503, or an error event)
+	 * and its engine calls are cancelled; the loop runs on to send them. */
+	g_snprintf(inflight, sizeof inflight, "%u", nw_serve_retained(d->serve));
+	nw_log(NARWHAL_LOG_INFO, "stopping", "reason", "signal", "in_flight", inflight, NULL);
+	nw_serve_shutdown(d->serve);
+	d->stop_started_us = g_get_monotonic_time();
+	d->stop_poll = g_timeout_add(5, on_stop_poll, d);
 	return G_SOURCE_CONTINUE;
+}
+
+static gboolean
+load_fleet_dialects(struct nw_daemon *d, GError **error)
+{
+	const struct nw_config *cfg = d->cfg;
+	g_autoptr(GPtrArray) names = fleet_dialects(cfg);
+
+	d->dialects = g_new0(struct loaded_plugin, MAX(names->len, 1));
+	for (guint k = 0; k < names->len; k++) {
+		if (!load_dialect(cfg, g_ptr_array_index(names, k), d->fleet, d->plugin_metrics,
+		                  &d->dialects[k], error))
+			return FALSE;
+		d->n_dialects++;
+	}
+	d->engine_dialects = g_new0(struct nw_plugin_instance *, MAX(cfg->fleet.n_engines, 1));
+	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
+		for (guint k = 0; k < d->n_dialects; k++) {
+			if (strcmp(d->dialects[k].plugin->desc->name, cfg->fleet.engines[i].dialect) == 0)
+				d->engine_dialects[i] = d->dialects[k].instance;
+		}
+	}
+	return TRUE;
 }
 
 struct nw_daemon *
@@ -202,6 +346,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	struct nw_daemon *d = g_new0(struct nw_daemon, 1);
 	struct nw_http_server_options http = { 0 };
 	struct nw_upstream_options pool = { 0 };
+	struct nw_serve_options so = { 0 };
 	char port[8];
 
 	d->cfg = cfg;
@@ -210,9 +355,19 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	d->fleet = nw_fleet_new(cfg, nw_clock_monotonic_ns(NULL));
 	d->plugin_metrics = nw_plugin_metrics_new();
 
-	if (!load_plugin(cfg, &plugin_slots[0], d->fleet, d->plugin_metrics, &d->admission, error) ||
-	    !load_plugin(cfg, &plugin_slots[1], d->fleet, d->plugin_metrics, &d->controller, error))
+	if (!load_plugin(cfg, &plugin_slots[SLOT_ADMISSION], d->fleet, d->plugin_metrics,
+	                 &d->admission, error) ||
+	    !load_plugin(cfg, &plugin_slots[SLOT_PLACEMENT], d->fleet, d->plugin_metrics,
+	                 &d->placement, error) ||
+	    !load_plugin(cfg, &plugin_slots[SLOT_CONTROLLER], d->fleet, d->plugin_metrics,
+	                 &d->controller, error) ||
+	    !load_fleet_dialects(d, error))
 		goto fail;
+	if (cfg->server.api_keys_env != NULL) {
+		d->api_keys = nw_serve_read_api_keys(cfg->server.api_keys_env, error);
+		if (d->api_keys == NULL)
+			goto fail;
+	}
 
 	pool.name = "serving";
 	pool.max_connections = cfg->serving.max_connections;
@@ -220,6 +375,16 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	pool.name = "control";
 	pool.max_connections = nw_config_control_connections(cfg);
 	d->control_pool = nw_upstream_new(&pool);
+
+	so.cfg = cfg;
+	so.fleet = d->fleet;
+	so.admission = d->admission.instance;
+	so.placement = d->placement.instance;
+	so.dialects = d->engine_dialects;
+	so.serving_pool = d->serving_pool;
+	so.control_pool = d->control_pool;
+	so.api_keys = d->api_keys;
+	d->serve = nw_serve_new(&so);
 
 	http.host = cfg->server.host;
 	http.port = (uint16_t)cfg->server.port;
@@ -229,6 +394,8 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	d->http = nw_http_server_start(&http, on_request, on_request_completed, d, error);
 	if (d->http == NULL)
 		goto fail;
+	nw_serve_set_http(d->serve, d->http);
+	nw_serve_probe_model(d->serve);
 
 	/* A client that vanishes must not kill the daemon with SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
@@ -238,7 +405,9 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	g_snprintf(port, sizeof port, "%u", nw_http_server_port(d->http));
 	nw_log(NARWHAL_LOG_INFO, "listening", "host", cfg->server.host, "port", port,
 	       "admission", d->admission.plugin->desc->name,
-	       "controller", d->controller.plugin->desc->name, NULL);
+	       "placement", d->placement.plugin->desc->name,
+	       "controller", d->controller.plugin->desc->name,
+	       "api_keys", d->api_keys ? "required" : "off", NULL);
 	return d;
 
 fail:
@@ -262,10 +431,23 @@ nw_daemon_free(struct nw_daemon *d)
 		g_source_remove(d->sigterm);
 	if (d->sigint)
 		g_source_remove(d->sigint);
+	if (d->stop_poll)
+		g_source_remove(d->stop_poll);
+	/* Requests still held are answered and cancelled before MHD lets
+	 * them go; they need the serve, which needs the pools. */
+	if (d->serve != NULL)
+		nw_serve_shutdown(d->serve);
 	nw_http_server_stop(d->http);
+	nw_serve_free(d->serve);
 	nw_upstream_free(d->serving_pool);
 	nw_upstream_free(d->control_pool);
+	for (guint k = 0; k < d->n_dialects; k++)
+		loaded_plugin_clear(&d->dialects[k]);
+	g_free(d->dialects);
+	g_free(d->engine_dialects);
+	g_strfreev(d->api_keys);
 	loaded_plugin_clear(&d->admission);
+	loaded_plugin_clear(&d->placement);
 	loaded_plugin_clear(&d->controller);
 	nw_plugin_metrics_free(d->plugin_metrics);
 	nw_fleet_free(d->fleet);

@@ -118,6 +118,10 @@ static const struct nw_field config_fields[] = {
 	  .valid = "an integer from 0 to 65535 (0 picks a free port)" },
 	{ CFG("server.client_timeout_s", NW_FT_DOUBLE, server.client_timeout_s), .def = 30.0,
 	  SECONDS_POS },
+	{ CFG("server.api_keys_env", NW_FT_STRING, server.api_keys_env), .flags = NW_FF_NULLABLE,
+	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
+	  .valid = "null (no client key needed) or the name of an environment variable "
+	           "(letters, digits, '_') holding the accepted keys, comma-separated" },
 
 	/* log (Narwhal's own) */
 	{ CFG("log.level", NW_FT_STRING, log.level), .def_str = "info", .names = log_level_names,

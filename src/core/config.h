@@ -59,6 +59,7 @@ struct nw_config {
 		char *host;
 		uint32_t port; /* 0: ephemeral */
 		double client_timeout_s; /* idle and slow-client bound */
+		char *api_keys_env; /* NULL: no client key; else the variable holding them */
 	} server;
 
 	struct {

@@ -208,6 +208,7 @@ static const struct default_case default_cases[] = {
 	{ "narwhal", "server.host", "\"127.0.0.1\"" },
 	{ "narwhal", "server.port", "8000" },
 	{ "narwhal", "server.client_timeout_s", "30.0" },
+	{ "narwhal", "server.api_keys_env", "null" },
 	{ "narwhal", "log.level", "\"info\"" },
 	{ "narwhal", "log.format", "\"json\"" },
 	{ "narwhal", "slo.ttft_s", "1.0" },
@@ -502,6 +503,10 @@ static const struct range_case range_cases[] = {
 	{ "7.7", "controller.reactive.decode_correction_alpha", "1.01", false, "out of range" },
 	COUNT1("7.7", "controller.reactive.decode_correction_min_samples"),
 
+	{ "narwhal", "server.api_keys_env", "null", true, NULL },
+	{ "narwhal", "server.api_keys_env", "\"NARWHAL_KEYS\"", true, NULL },
+	{ "narwhal", "server.api_keys_env", "\"\"", false, "empty string" },
+	{ "narwhal", "server.api_keys_env", "\"A B\"", false, "not allowed (' ')" },
 	{ "narwhal", "fleet.model", "null", true, NULL },
 	{ "narwhal", "fleet.model", "\"llama-3-8b\"", true, NULL },
 	{ "narwhal", "fleet.model", "\"\"", false, "empty string" },

@@ -9,120 +9,43 @@
 
 /* --- framing -------------------------------------------------------- */
 
+static bool
+forward(void *data, const char *payload, size_t len)
+{
+	struct rp_sse *p = data;
+
+	p->fn(p->fn_data, payload, len);
+	return true;
+}
+
 void
 rp_sse_init(struct rp_sse *p, rp_sse_fn fn, void *data)
 {
-	memset(p, 0, sizeof *p);
-	p->line = g_string_new(NULL);
-	p->data = g_string_new(NULL);
 	p->fn = fn;
 	p->fn_data = data;
+	p->overflow = false;
+	nw_sse_init(&p->framer, forward, p);
 }
 
 void
 rp_sse_clear(struct rp_sse *p)
 {
-	if (p->line)
-		g_string_free(p->line, TRUE);
-	if (p->data)
-		g_string_free(p->data, TRUE);
-	memset(p, 0, sizeof *p);
-}
-
-static void
-dispatch(struct rp_sse *p)
-{
-	if (p->has_data)
-		p->fn(p->fn_data, p->data->str, p->data->len);
-	g_string_truncate(p->data, 0);
-	p->has_data = false;
-}
-
-static void
-process_line(struct rp_sse *p, const char *line, size_t len)
-{
-	const char *colon;
-	size_t name_len;
-
-	if (len == 0) {
-		dispatch(p);
-		return;
-	}
-	if (line[0] == ':')
-		return; /* a comment (keep-alive) */
-	colon = memchr(line, ':', len);
-	name_len = colon ? (size_t)(colon - line) : len;
-	if (name_len != 4 || memcmp(line, "data", 4) != 0)
-		return; /* event:, id:, retry: and unknown fields mean nothing here */
-	line += name_len;
-	len -= name_len;
-	if (len > 0) { /* skip the colon and one optional space */
-		line++;
-		len--;
-		if (len > 0 && line[0] == ' ') {
-			line++;
-			len--;
-		}
-	}
-	if (p->has_data)
-		g_string_append_c(p->data, '\n');
-	g_string_append_len(p->data, line, (gssize)len);
-	p->has_data = true;
+	nw_sse_clear(&p->framer);
 }
 
 bool
 rp_sse_feed(struct rp_sse *p, const char *bytes, size_t len)
 {
-	const char *end = bytes + len;
+	bool ok = nw_sse_feed(&p->framer, bytes, len);
 
-	if (p->overflow)
-		return false;
-	while (bytes < end) {
-		const char *q = bytes;
-
-		if (p->after_cr) {
-			p->after_cr = false;
-			if (*bytes == '\n') { /* the LF of a CR LF split across chunks */
-				bytes++;
-				continue;
-			}
-		}
-		while (q < end && *q != '\n' && *q != '\r')
-			q++;
-		if (p->line->len + (size_t)(q - bytes) + p->data->len > RP_SSE_MAX_EVENT) {
-			p->overflow = true;
-			return false;
-		}
-		if (q == end) {
-			g_string_append_len(p->line, bytes, (gssize)(q - bytes));
-			break;
-		}
-		if (p->line->len == 0) {
-			process_line(p, bytes, (size_t)(q - bytes)); /* no copy needed */
-		} else {
-			g_string_append_len(p->line, bytes, (gssize)(q - bytes));
-			process_line(p, p->line->str, p->line->len);
-			g_string_truncate(p->line, 0);
-		}
-		p->after_cr = *q == '\r';
-		bytes = q + 1;
-	}
-	return true;
+	p->overflow = p->framer.overflow;
+	return ok;
 }
 
 void
 rp_sse_finish(struct rp_sse *p)
 {
-	if (p->overflow)
-		return;
-	if (p->line->len > 0) {
-		g_autofree char *line = g_strndup(p->line->str, p->line->len);
-		size_t len = p->line->len;
-
-		g_string_truncate(p->line, 0);
-		process_line(p, line, len);
-	}
-	dispatch(p);
+	nw_sse_finish(&p->framer);
 }
 
 /* --- payloads ------------------------------------------------------- */

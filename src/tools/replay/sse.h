@@ -2,9 +2,9 @@
  * Server-sent events as OpenAI-compatible servers send them, read from
  * chunks that split events, lines and CR LF pairs anywhere.
  *
- * rp_sse is the framing: lines ending in LF, CR LF or CR; "data:" lines
- * (one optional space after the colon) joined by LF; a blank line ends an
- * event; comments (":...") and other fields are ignored.
+ * rp_sse is the framing, a thin wrapper of the shared nw_sse
+ * (src/net/sse.h): lines ending in LF, CR LF or CR; "data:" lines joined by
+ * LF; a blank line ends an event; comments and other fields are ignored.
  *
  * rp_event reads one data payload: [DONE], an error object (in-band
  * failures: {"error": {...}}), or a chunk with choices (text or delta
@@ -23,17 +23,18 @@
 
 #include <glib.h>
 
-/* A single event larger than this fails the stream. */
-#define RP_SSE_MAX_EVENT (16u << 20)
+#include "net/sse.h"
+
+/* The framing is the shared one (src/net/sse.h); these names keep the
+ * replay's code and tests as they were. rp_sse callbacks return nothing,
+ * so they are wrapped. */
+#define RP_SSE_MAX_EVENT NW_SSE_MAX_EVENT
 
 typedef void (*rp_sse_fn)(void *data, const char *payload, size_t len);
 
 struct rp_sse {
-	GString *line;      /* the line being read, without its end */
-	GString *data;      /* the event's data lines, joined by LF */
-	bool has_data;
-	bool after_cr;      /* the last byte was CR: an LF next is part of it */
-	bool overflow;
+	struct nw_sse framer;
+	bool overflow;      /* an event outgrew RP_SSE_MAX_EVENT */
 	rp_sse_fn fn;
 	void *fn_data;
 };

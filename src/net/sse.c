@@ -1,0 +1,185 @@
+#include "build-config.h"
+
+#include "net/sse.h"
+
+#include <string.h>
+
+void
+nw_sse_init(struct nw_sse *p, nw_sse_fn fn, void *data)
+{
+	memset(p, 0, sizeof *p);
+	p->line = g_string_new(NULL);
+	p->data = g_string_new(NULL);
+	p->max_event = NW_SSE_MAX_EVENT;
+	p->fn = fn;
+	p->fn_data = data;
+}
+
+void
+nw_sse_clear(struct nw_sse *p)
+{
+	if (p->line)
+		g_string_free(p->line, TRUE);
+	if (p->data)
+		g_string_free(p->data, TRUE);
+	memset(p, 0, sizeof *p);
+}
+
+void
+nw_sse_set_max_event(struct nw_sse *p, size_t max)
+{
+	p->max_event = max ? max : NW_SSE_MAX_EVENT;
+}
+
+void
+nw_sse_reset(struct nw_sse *p)
+{
+	g_string_truncate(p->line, 0);
+	g_string_truncate(p->data, 0);
+	p->has_data = false;
+	p->after_cr = false;
+	p->cr_ended_event = false;
+	p->overflow = false;
+	p->stopped = false;
+	p->boundary = 0;
+}
+
+/* A blank line: the event ends. */
+static void
+dispatch(struct nw_sse *p)
+{
+	bool go_on = true;
+
+	if (p->has_data && p->fn != NULL)
+		go_on = p->fn(p->fn_data, p->data->str, p->data->len);
+	g_string_truncate(p->data, 0);
+	p->has_data = false;
+	if (!go_on)
+		p->stopped = true;
+}
+
+static void
+process_line(struct nw_sse *p, const char *line, size_t len)
+{
+	const char *colon;
+	size_t name_len;
+
+	if (len == 0) {
+		dispatch(p);
+		return;
+	}
+	if (line[0] == ':')
+		return; /* a comment (keep-alive) */
+	colon = memchr(line, ':', len);
+	name_len = colon ? (size_t)(colon - line) : len;
+	if (name_len != 4 || memcmp(line, "data", 4) != 0)
+		return; /* event:, id:, retry: and unknown fields mean nothing here */
+	line += name_len;
+	len -= name_len;
+	if (len > 0) { /* skip the colon and one optional space */
+		line++;
+		len--;
+		if (len > 0 && line[0] == ' ') {
+			line++;
+			len--;
+		}
+	}
+	if (p->has_data)
+		g_string_append_c(p->data, '\n');
+	g_string_append_len(p->data, line, (gssize)len);
+	p->has_data = true;
+}
+
+bool
+nw_sse_feed(struct nw_sse *p, const char *bytes, size_t len)
+{
+	const char *start = bytes, *end = bytes + len;
+	size_t last_boundary = 0;
+
+	p->boundary = 0;
+	if (p->overflow || p->stopped)
+		return false;
+	while (bytes < end) {
+		const char *q = bytes;
+		size_t line_len;
+
+		if (p->after_cr) {
+			p->after_cr = false;
+			if (*bytes == '\n') { /* the LF of a CR LF split across chunks */
+				bytes++;
+				if (p->cr_ended_event)
+					last_boundary = (size_t)(bytes - start); /* keep the pair whole */
+				p->cr_ended_event = false;
+				continue;
+			}
+			p->cr_ended_event = false;
+		}
+		q = memchr(bytes, '\n', (size_t)(end - bytes));
+		{
+			const char *cr = memchr(bytes, '\r', (size_t)((q ? q : end) - bytes));
+
+			if (cr != NULL)
+				q = cr;
+		}
+		if (q == NULL)
+			q = end;
+		if (p->line->len + (size_t)(q - bytes) + p->data->len > p->max_event) {
+			p->overflow = true;
+			p->boundary = last_boundary;
+			return false;
+		}
+		if (q == end) {
+			g_string_append_len(p->line, bytes, (gssize)(q - bytes));
+			break;
+		}
+		p->after_cr = *q == '\r';
+		/* A CR LF inside this chunk is consumed whole. */
+		if (p->after_cr && q + 1 < end && q[1] == '\n') {
+			p->after_cr = false;
+			line_len = (size_t)(q - bytes);
+			q++;
+		} else {
+			line_len = (size_t)(q - bytes);
+		}
+		p->boundary = (size_t)(q + 1 - start);
+		if (p->line->len == 0) {
+			if (line_len == 0) {
+				last_boundary = p->boundary;
+				p->cr_ended_event = p->after_cr;
+			}
+			process_line(p, bytes, line_len); /* no copy needed */
+		} else {
+			g_string_append_len(p->line, bytes, (gssize)line_len);
+			process_line(p, p->line->str, p->line->len);
+			g_string_truncate(p->line, 0);
+		}
+		bytes = q + 1;
+		if (p->stopped) {
+			p->boundary = last_boundary;
+			return false;
+		}
+	}
+	p->boundary = last_boundary;
+	return true;
+}
+
+bool
+nw_sse_at_boundary(const struct nw_sse *p)
+{
+	return p->line->len == 0 && !p->has_data;
+}
+
+void
+nw_sse_finish(struct nw_sse *p)
+{
+	if (p->overflow || p->stopped)
+		return;
+	if (p->line->len > 0) {
+		g_autofree char *line = g_strndup(p->line->str, p->line->len);
+		size_t len = p->line->len;
+
+		g_string_truncate(p->line, 0);
+		process_line(p, line, len);
+	}
+	dispatch(p);
+}

@@ -1,0 +1,237 @@
+/*
+ * One engine call of a request (tokenise, prefill, decode or aggregate) on
+ * the serving pool: wait FIFO for a pool connection (engine.pool_timeout_s,
+ * kept by the request's timer), send with engine.connect_timeout_s and the
+ * request's X-Request-Id, then either collect the body (bounded by
+ * serving.max_response_bytes) or, for a 2xx stream, hand the bytes to the
+ * relay as they come.
+ */
+#include "build-config.h"
+
+#include <string.h>
+
+#include "core/log.h"
+#include "serve/request.h"
+
+/* Error bodies are kept only to be classified and quoted. */
+#define ERROR_BODY_MAX (64u << 10)
+
+static void
+on_pool_granted(void *data)
+{
+	struct nw_request *r = data;
+
+	/* Only record: releasing code must never re-enter another request. */
+	r->wake |= NW_WAKE_POOL;
+	nw_timer_set(r->serve->timers, &r->timer, 0);
+}
+
+static bool
+leg_streams(const struct nw_request *r)
+{
+	return r->parsed.stream &&
+	       (r->leg.kind == NW_LEG_DECODE || r->leg.kind == NW_LEG_AGGREGATE);
+}
+
+static void
+on_response(void *data, long status)
+{
+	struct nw_request *r = data;
+	struct nw_serve *s = r->serve;
+
+	r->leg.status = status;
+	r->last_engine_status = status;
+	if (status >= 200 && status < 300)
+		s->counters.engine_status_2xx++;
+	else if (status >= 400 && status < 500)
+		s->counters.engine_status_4xx++;
+	else if (status >= 500)
+		s->counters.engine_status_5xx++;
+	if (status >= 200 && status < 300 && leg_streams(r)) {
+		r->leg.relaying = true;
+		/* An aggregate stream commits on the engine's 200: before it,
+		 * a failure can still be retried. */
+		if (!r->stream_committed)
+			nw_request_commit_stream(r);
+	}
+}
+
+static bool
+on_data(void *data, const char *bytes, size_t len)
+{
+	struct nw_request *r = data;
+	struct nw_leg *leg = &r->leg;
+	size_t bound;
+
+	if (leg->relaying) {
+		r->last_chunk_us = r->last_chunk_us >= 0 ? g_get_monotonic_time() : -1;
+		return nw_relay_feed(r, bytes, len);
+	}
+	bound = leg->status >= 200 && leg->status < 300 ? r->serve->cfg->serving.max_response_bytes
+	                                                : ERROR_BODY_MAX;
+	if (leg->collected->len + len > bound) {
+		/* An error body is only read for its class: its start will do. */
+		if (leg->status >= 200 && leg->status < 300)
+			leg->overflow = true;
+		else if (leg->collected->len < bound)
+			g_string_append_len(leg->collected, bytes, (gssize)(bound - leg->collected->len));
+		if (leg->overflow) {
+			nw_request_fail(r, NW_FAIL_TOO_LARGE, leg->status,
+			                "the engine's answer is larger than serving.max_response_bytes");
+		}
+		return true;
+	}
+	g_string_append_len(leg->collected, bytes, (gssize)len);
+	return true;
+}
+
+static void
+on_done(void *data, const struct nw_upstream_result *res)
+{
+	struct nw_request *r = data;
+
+	r->leg.call = NULL; /* freed by upstream right after this */
+	nw_request_on_leg_done(r, res);
+}
+
+static const struct nw_upstream_handlers leg_handlers = {
+	.on_response = on_response,
+	.on_data = on_data,
+	.on_done = on_done,
+};
+
+static void
+send_call(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	struct nw_leg *leg = &r->leg;
+	struct nw_upstream_request req = {
+		.method = "POST",
+		.url = leg->url,
+		.request_id = r->id,
+		.body = leg->body,
+		.body_len = leg->body_len,
+		.connect_timeout_ms = (long)(s->cfg->engine.connect_timeout_s * 1000.0 + 0.5),
+	};
+
+	if (req.connect_timeout_ms < 1)
+		req.connect_timeout_ms = 1;
+	if (leg->body == NULL)
+		req.method = "GET";
+	leg->started_us = g_get_monotonic_time();
+	leg->call = nw_upstream_start(s->serving_pool, &req, &leg_handlers, r);
+	if (leg->call == NULL) {
+		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not start an engine call");
+		return;
+	}
+	/* The handoff cap runs from the start of the prefill HTTP request. */
+	if (leg->kind == NW_LEG_PREFILL && s->cfg->serving.handoff_timeout_s > 0)
+		r->handoff_until_us = leg->started_us +
+		                      (int64_t)(s->cfg->serving.handoff_timeout_s * 1e6);
+	if (leg->kind == NW_LEG_DECODE)
+		r->handoff_until_us = -1; /* the handoff is on its way */
+	/* Leg deadlines run from the moment the request goes out; the pool
+	 * wait before it has its own bound. */
+	if (leg->kind == NW_LEG_TOKENIZE) {
+		r->phase = NW_PT_TOKENIZE;
+		r->phase_until_us = leg->started_us + (int64_t)(s->cfg->engine.tokenize_timeout_s * 1e6);
+	} else if (leg->kind == NW_LEG_PREFILL) {
+		r->phase = NW_PT_PREFILL;
+		r->phase_until_us = leg->started_us + (int64_t)(s->cfg->serving.prefill_timeout_s * 1e6);
+	}
+	nw_request_rearm(r);
+}
+
+void
+nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
+             struct narwhal_http_call *call)
+{
+	struct nw_serve *s = r->serve;
+	struct nw_leg *leg = &r->leg;
+	const char *base = s->cfg->fleet.engines[engine].url;
+
+	nw_leg_release(r);
+	leg->kind = kind;
+	leg->engine = engine;
+	leg->status = 0;
+	leg->relaying = false;
+	leg->overflow = false;
+	leg->started_us = -1;
+	if (leg->collected == NULL)
+		leg->collected = g_string_sized_new(1024);
+	g_string_truncate(leg->collected, 0);
+	leg->url = g_strconcat(base, call->path, NULL);
+	if (call->body != NULL) {
+		leg->body = json_dumps(call->body, JSON_COMPACT);
+		leg->body_len = leg->body ? strlen(leg->body) : 0;
+		json_decref(call->body);
+		call->body = NULL;
+		if (leg->body == NULL) {
+			nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not encode the engine request");
+			return;
+		}
+	}
+	if (nw_resource_try(&s->pool)) {
+		leg->holds_pool = true;
+		send_call(r);
+		return;
+	}
+	/* Sizing never waits for a connection: the character estimate is
+	 * there for exactly this. */
+	if (kind == NW_LEG_TOKENIZE) {
+		nw_leg_release(r);
+		nw_phase_size_by_chars(r);
+		return;
+	}
+	/* Every connection is busy: wait FIFO for one, engine.pool_timeout_s. */
+	nw_waiter_init(&leg->pool_wait, on_pool_granted, r);
+	nw_resource_wait(&s->pool, &leg->pool_wait);
+	r->phase = NW_PT_POOL;
+	r->phase_until_us = g_get_monotonic_time() + (int64_t)(s->cfg->engine.pool_timeout_s * 1e6);
+	nw_request_rearm(r);
+}
+
+void
+nw_leg_pool_granted(struct nw_request *r)
+{
+	struct nw_leg *leg = &r->leg;
+
+	if (!leg->pool_wait.granted || leg->kind == NW_LEG_NONE)
+		return;
+	leg->pool_wait.granted = false;
+	leg->holds_pool = true;
+	if (r->phase == NW_PT_POOL)
+		r->phase = NW_PT_NONE;
+	send_call(r);
+}
+
+void
+nw_leg_release(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	struct nw_leg *leg = &r->leg;
+
+	if (leg->call != NULL) {
+		nw_upstream_cancel(leg->call);
+		leg->call = NULL;
+	}
+	nw_resource_leave(&s->pool, &leg->pool_wait);
+	if (leg->pool_wait.granted) {
+		/* Handed a connection while on its way out: pass it on. */
+		leg->pool_wait.granted = false;
+		leg->holds_pool = true;
+	}
+	if (leg->holds_pool) {
+		leg->holds_pool = false;
+		nw_resource_release(&s->pool);
+	}
+	if (r->phase == NW_PT_POOL)
+		r->phase = NW_PT_NONE;
+	g_free(leg->url);
+	leg->url = NULL;
+	free(leg->body);
+	leg->body = NULL;
+	leg->body_len = 0;
+	leg->relaying = false;
+	leg->kind = NW_LEG_NONE;
+}

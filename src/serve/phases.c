@@ -1,0 +1,648 @@
+/*
+ * A request's phases: validation, sizing (the dialect's tokenise call or
+ * chars_per_token), admission (the plugin, the FIFO queue), placement with
+ * per-engine phase slots (FIFO wait lines), and what each engine leg's end
+ * means: a handoff, a relayed stream, a collected answer, or a failure
+ * classified by the dialect.
+ */
+#include "build-config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "serve/request.h"
+
+/* --- validation ----------------------------------------------------- */
+
+static void
+answer_client_error(struct nw_request *r, const struct nw_client_error *err)
+{
+	r->serve->counters.client_errors++;
+	nw_request_finish(r, false);
+	nw_request_answer_error(r, err->status, err->type, err->code,
+	                        err->param[0] ? err->param : NULL, err->message);
+}
+
+static void start_sizing(struct nw_request *r);
+
+void
+nw_phase_begin(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	struct nw_client_error err;
+	const char *ctype = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+	                                                MHD_HTTP_HEADER_CONTENT_TYPE);
+
+	if (nw_request_parse(r->route, ctype, r->body_in->str, r->body_in->len, NULL, &r->parsed,
+	                     &err) != 0) {
+		answer_client_error(r, &err);
+		return;
+	}
+	/* The body is parsed and kept; its text is no longer needed. */
+	g_string_free(r->body_in, TRUE);
+	r->body_in = g_string_new(NULL);
+	if (s->model != NULL && strcmp(r->parsed.model, s->model) != 0) {
+		nw_client_error_model_not_found(&err, r->parsed.model, s->model);
+		answer_client_error(r, &err);
+		return;
+	}
+	if (r->parsed.stream)
+		nw_relay_init(&r->relay, (size_t)MIN(s->cfg->serving.max_response_bytes, G_MAXSIZE));
+	start_sizing(r);
+}
+
+/* --- sizing ---------------------------------------------------------- */
+
+static void admission(struct nw_request *r);
+
+static bool
+engine_available(const struct nw_serve *s, uint32_t i)
+{
+	return (s->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE) != 0;
+}
+
+void
+nw_phase_size_by_chars(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	size_t chars = r->route == NARWHAL_ROUTE_COMPLETIONS ? r->parsed.prompt_chars
+	                                                     : r->parsed.chat_chars;
+
+	s->counters.tokenize_fallbacks++;
+	r->prompt_tokens = (uint64_t)ceil((double)chars / s->cfg->engine.chars_per_token);
+	r->prompt_tokens_exact = false;
+	admission(r);
+}
+
+static void
+start_sizing(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	uint32_t n = s->fleet->view.n_engines, engine = 0;
+	struct narwhal_http_call call = { .struct_size = sizeof call };
+	const struct nw_dialect *d;
+	bool found = false;
+	int rc;
+
+	r->state = NW_REQ_SIZING;
+	if (r->parsed.prompt_token_ids > 0) {
+		r->prompt_tokens = r->parsed.prompt_token_ids;
+		r->prompt_tokens_exact = true;
+		admission(r);
+		return;
+	}
+	if (!s->cfg->engine.tokenize) {
+		nw_phase_size_by_chars(r);
+		return;
+	}
+	/* Any available engine counts tokens; spread the calls. */
+	for (uint32_t k = 0; k < n && !found; k++) {
+		engine = (s->next_tokenize + k) % n;
+		found = engine_available(s, engine);
+	}
+	s->next_tokenize = (engine + 1) % MAX(n, 1);
+	d = found ? nw_serve_dialect(s, engine) : NULL;
+	rc = d != NULL ? d->ops->build_tokenize(d->ctx, r->route, r->parsed.body, &call) : -ENOENT;
+	if (rc != 0) {
+		json_decref(call.body);
+		nw_phase_size_by_chars(r);
+		return;
+	}
+	s->counters.tokenize_calls++;
+	nw_leg_start(r, NW_LEG_TOKENIZE, engine, &call);
+}
+
+static void
+tokenize_done(struct nw_request *r, const struct nw_upstream_result *res)
+{
+	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
+	json_t *doc = NULL;
+	uint64_t count = 0;
+
+	r->phase = NW_PT_NONE;
+	if (res->code == CURLE_OK && r->leg.status == 200)
+		doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
+	if (doc != NULL && d->ops->parse_tokenize(d->ctx, doc, &count) == 0) {
+		json_decref(doc);
+		nw_leg_release(r);
+		r->prompt_tokens = count;
+		r->prompt_tokens_exact = true;
+		admission(r);
+		return;
+	}
+	json_decref(doc);
+	nw_leg_release(r);
+	nw_phase_size_by_chars(r);
+}
+
+/* --- admission ------------------------------------------------------- */
+
+static void
+admit_now(struct nw_request *r)
+{
+	r->admitted = true;
+	r->serve->counters.admitted++;
+	nw_phase_begin_attempt(r);
+}
+
+static void
+enqueue(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+
+	if (!nw_resource_wait(&s->admitted, &r->admit_wait)) {
+		s->counters.queue_full++;
+		nw_request_refuse(r, 429, "queue_full", 1.0, "the fleet is saturated and the "
+		                  "admission queue is full: retry later");
+		return;
+	}
+	s->counters.queued++;
+	r->state = NW_REQ_QUEUED;
+	r->phase = NW_PT_QUEUE;
+	r->phase_until_us = g_get_monotonic_time() +
+	                    (int64_t)(s->cfg->serving.queue_timeout_s * 1e6);
+	nw_request_rearm(r);
+}
+
+static void
+admission(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	const struct narwhal_admission_ops *ops = &s->admission->plugin->ops.admission;
+	struct narwhal_admission_request req = {
+		.struct_size = sizeof req,
+		.request_id = r->id,
+		.prompt_tokens = r->prompt_tokens,
+		.prompt_tokens_exact = r->prompt_tokens_exact,
+		.max_tokens = r->parsed.max_tokens,
+		.arrival_ns = r->arrival_us * 1000,
+		.deadline_ns = r->deadline_us * 1000,
+		.admitted = s->admitted.in_use,
+		.admitted_limit = s->admitted.limit,
+		.queued = nw_resource_waiting(&s->admitted),
+		.queue_capacity = s->cfg->serving.queue_capacity,
+	};
+	struct narwhal_admission_decision dec = {
+		.struct_size = sizeof dec, .verdict = NARWHAL_ADMIT, .retry_after_s = 1.0,
+		.projected_ttft_s = NAN, .reason = NULL,
+	};
+
+	if (ops->decide(s->admission->ctx, &req, &dec) != 0)
+		dec.verdict = NARWHAL_ADMIT; /* a failing policy must not stop serving */
+	switch (dec.verdict) {
+	case NARWHAL_ADMIT:
+		/* The host's own limit holds whatever the policy says. */
+		if (nw_resource_try(&s->admitted))
+			admit_now(r);
+		else
+			enqueue(r);
+		return;
+	case NARWHAL_ADMIT_QUEUE:
+		if (nw_resource_try(&s->admitted))
+			admit_now(r);
+		else
+			enqueue(r);
+		return;
+	case NARWHAL_REFUSE_TOO_LONG:
+		s->counters.refused_too_long++;
+		nw_request_finish(r, false);
+		nw_request_answer_error(r, 400, "invalid_request_error", "prompt_too_long", NULL,
+		                        "the prompt cannot be served within the TTFT target even on "
+		                        "an idle fleet: shorten the prompt or raise the TTFT target");
+		return;
+	case NARWHAL_REFUSE:
+	default:
+		s->counters.refused_admission++;
+		nw_request_refuse(r, 429, "overloaded", dec.retry_after_s,
+		                  "the fleet cannot serve this request within its targets now: "
+		                  "retry after the time in Retry-After");
+		return;
+	}
+}
+
+/* --- placement ------------------------------------------------------- */
+
+static bool
+use_aggregate(const struct nw_serve *s)
+{
+	bool prefill = false, decode = false;
+
+	if (s->fleet->view.n_engines <= 1)
+		return true;
+	for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
+		const struct narwhal_engine_view *e = &s->fleet->engines[i];
+
+		if (!engine_available(s, i))
+			continue;
+		prefill |= e->role == NARWHAL_ROLE_PREFILL;
+		decode |= e->role == NARWHAL_ROLE_DECODE;
+	}
+	/* Spec 7.2: without a live engine of one role, one engine serves both. */
+	return !(prefill && decode);
+}
+
+void
+nw_phase_begin_attempt(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	const struct nw_dialect *d = nw_serve_dialect(s, 0);
+
+	r->aggregate = use_aggregate(s) ||
+	               !(d->ops->capabilities(d->ctx) & NARWHAL_DIALECT_HANDOFF_SEQUENTIAL);
+	nw_phase_place(r, r->aggregate ? NARWHAL_PHASE_AGGREGATE : NARWHAL_PHASE_PREFILL);
+}
+
+static uint32_t
+phase_limit(const struct nw_serve *s, narwhal_phase phase)
+{
+	return phase == NARWHAL_PHASE_DECODE ? s->cfg->serving.decode_concurrency
+	                                     : s->cfg->serving.prefill_concurrency;
+}
+
+static uint32_t
+phase_resident(const struct narwhal_engine_view *e, narwhal_phase phase)
+{
+	return phase == NARWHAL_PHASE_DECODE ? e->resident_decode : e->resident_prefill;
+}
+
+static bool
+role_fits(const struct narwhal_engine_view *e, narwhal_phase phase)
+{
+	if (phase == NARWHAL_PHASE_AGGREGATE)
+		return true;
+	return e->role == (phase == NARWHAL_PHASE_DECODE ? NARWHAL_ROLE_DECODE
+	                                                 : NARWHAL_ROLE_PREFILL);
+}
+
+/* Fill s->eligible with engines that may take the phase now (room) and
+ * count the ones that only lack room. */
+static uint32_t
+collect_eligible(struct nw_request *r, narwhal_phase phase, bool exclusions, uint32_t *full)
+{
+	struct nw_serve *s = r->serve;
+	uint32_t limit = phase_limit(s, phase), n = 0;
+
+	*full = 0;
+	for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
+		const struct narwhal_engine_view *e = &s->fleet->engines[i];
+
+		if (!role_fits(e, phase) || !engine_available(s, i) || (exclusions && r->excluded[i]))
+			continue;
+		if (limit > 0 && phase_resident(e, phase) >= limit)
+			(*full)++;
+		else
+			s->eligible[n++] = i;
+	}
+	return n;
+}
+
+static int32_t
+choose(struct nw_request *r, narwhal_phase phase, uint32_t n)
+{
+	struct nw_serve *s = r->serve;
+	const struct narwhal_placement_ops *ops = &s->placement->plugin->ops.placement;
+	struct narwhal_placement_request req = {
+		.struct_size = sizeof req, .request_id = r->id, .phase = phase,
+		.prompt_tokens = r->prompt_tokens, .max_tokens = r->parsed.max_tokens,
+		.eligible = s->eligible, .n_eligible = n,
+	};
+	struct narwhal_placement_result out = {
+		.struct_size = sizeof out, .engine = s->eligible[0], .cost = 0,
+		.projected_slo_ratio = NAN, .unserved = false,
+	};
+
+	if (ops->place(s->placement->ctx, &req, &out) != 0)
+		out.engine = s->eligible[0];
+	for (uint32_t i = 0; i < n; i++) {
+		if (s->eligible[i] == out.engine)
+			return (int32_t)out.engine;
+	}
+	return (int32_t)s->eligible[0]; /* the plugin named another: ours */
+}
+
+void
+nw_phase_unqueue(struct nw_request *r)
+{
+	if (r->queued_on >= 0) {
+		r->serve->fleet->engines[r->queued_on].queued_prefill--;
+		r->queued_on = -1;
+	}
+}
+
+void
+nw_phase_release_slot(struct nw_request *r, narwhal_phase phase)
+{
+	struct nw_serve *s = r->serve;
+	struct narwhal_engine_view *e;
+
+	if (phase == NARWHAL_PHASE_DECODE) {
+		e = &s->fleet->engines[r->decode_engine];
+		e->resident_decode--;
+		r->decode_engine = -1;
+		nw_wait_line_kick(&s->decode_line);
+	} else {
+		e = &s->fleet->engines[r->prefill_engine];
+		e->resident_prefill--;
+		r->prefill_engine = -1;
+		nw_wait_line_kick(&s->prefill_line);
+	}
+}
+
+static void start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine);
+
+void
+nw_phase_leave_line(struct nw_request *r)
+{
+	if (r->phase_line != NULL) {
+		nw_wait_line_leave(r->phase_line, &r->phase_wait);
+		r->phase_line = NULL;
+	}
+}
+
+static void
+join_line(struct nw_request *r, struct nw_wait_line *line)
+{
+	if (r->phase_line == line)
+		return;
+	nw_phase_leave_line(r);
+	r->serve->counters.phase_waits++;
+	nw_wait_line_push(line, &r->phase_wait);
+	r->phase_line = line;
+}
+
+void
+nw_phase_place(struct nw_request *r, narwhal_phase phase)
+{
+	struct nw_serve *s = r->serve;
+	struct nw_wait_line *line = phase == NARWHAL_PHASE_DECODE ? &s->decode_line
+	                                                          : &s->prefill_line;
+	uint32_t n, full;
+	int32_t engine;
+
+	r->state = NW_REQ_PLACING;
+	r->placing = phase;
+	/* FIFO: whoever waits already goes first. */
+	if (r->phase_line != line && !nw_wait_line_empty(line)) {
+		join_line(r, line);
+		return;
+	}
+	if (r->phase_line == line && !nw_wait_line_is_first(line, &r->phase_wait))
+		return;
+	n = collect_eligible(r, phase, true, &full);
+	if (n == 0 && full == 0)
+		n = collect_eligible(r, phase, false, &full); /* exclusions yield to service */
+	if (n == 0) {
+		if (full == 0) {
+			nw_phase_leave_line(r);
+			s->counters.no_engine++;
+			nw_request_fail(r, NW_FAIL_NO_ENGINE, 0, "no available engine can take the "
+			                "request");
+			return;
+		}
+		join_line(r, line);
+		/* A prefill offer waiting for a slot still counts as demand on
+		 * the engine placement would pick. */
+		if (phase != NARWHAL_PHASE_DECODE && r->queued_on < 0) {
+			uint32_t m = 0;
+			bool excl = true;
+
+			for (int pass = 0; pass < 2 && m == 0; pass++, excl = false) {
+				for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
+					if (role_fits(&s->fleet->engines[i], phase) &&
+					    engine_available(s, i) && !(excl && r->excluded[i]))
+						s->eligible[m++] = i;
+				}
+			}
+			if (m > 0) {
+				r->queued_on = choose(r, phase, m);
+				s->fleet->engines[r->queued_on].queued_prefill++;
+			}
+		}
+		return;
+	}
+	engine = choose(r, phase, n);
+	nw_phase_leave_line(r);
+	nw_phase_unqueue(r);
+	if (phase == NARWHAL_PHASE_DECODE) {
+		s->fleet->engines[engine].resident_decode++;
+		r->decode_engine = engine;
+	} else {
+		s->fleet->engines[engine].resident_prefill++;
+		r->prefill_engine = engine;
+	}
+	/* Another slot may be free for the next in line. */
+	nw_wait_line_kick(line);
+	start_phase_leg(r, phase, (uint32_t)engine);
+}
+
+static void
+start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
+{
+	struct nw_serve *s = r->serve;
+	const struct nw_dialect *d = nw_serve_dialect(s, engine);
+	struct narwhal_http_call call = { .struct_size = sizeof call };
+	int64_t now = g_get_monotonic_time();
+	nw_leg_kind kind;
+	int rc;
+
+	switch (phase) {
+	case NARWHAL_PHASE_PREFILL:
+		kind = NW_LEG_PREFILL;
+		s->counters.prefill_started++;
+		r->state = NW_REQ_PREFILL;
+		rc = d->ops->build_prefill(d->ctx, r->route, r->parsed.body, &call);
+		break;
+	case NARWHAL_PHASE_DECODE:
+		if (r->handoff_until_us >= 0 && now >= r->handoff_until_us) {
+			s->counters.handoff_expired++;
+			nw_request_fail(r, NW_FAIL_HANDOFF, 0, "the KV handoff outlived "
+			                "serving.handoff_timeout_s before its decode leg started");
+			return;
+		}
+		kind = NW_LEG_DECODE;
+		s->counters.decode_started++;
+		r->state = NW_REQ_DECODE;
+		rc = d->ops->build_decode(d->ctx, r->route, r->parsed.body, r->handoff, &call);
+		break;
+	case NARWHAL_PHASE_AGGREGATE:
+	default:
+		kind = NW_LEG_AGGREGATE;
+		s->counters.aggregate_started++;
+		r->state = NW_REQ_DECODE;
+		rc = d->ops->build_aggregate(d->ctx, r->route, r->parsed.body, &call);
+		break;
+	}
+	if (rc != 0) {
+		json_decref(call.body);
+		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "the dialect could not build the engine "
+		                "request");
+		return;
+	}
+	/* The first-token clock starts before the stream opens (spec 6). A
+	 * non-streamed answer shows no first token: the deadline bounds it. */
+	if (kind != NW_LEG_PREFILL && r->parsed.stream)
+		r->ft_until_us = now + (int64_t)(s->cfg->engine.first_token_timeout_s * 1e6);
+	nw_leg_start(r, kind, engine, &call);
+}
+
+void
+nw_request_on_first_token(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+
+	r->ft_until_us = -1;
+	if (r->gap_us > 0)
+		r->last_chunk_us = g_get_monotonic_time();
+	/* An aggregate leg turns from prefill work into decode work. */
+	if (r->leg.kind == NW_LEG_AGGREGATE && r->prefill_engine >= 0) {
+		int32_t engine = r->prefill_engine;
+
+		nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
+		s->fleet->engines[engine].resident_decode++;
+		r->decode_engine = engine;
+	}
+	nw_request_rearm(r);
+}
+
+/* --- the end of an engine leg ---------------------------------------- */
+
+/* The message of an engine's error body, for the client. */
+static char *
+engine_message(const GString *body, long status)
+{
+	json_t *doc = json_loadb(body->str, body->len, 0, NULL);
+	json_t *err = json_object_get(doc, "error");
+	const char *msg = json_string_value(json_object_get(json_is_object(err) ? err : doc,
+	                                                    "message"));
+	char *text;
+
+	if (msg == NULL && json_is_string(err))
+		msg = json_string_value(err);
+	text = msg ? g_strdup(msg) : g_strdup_printf("the engine answered HTTP %ld", status);
+	json_decref(doc);
+	return text;
+}
+
+static void
+fail_by_status(struct nw_request *r, const struct nw_dialect *d)
+{
+	struct nw_serve *s = r->serve;
+	long status = r->leg.status;
+	narwhal_error_class cls = d->ops->classify_error(d->ctx, (int)status, r->leg.collected->str,
+	                                                 r->leg.collected->len);
+	g_autofree char *msg = engine_message(r->leg.collected, status);
+	g_autofree char *text = g_strdup_printf("engine %s: %s",
+	                                        s->cfg->fleet.engines[r->leg.engine].id, msg);
+
+	if (cls == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
+		s->counters.context_too_long++;
+		nw_request_fail(r, NW_FAIL_CONTEXT, status, msg);
+	} else if (cls == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(status)) {
+		nw_request_fail(r, NW_FAIL_STATUS, status, text);
+	} else {
+		s->counters.permanent_errors++;
+		nw_request_fail(r, NW_FAIL_PERMANENT, status, text);
+	}
+}
+
+static void
+prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
+{
+	struct nw_serve *s = r->serve;
+	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
+	json_t *doc;
+
+	r->phase = NW_PT_NONE;
+	if (res->code != CURLE_OK) {
+		s->counters.prefill_failed_transport++;
+		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->error);
+		return;
+	}
+	if (r->leg.status < 200 || r->leg.status >= 300) {
+		s->counters.prefill_failed_status++;
+		fail_by_status(r, d);
+		return;
+	}
+	doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
+	if (doc == NULL || d->ops->parse_prefill(d->ctx, doc, &r->handoff) != 0) {
+		json_decref(doc);
+		s->counters.prefill_failed_status++;
+		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
+		                "the prefill engine's answer has no readable handoff");
+		return;
+	}
+	json_decref(doc);
+	r->have_prefill = true;
+	nw_leg_release(r);
+	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
+	/* Spec 4.3: a stream commits its 200 before decode starts. */
+	if (r->parsed.stream)
+		nw_request_commit_stream(r);
+	nw_phase_place(r, NARWHAL_PHASE_DECODE);
+	nw_request_rearm(r);
+}
+
+static void
+decode_done(struct nw_request *r, const struct nw_upstream_result *res)
+{
+	struct nw_serve *s = r->serve;
+	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
+	bool relayed = r->leg.relaying;
+
+	if (relayed) {
+		if (res->code == CURLE_OK && r->relay.done) {
+			nw_request_finish(r, true);
+			nw_request_wake_client(r);
+			return;
+		}
+		s->counters.decode_failed_transport++;
+		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
+		                "the engine's stream ended without its terminator");
+		return;
+	}
+	if (res->code != CURLE_OK) {
+		s->counters.decode_failed_transport++;
+		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->error);
+		return;
+	}
+	if (r->leg.status < 200 || r->leg.status >= 300) {
+		s->counters.decode_failed_status++;
+		fail_by_status(r, d);
+		return;
+	}
+	{
+		GString *body = r->leg.collected;
+
+		r->leg.collected = NULL;
+		nw_request_finish(r, true);
+		nw_request_answer_body(r, body);
+	}
+}
+
+void
+nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res)
+{
+	if (r->finished)
+		return;
+	/* The connection is back in the pool. */
+	if (r->leg.holds_pool) {
+		r->leg.holds_pool = false;
+		nw_resource_release(&r->serve->pool);
+	}
+	switch (r->leg.kind) {
+	case NW_LEG_TOKENIZE:
+		tokenize_done(r, res);
+		break;
+	case NW_LEG_PREFILL:
+		prefill_done(r, res);
+		break;
+	case NW_LEG_DECODE:
+	case NW_LEG_AGGREGATE:
+		decode_done(r, res);
+		break;
+	case NW_LEG_NONE:
+		break;
+	}
+}

@@ -1,0 +1,244 @@
+/*
+ * The client side of a streamed answer (spec 4.3). Engine bytes are relayed
+ * as the engine sent them, but only in whole events: the SSE framer marks
+ * where events end, bytes up to there are released to the client and a
+ * partial event waits for its end. So an error event that Narwhal adds
+ * after a failure always starts on an event boundary.
+ *
+ * Events are parsed with the dialect only to find the first generated
+ * token, in-band errors, usage and the success terminator. After an
+ * engine's error event nothing more is relayed (its [DONE] included): a
+ * failed stream ends with an error event and without the terminator.
+ *
+ * The buffer is bounded (RELAY_BACKLOG_MAX unsent bytes). When it is full
+ * and MHD is not asking for more, the engine transfer pauses; a client
+ * that then takes nothing for RELAY_STALL_US is closed at once, and the
+ * engine leg cancelled (spec 4.3: backpressure closes). The short grace
+ * tells a stuck client from an engine burst that arrived within one loop
+ * iteration, before MHD could write.
+ */
+#include "build-config.h"
+
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/log.h"
+#include "serve/request.h"
+
+#define RELAY_BACKLOG_MAX (64u << 10)
+#define RELAY_STALL_US (200 * 1000)
+/* Move the unsent bytes to the front once this much was sent. */
+#define RELAY_COMPACT_AT (32u << 10)
+
+static bool on_event(void *data, const char *payload, size_t len);
+
+void
+nw_relay_init(struct nw_relay *rl, size_t max_event)
+{
+	memset(rl, 0, sizeof *rl);
+	rl->buf = g_byte_array_sized_new(4096);
+	rl->usage_prompt = rl->usage_completion = -1;
+	nw_sse_init(&rl->sse, on_event, NULL);
+	nw_sse_set_max_event(&rl->sse, max_event);
+}
+
+void
+nw_relay_clear(struct nw_relay *rl)
+{
+	if (rl->buf != NULL)
+		g_byte_array_free(rl->buf, TRUE);
+	nw_sse_clear(&rl->sse);
+	memset(rl, 0, sizeof *rl);
+}
+
+static size_t
+unsent(const struct nw_relay *rl)
+{
+	return rl->committed - rl->sent;
+}
+
+/* One whole event from the engine: decide whether the client gets it. */
+static bool
+on_event(void *data, const char *payload, size_t len)
+{
+	struct nw_request *r = data;
+	struct nw_relay *rl = &r->relay;
+	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
+	struct narwhal_sse_event ev = {
+		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER,
+		.prompt_tokens = -1, .completion_tokens = -1,
+	};
+
+	if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
+		ev.kind = NARWHAL_SSE_OTHER; /* unreadable: relay it, it is the engine's */
+	/* The event is released up to the blank line that ended it. */
+	rl->committed = rl->chunk_base + rl->sse.boundary;
+	switch (ev.kind) {
+	case NARWHAL_SSE_TOKENS:
+		rl->token_events++;
+		if (!rl->first_token) {
+			rl->first_token = true;
+			nw_request_on_first_token(r);
+		}
+		break;
+	case NARWHAL_SSE_ERROR:
+		rl->engine_error = true;
+		return false; /* nothing after it */
+	case NARWHAL_SSE_DONE:
+		rl->done = true;
+		return false;
+	case NARWHAL_SSE_USAGE:
+	case NARWHAL_SSE_OTHER:
+		break;
+	}
+	if (ev.prompt_tokens >= 0)
+		rl->usage_prompt = ev.prompt_tokens;
+	if (ev.completion_tokens >= 0)
+		rl->usage_completion = ev.completion_tokens;
+	return true;
+}
+
+bool
+nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
+{
+	struct nw_relay *rl = &r->relay;
+	bool go_on;
+
+	if (rl->finished)
+		return true; /* after the terminator or an error: ignore */
+	if (unsent(rl) > RELAY_BACKLOG_MAX && !r->suspended) {
+		if (!rl->paused) {
+			rl->paused = true;
+			r->stall_until_us = g_get_monotonic_time() + RELAY_STALL_US;
+			nw_request_rearm(r);
+		}
+		return false;
+	}
+	if (rl->sent >= RELAY_COMPACT_AT) {
+		g_byte_array_remove_range(rl->buf, 0, (guint)rl->sent);
+		rl->committed -= rl->sent;
+		rl->sent = 0;
+	}
+	rl->chunk_base = rl->buf->len;
+	g_byte_array_append(rl->buf, (const guint8 *)bytes, (guint)len);
+	rl->sse.fn_data = r;
+	go_on = nw_sse_feed(&rl->sse, bytes, len);
+	/* Comment-only events (keep-alives) end on a boundary too. */
+	if (go_on && rl->sse.boundary > 0)
+		rl->committed = MAX(rl->committed, rl->chunk_base + rl->sse.boundary);
+	if (!go_on) {
+		/* Drop whatever followed the last event taken. */
+		g_byte_array_set_size(rl->buf, (guint)rl->committed);
+		if (rl->sse.overflow && !rl->engine_error && !rl->done) {
+			nw_request_fail(r, NW_FAIL_TOO_LARGE, 0,
+			                "an event of the engine's stream is larger than "
+			                "serving.max_response_bytes");
+			return true;
+		}
+		rl->finished = true;
+		nw_request_on_stream_end(r, rl->done);
+	}
+	if (unsent(rl) > 0)
+		nw_request_wake_client(r);
+	return true;
+}
+
+void
+nw_relay_error(struct nw_request *r, const char *type, const char *code, const char *message)
+{
+	struct nw_relay *rl = &r->relay;
+	json_t *body;
+	char *text;
+
+	if (rl->finished)
+		return;
+	g_byte_array_set_size(rl->buf, (guint)rl->committed);
+	body = nw_http_error_body(type, code, NULL, message);
+	text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	if (text != NULL) {
+		g_byte_array_append(rl->buf, (const guint8 *)"data: ", 6);
+		g_byte_array_append(rl->buf, (const guint8 *)text, (guint)strlen(text));
+		g_byte_array_append(rl->buf, (const guint8 *)"\n\n", 2);
+		free(text);
+	}
+	rl->committed = rl->buf->len;
+	rl->finished = true;
+	r->serve->counters.stream_errors++;
+	nw_request_wake_client(r);
+}
+
+static ssize_t
+read_relay(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct nw_request *r = cls;
+	struct nw_relay *rl = &r->relay;
+	size_t n = MIN(unsent(rl), max);
+
+	if (rl->abort || r->client_gone)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (n > 0) {
+		memcpy(buf, rl->buf->data + rl->sent, n);
+		rl->sent += n;
+		if (rl->sent == rl->buf->len) {
+			/* Everything went out: start over at the front. */
+			g_byte_array_set_size(rl->buf, 0);
+			rl->sent = rl->committed = 0;
+		}
+		if (rl->paused && unsent(rl) <= RELAY_BACKLOG_MAX / 2) {
+			/* The client drains: let the engine go on (C7: curl may hand
+			 * over bytes right here). */
+			rl->paused = false;
+			r->stall_until_us = -1;
+			/* A paused engine is silent through no fault of its own. */
+			if (r->last_chunk_us >= 0)
+				r->last_chunk_us = g_get_monotonic_time();
+			if (r->leg.call != NULL)
+				nw_upstream_unpause(r->leg.call);
+		}
+		return (ssize_t)n;
+	}
+	if (rl->finished)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	/* M1: never return 0 without suspending. */
+	nw_request_suspend(r);
+	return 0;
+}
+
+static void
+free_relay_ref(void *cls)
+{
+	nw_request_unref(cls);
+}
+
+struct MHD_Response *
+nw_relay_response(struct nw_request *r)
+{
+	struct MHD_Response *resp;
+
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_relay, r,
+	                                         free_relay_ref);
+	if (resp == NULL)
+		return NULL;
+	r->refs++;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	MHD_add_response_header(resp, "X-Request-Id", r->id);
+	return resp;
+}
+
+/* Its socket is full, so MHD would not call the reader again to learn of
+ * it: shut the socket, and MHD closes the connection. */
+void
+nw_relay_close_client(struct nw_request *r)
+{
+	const union MHD_ConnectionInfo *info;
+
+	if (r->conn == NULL)
+		return;
+	info = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (info != NULL)
+		shutdown(info->connect_fd, SHUT_RDWR);
+	r->relay.abort = true;
+	nw_request_wake_client(r);
+}

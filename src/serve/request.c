@@ -1,0 +1,662 @@
+/*
+ * One request's lifecycle around its phases (phases.c): creation at the
+ * headers, the body, the answer, the one timer, failure with retry before
+ * visible output, and the release of every reservation on every exit path.
+ */
+#include "build-config.h"
+
+#include <math.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/log.h"
+#include "serve/request.h"
+
+/* --- creation and release ------------------------------------------ */
+
+static void on_timer(void *data);
+
+static void
+on_admitted(void *data)
+{
+	struct nw_request *r = data;
+
+	r->wake |= NW_WAKE_ADMITTED;
+	nw_timer_set(r->serve->timers, &r->timer, 0);
+}
+
+static void
+on_kicked(void *data)
+{
+	struct nw_request *r = data;
+
+	r->wake |= NW_WAKE_KICK;
+	nw_timer_set(r->serve->timers, &r->timer, 0);
+}
+
+struct nw_request *
+nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route)
+{
+	struct nw_request *r = g_new0(struct nw_request, 1);
+	const char *given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+
+	r->serve = s;
+	r->conn = conn;
+	r->refs = 1;
+	r->route = route;
+	r->state = NW_REQ_READING;
+	nw_request_id_choose(s->rng, given, r->id);
+	r->arrival_us = g_get_monotonic_time();
+	r->deadline_us = r->arrival_us + (int64_t)(s->cfg->serving.request_timeout_s * 1e6);
+	r->body_in = g_string_new(NULL);
+	r->excluded = g_new0(uint8_t, MAX(s->fleet->view.n_engines, 1));
+	r->queued_on = r->prefill_engine = r->decode_engine = -1;
+	r->handoff_until_us = -1;
+	r->ft_until_us = -1;
+	r->last_chunk_us = -1;
+	r->stall_until_us = -1;
+	r->gap_us = (int64_t)(s->cfg->engine.decode_read_timeout_s * 1e6);
+	nw_waiter_init(&r->admit_wait, on_admitted, r);
+	nw_waiter_init(&r->phase_wait, on_kicked, r);
+	nw_waiter_init(&r->leg.pool_wait, NULL, r);
+	nw_timer_init(&r->timer, on_timer, r);
+	r->link.data = r;
+	g_queue_push_tail_link(&s->requests, &r->link);
+	s->retained++;
+	/* The body read is bounded by the request deadline too. */
+	nw_request_rearm(r);
+	return r;
+}
+
+static void
+request_free(struct nw_request *r)
+{
+	nw_timer_cancel(r->serve->timers, &r->timer);
+	nw_client_request_clear(&r->parsed);
+	g_string_free(r->body_in, TRUE);
+	if (r->leg.collected)
+		g_string_free(r->leg.collected, TRUE);
+	nw_relay_clear(&r->relay);
+	json_decref(r->handoff);
+	free(r->resp_body);
+	g_free(r->excluded);
+	g_free(r);
+}
+
+void
+nw_request_unref(struct nw_request *r)
+{
+	if (--r->refs == 0)
+		request_free(r);
+}
+
+/* Give back what one attempt holds: the leg, phase slots and lines, the
+ * handoff. The admission reservation stays (spec 4.2: retries keep it). */
+void
+nw_request_release_attempt(struct nw_request *r)
+{
+	nw_leg_release(r);
+	nw_phase_leave_line(r);
+	nw_phase_unqueue(r);
+	if (r->prefill_engine >= 0)
+		nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
+	if (r->decode_engine >= 0)
+		nw_phase_release_slot(r, NARWHAL_PHASE_DECODE);
+	json_decref(r->handoff);
+	r->handoff = NULL;
+	r->have_prefill = false;
+	r->handoff_until_us = -1;
+	r->ft_until_us = -1;
+	r->last_chunk_us = -1;
+	r->stall_until_us = -1;
+	r->phase = NW_PT_NONE;
+	r->wake &= ~(unsigned)(NW_WAKE_KICK | NW_WAKE_POOL);
+}
+
+/* Everything: the attempt, the admission unit or queue place. */
+static void
+release_all(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	const struct narwhal_admission_ops *ops = &s->admission->plugin->ops.admission;
+
+	nw_request_release_attempt(r);
+	nw_resource_leave(&s->admitted, &r->admit_wait);
+	if (r->admit_wait.granted) {
+		r->admit_wait.granted = false;
+		r->admitted = true;
+	}
+	if (r->admitted) {
+		r->admitted = false;
+		nw_resource_release(&s->admitted);
+		if (ops->finished != NULL)
+			ops->finished(s->admission->ctx, r->id, r->ok);
+	}
+	r->wake = 0;
+	nw_timer_cancel(s->timers, &r->timer);
+}
+
+/* --- the timer ----------------------------------------------------- */
+
+static int64_t
+earliest(int64_t a, int64_t b)
+{
+	if (a < 0)
+		return b;
+	if (b < 0)
+		return a;
+	return MIN(a, b);
+}
+
+void
+nw_request_rearm(struct nw_request *r)
+{
+	int64_t when = -1;
+
+	if (r->finished) {
+		nw_timer_cancel(r->serve->timers, &r->timer);
+		return;
+	}
+	when = r->deadline_us;
+	if (r->wake != 0)
+		when = 0;
+	if (r->phase != NW_PT_NONE)
+		when = earliest(when, r->phase_until_us);
+	when = earliest(when, r->handoff_until_us);
+	when = earliest(when, r->ft_until_us);
+	when = earliest(when, r->stall_until_us);
+	/* The gap limit is lazy: chunks only move last_chunk_us, and an early
+	 * wake-up re-arms. */
+	if (r->last_chunk_us >= 0 && r->gap_us > 0)
+		when = earliest(when, r->last_chunk_us + r->gap_us);
+	nw_timer_set(r->serve->timers, &r->timer, when);
+}
+
+static void
+on_wake(struct nw_request *r, unsigned wake)
+{
+	if ((wake & NW_WAKE_ADMITTED) && r->admit_wait.granted && r->state == NW_REQ_QUEUED) {
+		r->admit_wait.granted = false;
+		r->admitted = true;
+		r->phase = NW_PT_NONE;
+		r->serve->counters.admitted++;
+		nw_phase_begin_attempt(r);
+	}
+	if (r->finished)
+		return;
+	if (wake & NW_WAKE_POOL)
+		nw_leg_pool_granted(r);
+	if (r->finished)
+		return;
+	if ((wake & NW_WAKE_KICK) && r->state == NW_REQ_PLACING)
+		nw_phase_place(r, r->placing);
+}
+
+static void
+on_phase_expired(struct nw_request *r)
+{
+	struct nw_serve *s = r->serve;
+	nw_phase_timer phase = r->phase;
+
+	r->phase = NW_PT_NONE;
+	switch (phase) {
+	case NW_PT_NONE:
+		break;
+	case NW_PT_TOKENIZE:
+		nw_leg_release(r);
+		nw_phase_size_by_chars(r);
+		break;
+	case NW_PT_QUEUE:
+		s->counters.queue_timeouts++;
+		nw_request_refuse(r, 429, "queue_timeout", s->cfg->serving.queue_timeout_s,
+		                  "the request waited serving.queue_timeout_s for admission: the "
+		                  "fleet is saturated, retry later");
+		break;
+	case NW_PT_POOL:
+		s->counters.pool_starvation++;
+		nw_request_fail(r, NW_FAIL_POOL, 0, "no engine connection came free within "
+		                "engine.pool_timeout_s");
+		break;
+	case NW_PT_PREFILL:
+		s->counters.prefill_timeouts++;
+		nw_request_fail(r, NW_FAIL_PREFILL_TIMEOUT, 0, "the prefill leg took longer than "
+		                "serving.prefill_timeout_s");
+		break;
+	case NW_PT_BACKOFF:
+		nw_phase_begin_attempt(r);
+		break;
+	}
+}
+
+static void
+on_timer(void *data)
+{
+	struct nw_request *r = data;
+	struct nw_serve *s = r->serve;
+	int64_t now = g_get_monotonic_time();
+	unsigned wake = r->wake;
+
+	if (r->finished)
+		return;
+	r->wake = 0;
+	if (wake != 0)
+		on_wake(r, wake);
+	if (r->finished)
+		return;
+	if (now >= r->deadline_us) {
+		s->counters.deadline_expired++;
+		nw_request_fail(r, NW_FAIL_DEADLINE, 0, "the request took longer than "
+		                "serving.request_timeout_s");
+		return;
+	}
+	if (r->handoff_until_us >= 0 && now >= r->handoff_until_us) {
+		s->counters.handoff_expired++;
+		nw_request_fail(r, NW_FAIL_HANDOFF, 0, "the KV handoff outlived "
+		                "serving.handoff_timeout_s before its decode leg started");
+		return;
+	}
+	if (r->ft_until_us >= 0 && now >= r->ft_until_us) {
+		s->counters.first_token_timeouts++;
+		nw_request_fail(r, NW_FAIL_FIRST_TOKEN, 0, "no token within "
+		                "engine.first_token_timeout_s of starting the decode leg");
+		return;
+	}
+	if (r->phase != NW_PT_NONE && now >= r->phase_until_us) {
+		on_phase_expired(r);
+		if (r->finished)
+			return;
+	}
+	if (r->stall_until_us >= 0 && now >= r->stall_until_us) {
+		s->counters.backpressure_closes++;
+		nw_log(NARWHAL_LOG_WARNING, "client_backpressure", "request_id", r->id, NULL);
+		r->client_gone = true;
+		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client stopped reading");
+		nw_relay_close_client(r);
+		return;
+	}
+	if (r->last_chunk_us >= 0 && r->gap_us > 0 && now >= r->last_chunk_us + r->gap_us) {
+		s->counters.read_gap_timeouts++;
+		nw_request_fail(r, NW_FAIL_READ_GAP, 0, "the engine's stream was silent for "
+		                "engine.decode_read_timeout_s");
+		return;
+	}
+	nw_request_rearm(r);
+}
+
+/* --- answers ------------------------------------------------------- */
+
+void
+nw_request_wake_client(struct nw_request *r)
+{
+	if (r->suspended && r->conn != NULL) {
+		r->suspended = false;
+		nw_http_server_resume(r->serve->http, r->conn);
+	}
+}
+
+static void
+on_hangup(void *data)
+{
+	struct nw_request *r = data;
+
+	/* The server stopped watching; resuming is ours to do. */
+	if (!r->client_gone) {
+		r->client_gone = true;
+		r->serve->counters.client_disconnects++;
+		nw_log(NARWHAL_LOG_INFO, "client_disconnected", "request_id", r->id, NULL);
+	}
+	r->relay.abort = true;
+	nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client left");
+	nw_request_wake_client(r);
+}
+
+void
+nw_request_suspend(struct nw_request *r)
+{
+	r->suspended = true;
+	nw_http_server_suspend(r->serve->http, r->conn, on_hangup, r);
+}
+
+/* The final answer of a request that is not a stream (takes body). */
+static void
+answer(struct nw_request *r, unsigned status, char *body)
+{
+	free(r->resp_body);
+	r->resp_status = status;
+	r->resp_body = body;
+	r->resp_len = body ? strlen(body) : 0;
+	r->state = NW_REQ_RESPONDING;
+	nw_request_wake_client(r);
+}
+
+void
+nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
+                        const char *code, const char *param, const char *message)
+{
+	json_t *body = nw_http_error_body(type, code, param, message);
+
+	answer(r, status, json_dumps(body, JSON_COMPACT));
+	json_decref(body);
+}
+
+void
+nw_request_answer_body(struct nw_request *r, GString *engine_body)
+{
+	size_t len = engine_body->len;
+
+	answer(r, 200, g_string_free(engine_body, FALSE));
+	r->resp_len = len;
+}
+
+/* A refusal: 429 (or 400) with Retry-After in whole seconds, at least 1. */
+void
+nw_request_refuse(struct nw_request *r, unsigned status, const char *code, double retry_after_s,
+                  const char *message)
+{
+	double secs = ceil(isfinite(retry_after_s) ? retry_after_s : 1.0);
+
+	if (status == 429)
+		g_snprintf(r->retry_after, sizeof r->retry_after, "%.0f", MAX(1.0, MIN(secs, 86400.0)));
+	nw_request_finish(r, false);
+	nw_request_answer_error(r, status, "invalid_request_error", code, NULL, message);
+}
+
+static enum MHD_Result
+queue_answer(struct nw_request *r)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	unsigned status = 200;
+
+	if (r->stream_committed) {
+		resp = nw_relay_response(r);
+	} else {
+		if (r->resp_body == NULL) {
+			json_t *b = nw_http_error_body("server_error", "internal_error", NULL,
+			                               "the request ended without an answer");
+			r->resp_body = json_dumps(b, JSON_COMPACT);
+			r->resp_len = strlen(r->resp_body);
+			r->resp_status = 500;
+			json_decref(b);
+		}
+		status = r->resp_status;
+		resp = MHD_create_response_from_buffer(r->resp_len, r->resp_body,
+		                                       MHD_RESPMEM_MUST_FREE);
+		if (resp != NULL)
+			r->resp_body = NULL;
+		else
+			return MHD_NO;
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+		MHD_add_response_header(resp, "X-Request-Id", r->id);
+		if (r->retry_after[0] != '\0')
+			MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, r->retry_after);
+	}
+	if (resp == NULL)
+		return MHD_NO;
+	if (nw_log_enabled(NARWHAL_LOG_DEBUG)) {
+		char st[8];
+
+		g_snprintf(st, sizeof st, "%u", status);
+		nw_log(NARWHAL_LOG_DEBUG, "request_answer", "request_id", r->id, "status", st, NULL);
+	}
+	ret = MHD_queue_response(r->conn, status, resp);
+	MHD_destroy_response(resp);
+	r->response_queued = true;
+	return ret;
+}
+
+/* --- outcome, failure, retry ---------------------------------------- */
+
+void
+nw_request_finish(struct nw_request *r, bool ok)
+{
+	struct nw_serve *s = r->serve;
+
+	if (r->finished)
+		return;
+	r->ok = ok;
+	if (ok) {
+		s->counters.requests_ok++;
+		nw_retry_budget_success(&s->budget);
+	} else {
+		s->counters.requests_failed++;
+	}
+	release_all(r);
+	r->finished = true;
+	r->state = NW_REQ_DONE;
+}
+
+static bool
+retryable(nw_fail_kind kind)
+{
+	switch (kind) {
+	case NW_FAIL_TRANSPORT:
+	case NW_FAIL_STATUS:
+	case NW_FAIL_BAD_RESPONSE:
+	case NW_FAIL_PREFILL_TIMEOUT:
+	case NW_FAIL_FIRST_TOKEN:
+	case NW_FAIL_HANDOFF:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The client's status, type and code for a failure. */
+static void
+failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const char **type,
+               const char **code)
+{
+	*type = "server_error";
+	switch (kind) {
+	case NW_FAIL_TRANSPORT: *status = 502; *code = "engine_unreachable"; break;
+	case NW_FAIL_STATUS: *status = 502; *code = "engine_error"; break;
+	case NW_FAIL_PERMANENT:
+		if (engine_status >= 400 && engine_status < 500) {
+			*status = (unsigned)engine_status;
+			*type = "invalid_request_error";
+			*code = "engine_rejected";
+		} else {
+			*status = 502;
+			*code = "engine_error";
+		}
+		break;
+	case NW_FAIL_CONTEXT:
+		*status = 400;
+		*type = "invalid_request_error";
+		*code = "context_length_exceeded";
+		break;
+	case NW_FAIL_BAD_RESPONSE: *status = 502; *code = "engine_bad_response"; break;
+	case NW_FAIL_TOO_LARGE: *status = 502; *code = "response_too_large"; break;
+	case NW_FAIL_PREFILL_TIMEOUT: *status = 504; *code = "prefill_timeout"; break;
+	case NW_FAIL_FIRST_TOKEN: *status = 504; *code = "first_token_timeout"; break;
+	case NW_FAIL_READ_GAP: *status = 504; *code = "read_timeout"; break;
+	case NW_FAIL_HANDOFF: *status = 504; *code = "handoff_expired"; break;
+	case NW_FAIL_DEADLINE: *status = 504; *code = "expired"; break;
+	case NW_FAIL_POOL: *status = 503; *code = "pool_exhausted"; break;
+	case NW_FAIL_NO_ENGINE: *status = 503; *code = "no_engine"; break;
+	case NW_FAIL_SHUTDOWN: *status = 503; *code = "shutting_down"; break;
+	case NW_FAIL_CLIENT:
+	case NW_FAIL_INTERNAL:
+	default: *status = 500; *code = "internal_error"; break;
+	}
+}
+
+/* The engine that a failure is blamed on, to exclude it next attempt. */
+static int32_t
+blamed_engine(const struct nw_request *r, nw_fail_kind kind)
+{
+	if (kind == NW_FAIL_HANDOFF || r->leg.kind == NW_LEG_NONE ||
+	    r->leg.kind == NW_LEG_TOKENIZE)
+		return -1;
+	return (int32_t)r->leg.engine;
+}
+
+static void
+retry(struct nw_request *r, int32_t blamed)
+{
+	struct nw_serve *s = r->serve;
+	const struct nw_config *cfg = s->cfg;
+	double backoff;
+	char attempt[16], wait[32];
+
+	nw_request_release_attempt(r);
+	if (blamed >= 0)
+		r->excluded[blamed] = 1;
+	r->attempt++;
+	s->counters.retries++;
+	backoff = nw_backoff_sample(s->rng, cfg->serving.retry_base_s, cfg->serving.retry_cap_s,
+	                            r->attempt - 1);
+	r->state = NW_REQ_BACKOFF;
+	r->phase = NW_PT_BACKOFF;
+	r->phase_until_us = g_get_monotonic_time() + (int64_t)(backoff * 1e6);
+	g_snprintf(attempt, sizeof attempt, "%u", r->attempt + 1);
+	g_snprintf(wait, sizeof wait, "%.3f", backoff);
+	nw_log(NARWHAL_LOG_INFO, "request_retry", "request_id", r->id, "attempt", attempt,
+	       "backoff_s", wait, "engine",
+	       blamed >= 0 ? s->cfg->fleet.engines[blamed].id : "", NULL);
+	nw_request_rearm(r);
+}
+
+void
+nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, const char *message)
+{
+	struct nw_serve *s = r->serve;
+	const char *type, *code;
+	unsigned status;
+	g_autofree char *text = NULL;
+
+	if (r->finished)
+		return;
+	if (kind == NW_FAIL_CLIENT) {
+		nw_request_finish(r, false);
+		return;
+	}
+	if (!r->stream_committed && retryable(kind) && r->attempt + 1 < s->cfg->serving.max_attempts &&
+	    !s->stopping) {
+		if (nw_retry_budget_take(&s->budget)) {
+			retry(r, blamed_engine(r, kind));
+			return;
+		}
+		s->counters.retry_budget_denied++;
+		text = g_strdup_printf("%s (not retried: the retry budget is spent)", message);
+		message = text;
+	}
+	failure_answer(kind, engine_status, &status, &type, &code);
+	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code", code,
+	       "message", message, NULL);
+	nw_request_finish(r, false);
+	if (!r->body_read) {
+		/* Still reading the body: MHD takes no answer now. Close. */
+		const union MHD_ConnectionInfo *info = r->conn == NULL ? NULL :
+			MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		if (info != NULL)
+			shutdown(info->connect_fd, SHUT_RDWR);
+		return;
+	}
+	if (r->stream_committed)
+		nw_relay_error(r, type, code, message);
+	else
+		nw_request_answer_error(r, status, type, code, NULL, message);
+}
+
+/* The engine's stream ended: with the terminator (ok) or with its own
+ * error event, which the client already has. */
+void
+nw_request_on_stream_end(struct nw_request *r, bool ok)
+{
+	if (ok) {
+		/* Success is settled when the leg's transfer completes; the
+		 * client's stream ends once drained. */
+		return;
+	}
+	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code",
+	       "engine_stream_error", "message", "the engine sent an error event", NULL);
+	r->serve->counters.stream_errors++;
+	nw_request_finish(r, false);
+	nw_request_wake_client(r);
+}
+
+void
+nw_request_commit_stream(struct nw_request *r)
+{
+	r->stream_committed = true;
+	nw_request_wake_client(r);
+}
+
+void
+nw_request_shutdown(struct nw_request *r)
+{
+	if (r->finished)
+		return;
+	r->serve->counters.shutdown_aborts++;
+	nw_request_fail(r, NW_FAIL_SHUTDOWN, 0, "Narwhal is shutting down");
+}
+
+/* --- the handler and MHD's completion -------------------------------- */
+
+enum MHD_Result
+nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_size)
+{
+	struct nw_serve *s = r->serve;
+
+	if (*upload_size > 0) {
+		size_t n = *upload_size;
+
+		*upload_size = 0;
+		if (r->state != NW_REQ_READING || r->finished)
+			return MHD_YES; /* already answered: discard */
+		if (r->body_in->len + n > s->cfg->serving.max_request_bytes) {
+			/* MHD takes no answer mid-body: stop reading and close. */
+			s->counters.too_large++;
+			nw_log(NARWHAL_LOG_INFO, "request_too_large", "request_id", r->id, NULL);
+			nw_request_finish(r, false);
+			return MHD_NO;
+		}
+		g_string_append_len(r->body_in, upload, (gssize)n);
+		return MHD_YES;
+	}
+	if (r->response_queued)
+		return MHD_YES;
+	if (r->state == NW_REQ_READING && !r->finished) {
+		r->body_read = true;
+		nw_phase_begin(r);
+	}
+	if (r->stream_committed || r->state == NW_REQ_RESPONDING || r->finished)
+		return queue_answer(r);
+	nw_request_suspend(r);
+	return MHD_YES;
+}
+
+void
+nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode why)
+{
+	struct nw_serve *s = r->serve;
+
+	if (nw_log_enabled(NARWHAL_LOG_DEBUG)) {
+		char code[8];
+
+		g_snprintf(code, sizeof code, "%d", (int)why);
+		nw_log(NARWHAL_LOG_DEBUG, "request_done", "request_id", r->id, "termination", code,
+		       "outcome", r->finished ? (r->ok ? "ok" : "failed") : "open", NULL);
+	}
+	/* A stream whose terminator went out is a success even if the
+	 * engine's transfer has not quite ended. */
+	if (!r->finished && r->relay.done && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		nw_request_finish(r, true);
+	if (!r->finished) {
+		if (!r->client_gone && why != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+			r->client_gone = true;
+			s->counters.client_disconnects++;
+			nw_log(NARWHAL_LOG_INFO, "client_disconnected", "request_id", r->id, NULL);
+		}
+		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client left");
+	}
+	release_all(r);
+	r->conn = NULL;
+	r->suspended = false;
+	g_queue_unlink(&s->requests, &r->link);
+	s->retained--;
+	nw_request_unref(r);
+}

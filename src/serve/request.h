@@ -1,0 +1,312 @@
+/*
+ * The serving context and one request's state machine, shared by the serve
+ * layer's modules (serve.c routes, request.c lifecycle, leg.c engine calls,
+ * relay.c client streams). Not a public interface: the daemon uses
+ * serve/serve.h.
+ *
+ *   READING -> SIZING -> [QUEUED] -> attempt k:
+ *       PLACING(prefill) -> PREFILL -> PLACING(decode) -> DECODE
+ *       (or PLACING(aggregate) -> DECODE with an aggregate leg)
+ *     -> BACKOFF -> attempt k+1 ...   (before visible output only)
+ *   -> RESPONDING -> DONE
+ *
+ * Every timer of a request (request deadline, queue, pool, prefill, first
+ * token, read gap, handoff, backoff, tokenise, wake-ups) is folded into its
+ * one heap timer, armed to the earliest.
+ */
+#ifndef NW_SERVE_REQUEST_H
+#define NW_SERVE_REQUEST_H
+
+#include <narwhal/plugin-abi.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "core/config.h"
+#include "core/host.h"
+#include "core/plugin-loader.h"
+#include "net/http-server.h"
+#include "net/sse.h"
+#include "net/upstream.h"
+#include "serve/counters.h"
+#include "serve/request-id.h"
+#include "serve/request-parse.h"
+#include "serve/retry.h"
+#include "serve/slots.h"
+#include "serve/timers.h"
+
+struct nw_request;
+
+/* One engine's dialect: the loaded plugin's ops and the instance. */
+struct nw_dialect {
+	const struct narwhal_dialect_ops *ops;
+	void *ctx;
+};
+
+struct nw_serve {
+	const struct nw_config *cfg;
+	struct nw_fleet *fleet;
+	struct nw_plugin_instance *admission;
+	struct nw_plugin_instance *placement;
+	struct nw_dialect *dialects;     /* one per engine (shared instances) */
+	struct nw_upstream *serving_pool;
+	struct nw_upstream *control_pool;
+	struct nw_http_server *http;
+	char **api_keys;                 /* NULL: no key needed */
+
+	struct nw_timers *timers;
+	GRand *rng;
+	struct nw_retry_budget budget;
+	struct nw_serve_counters counters;
+
+	uint32_t retained;               /* completion requests held (ceiling) */
+	uint32_t ceiling;                /* max_connections + queue_capacity */
+	struct nw_resource admitted;     /* admission ledger and its queue */
+	struct nw_resource pool;         /* serving-pool connections in use */
+	struct nw_wait_line prefill_line;/* waiting for a prefill slot */
+	struct nw_wait_line decode_line; /* waiting for a decode slot */
+	uint32_t *eligible;              /* placement scratch, one per engine */
+	uint32_t next_tokenize;          /* round robin over engines */
+	GQueue requests;                 /* every live request */
+	bool stopping;
+
+	/* The served model: fleet.model, or the first engine's. */
+	char *model;
+	int64_t max_model_len;           /* -1: unknown */
+	int64_t created;                 /* start time, Unix seconds */
+	struct nw_upstream_call *model_probe;
+	GString *model_probe_body;
+};
+
+typedef enum nw_req_state {
+	NW_REQ_READING,
+	NW_REQ_SIZING,
+	NW_REQ_QUEUED,
+	NW_REQ_PLACING,
+	NW_REQ_PREFILL,
+	NW_REQ_DECODE,
+	NW_REQ_BACKOFF,
+	NW_REQ_RESPONDING,
+	NW_REQ_DONE,
+} nw_req_state;
+
+/* Why a request or an attempt failed; decides retry and the answer. */
+typedef enum nw_fail_kind {
+	NW_FAIL_TRANSPORT,      /* no HTTP answer: connect, reset, cut */
+	NW_FAIL_STATUS,         /* a retryable engine status */
+	NW_FAIL_PERMANENT,      /* an engine error not worth retrying */
+	NW_FAIL_CONTEXT,        /* the prompt does not fit the model */
+	NW_FAIL_BAD_RESPONSE,   /* an engine answer Narwhal cannot read */
+	NW_FAIL_TOO_LARGE,      /* an engine answer above max_response_bytes */
+	NW_FAIL_PREFILL_TIMEOUT,
+	NW_FAIL_FIRST_TOKEN,
+	NW_FAIL_READ_GAP,
+	NW_FAIL_HANDOFF,
+	NW_FAIL_DEADLINE,
+	NW_FAIL_POOL,
+	NW_FAIL_NO_ENGINE,
+	NW_FAIL_SHUTDOWN,
+	NW_FAIL_CLIENT,         /* the client left or stopped reading: no answer */
+	NW_FAIL_INTERNAL,
+} nw_fail_kind;
+
+/* What the current engine leg is. */
+typedef enum nw_leg_kind {
+	NW_LEG_NONE,
+	NW_LEG_TOKENIZE,
+	NW_LEG_PREFILL,
+	NW_LEG_DECODE,
+	NW_LEG_AGGREGATE,
+} nw_leg_kind;
+
+/* The one engine call a request has at a time. */
+struct nw_leg {
+	nw_leg_kind kind;
+	uint32_t engine;
+	char *url;
+	char *body;
+	size_t body_len;
+	struct nw_upstream_call *call;
+	struct nw_waiter pool_wait;
+	bool holds_pool;        /* one serving-pool unit */
+	long status;            /* engine HTTP status, 0 until headers */
+	bool relaying;          /* a 2xx stream: bytes go to the relay */
+	GString *collected;     /* non-streamed or error body */
+	bool overflow;          /* collected hit its bound */
+	int64_t started_us;     /* the HTTP request went out */
+};
+
+/* The client side of a streamed answer. */
+struct nw_relay {
+	GByteArray *buf;        /* bytes for the client */
+	size_t sent;            /* buf[0, sent) already handed to MHD */
+	size_t committed;       /* buf[sent, committed): whole events to send */
+	struct nw_sse sse;
+	size_t chunk_base;      /* buf length before the chunk being framed */
+	bool first_token;
+	bool engine_error;      /* an in-band error event was relayed */
+	bool done;              /* the success terminator was relayed */
+	bool finished;          /* nothing more will be added */
+	bool abort;             /* close without the final chunk */
+	bool paused;            /* the engine leg waits for the client to drain */
+	int64_t usage_prompt, usage_completion;
+	uint32_t token_events;
+};
+
+/* Wake-up reasons recorded by callbacks that must not act themselves. */
+#define NW_WAKE_ADMITTED (1u << 0)
+#define NW_WAKE_POOL     (1u << 1)
+#define NW_WAKE_KICK     (1u << 2)
+
+typedef enum nw_phase_timer {
+	NW_PT_NONE,
+	NW_PT_TOKENIZE,
+	NW_PT_QUEUE,
+	NW_PT_POOL,
+	NW_PT_PREFILL,
+	NW_PT_BACKOFF,
+} nw_phase_timer;
+
+struct nw_request {
+	struct nw_serve *serve;
+	struct MHD_Connection *conn;  /* NULL once MHD is done with it */
+	GList link;                   /* in serve->requests */
+	unsigned refs;                /* MHD's, and a streamed response's */
+	nw_req_state state;
+	char id[NW_REQUEST_ID_MAX + 1];
+	narwhal_route route;
+
+	GString *body_in;
+	struct nw_client_request parsed;
+
+	int64_t arrival_us;
+	int64_t deadline_us;
+	uint64_t prompt_tokens;
+	bool prompt_tokens_exact;
+
+	/* Admission. */
+	struct nw_waiter admit_wait;
+	bool admitted;                /* holds a unit of serve->admitted */
+
+	/* Attempts and placement. */
+	unsigned attempt;             /* 0-based */
+	uint8_t *excluded;            /* per engine, for this request */
+	bool aggregate;               /* this attempt runs one aggregate leg */
+	narwhal_phase placing;        /* the phase being placed */
+	struct nw_waiter phase_wait;
+	struct nw_wait_line *phase_line; /* the line phase_wait is in, or NULL */
+	int32_t queued_on;            /* engine whose queued_prefill counts us, -1 */
+	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
+	int32_t decode_engine;        /* engine holding our decode slot, -1 */
+	json_t *handoff;
+	bool have_prefill;            /* the prefill leg answered */
+	int64_t handoff_until_us;     /* -1: no cap running */
+	int64_t ft_until_us;          /* first-token deadline, -1: none */
+
+	struct nw_leg leg;
+
+	/* Timers. */
+	struct nw_timer timer;
+	nw_phase_timer phase;
+	int64_t phase_until_us;
+	int64_t gap_us;               /* decode_read_timeout_s; 0: off */
+	int64_t last_chunk_us;        /* -1: gap limit not running */
+	int64_t stall_until_us;       /* a full relay must drain by then, -1: none */
+	unsigned wake;                /* NW_WAKE_* */
+
+	/* The client answer. */
+	bool body_read;               /* the whole body arrived */
+	bool stream_committed;        /* 200 queued for a stream */
+	bool response_queued;         /* MHD has our response */
+	bool suspended;               /* we suspended the connection */
+	bool client_gone;
+	bool finished;                /* the outcome is decided */
+	bool ok;
+	unsigned resp_status;
+	char *resp_body;              /* malloc'd (MHD frees it) */
+	size_t resp_len;
+	char retry_after[16];         /* Retry-After value, or "" */
+	struct nw_relay relay;
+	long last_engine_status;
+};
+
+/* --- request.c ----------------------------------------------------- */
+
+struct nw_request *nw_request_new(struct nw_serve *s, struct MHD_Connection *conn,
+                                  narwhal_route route);
+void nw_request_unref(struct nw_request *r);
+/* The access handler's calls after the headers (body chunks, the end of
+ * the body, calls after a resume). */
+enum MHD_Result nw_request_on_handler(struct nw_request *r, const char *upload,
+                                      size_t *upload_size);
+void nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode why);
+/* Stop: answer 503 (or end the stream with an error event). */
+void nw_request_shutdown(struct nw_request *r);
+
+/* For phases.c, leg.c and relay.c. */
+void nw_request_rearm(struct nw_request *r);
+void nw_request_suspend(struct nw_request *r);
+void nw_request_release_attempt(struct nw_request *r);
+/* Decide the outcome and give back every reservation (idempotent). */
+void nw_request_finish(struct nw_request *r, bool ok);
+void nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
+                             const char *code, const char *param, const char *message);
+/* A non-streamed success: the engine's body as it came (taken). */
+void nw_request_answer_body(struct nw_request *r, GString *engine_body);
+void nw_request_refuse(struct nw_request *r, unsigned status, const char *code,
+                       double retry_after_s, const char *message);
+void nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                     const char *message);
+void nw_request_wake_client(struct nw_request *r);
+void nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res);
+void nw_request_on_first_token(struct nw_request *r);
+void nw_request_on_stream_end(struct nw_request *r, bool ok);
+void nw_request_commit_stream(struct nw_request *r);
+
+/* --- phases.c ------------------------------------------------------ */
+
+/* The body is complete: parse, check, then size. */
+void nw_phase_begin(struct nw_request *r);
+void nw_phase_size_by_chars(struct nw_request *r);
+void nw_phase_begin_attempt(struct nw_request *r);
+void nw_phase_place(struct nw_request *r, narwhal_phase phase);
+void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
+void nw_phase_unqueue(struct nw_request *r);
+void nw_phase_leave_line(struct nw_request *r);
+
+/* --- leg.c ---------------------------------------------------------- */
+
+/* Start the leg described by r->leg (kind, engine) with a built call
+ * (body transfer full). Waits for a pool connection when needed. */
+void nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
+                  struct narwhal_http_call *call);
+/* The pool granted a connection (from the request's timer). */
+void nw_leg_pool_granted(struct nw_request *r);
+/* Cancel the call, give back the pool unit, forget the leg. */
+void nw_leg_release(struct nw_request *r);
+
+/* --- relay.c -------------------------------------------------------- */
+
+void nw_relay_init(struct nw_relay *rl, size_t max_event);
+void nw_relay_clear(struct nw_relay *rl);
+/* Engine bytes of a 2xx stream; false when the relay is full and the
+ * transfer must pause (curl hands the same bytes back later). */
+bool nw_relay_feed(struct nw_request *r, const char *bytes, size_t len);
+/* Drop a partial event, append an error event and finish. */
+void nw_relay_error(struct nw_request *r, const char *type, const char *code,
+                    const char *message);
+/* The MHD response that reads the relay (the request gets a ref). */
+struct MHD_Response *nw_relay_response(struct nw_request *r);
+/* Close a client that stopped reading, at once. */
+void nw_relay_close_client(struct nw_request *r);
+
+/* --- serve.c -------------------------------------------------------- */
+
+void nw_serve_forget(struct nw_serve *s, struct nw_request *r);
+const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);
+
+#endif /* NW_SERVE_REQUEST_H */

@@ -1,0 +1,420 @@
+/*
+ * The serving context and the client routes: what is refused before any
+ * body is read (method, API key, the connection ceiling, a declared body
+ * above serving.max_request_bytes), GET /v1/models, and the hand-off of
+ * completion requests to their state machine (request.c).
+ */
+#include "build-config.h"
+
+#include "serve/serve.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gio/gio.h>
+
+#include "core/log.h"
+#include "serve/request.h"
+
+#define PATH_COMPLETIONS "/v1/completions"
+#define PATH_CHAT "/v1/chat/completions"
+#define PATH_MODELS "/v1/models"
+
+struct nw_serve *
+nw_serve_new(const struct nw_serve_options *o)
+{
+	struct nw_serve *s = g_new0(struct nw_serve, 1);
+	const struct nw_config *cfg = o->cfg;
+	uint32_t n = o->fleet->view.n_engines;
+
+	s->cfg = cfg;
+	s->fleet = o->fleet;
+	s->admission = o->admission;
+	s->placement = o->placement;
+	s->serving_pool = o->serving_pool;
+	s->control_pool = o->control_pool;
+	s->api_keys = o->api_keys ? g_strdupv(o->api_keys) : NULL;
+	s->dialects = g_new0(struct nw_dialect, MAX(n, 1));
+	for (uint32_t i = 0; i < n; i++) {
+		s->dialects[i].ops = &o->dialects[i]->plugin->ops.dialect;
+		s->dialects[i].ctx = o->dialects[i]->ctx;
+	}
+	s->timers = nw_timers_new(true);
+	s->rng = g_rand_new();
+	nw_retry_budget_init(&s->budget, cfg->serving.retry_budget, cfg->serving.retry_replenish);
+	s->ceiling = cfg->serving.max_connections + cfg->serving.queue_capacity;
+	nw_resource_init(&s->admitted, nw_config_admission_limit(cfg), cfg->serving.queue_capacity);
+	nw_resource_init(&s->pool, cfg->serving.max_connections, UINT32_MAX);
+	nw_wait_line_init(&s->prefill_line);
+	nw_wait_line_init(&s->decode_line);
+	s->eligible = g_new0(uint32_t, MAX(n, 1));
+	g_queue_init(&s->requests);
+	s->model = g_strdup(cfg->fleet.model);
+	s->max_model_len = -1;
+	s->created = g_get_real_time() / G_USEC_PER_SEC;
+	return s;
+}
+
+void
+nw_serve_set_http(struct nw_serve *s, struct nw_http_server *http)
+{
+	s->http = http;
+}
+
+void
+nw_serve_free(struct nw_serve *s)
+{
+	if (s == NULL)
+		return;
+	if (s->model_probe != NULL)
+		nw_upstream_cancel(s->model_probe);
+	if (s->model_probe_body != NULL)
+		g_string_free(s->model_probe_body, TRUE);
+	nw_timers_free(s->timers);
+	g_rand_free(s->rng);
+	g_free(s->eligible);
+	g_free(s->dialects);
+	g_strfreev(s->api_keys);
+	g_free(s->model);
+	g_free(s);
+}
+
+const struct nw_dialect *
+nw_serve_dialect(const struct nw_serve *s, uint32_t engine)
+{
+	return &s->dialects[engine];
+}
+
+unsigned
+nw_serve_retained(const struct nw_serve *s)
+{
+	return s->retained;
+}
+
+json_t *
+nw_serve_counters_to_json(const struct nw_serve *s)
+{
+	json_t *o = nw_serve_counters_json(&s->counters);
+
+	json_object_set_new(o, "retained", json_integer(s->retained));
+	json_object_set_new(o, "admitted_now", json_integer(s->admitted.in_use));
+	json_object_set_new(o, "queued_now", json_integer(nw_resource_waiting(&s->admitted)));
+	json_object_set_new(o, "retry_credits", json_real(s->budget.credits));
+	return o;
+}
+
+/* --- API keys -------------------------------------------------------- */
+
+char **
+nw_serve_read_api_keys(const char *env_name, GError **error)
+{
+	const char *value = g_getenv(env_name);
+	GPtrArray *keys;
+	g_auto(GStrv) parts = NULL;
+
+	if (value == NULL) {
+		g_set_error(error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND,
+		            "server.api_keys_env: the environment variable %s is not set: export "
+		            "it with a comma-separated list of client keys", env_name);
+		return NULL;
+	}
+	keys = g_ptr_array_new();
+	parts = g_strsplit(value, ",", -1);
+	for (char **p = parts; *p; p++) {
+		char *k = g_strstrip(g_strdup(*p));
+
+		if (*k == '\0')
+			g_free(k);
+		else
+			g_ptr_array_add(keys, k);
+	}
+	if (keys->len == 0) {
+		g_ptr_array_free(keys, TRUE);
+		g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+		            "server.api_keys_env: the environment variable %s holds no key: give a "
+		            "comma-separated list of client keys", env_name);
+		return NULL;
+	}
+	g_ptr_array_add(keys, NULL);
+	return (char **)g_ptr_array_free(keys, FALSE);
+}
+
+/* Equal strings, in time that depends only on the lengths. */
+static bool
+same_secret(const char *a, size_t alen, const char *b)
+{
+	size_t blen = strlen(b);
+	unsigned char diff = alen != blen;
+
+	for (size_t i = 0; i < blen; i++)
+		diff |= (unsigned char)(b[i] ^ (i < alen ? a[i] : 0));
+	return diff == 0;
+}
+
+bool
+nw_serve_key_ok(char *const *keys, const char *authorization)
+{
+	const char *given;
+	bool ok = false;
+
+	if (authorization == NULL || g_ascii_strncasecmp(authorization, "Bearer ", 7) != 0)
+		return false;
+	given = authorization + 7;
+	while (*given == ' ')
+		given++;
+	/* Every key is compared, so the time says nothing of which matched. */
+	for (char *const *k = keys; *k; k++)
+		ok |= same_secret(given, strlen(given), *k);
+	return ok;
+}
+
+/* --- early answers ---------------------------------------------------- */
+
+static enum MHD_Result
+respond(struct MHD_Connection *conn, const struct nw_client_error *err, const char *request_id,
+        const char *allow, const char *retry_after)
+{
+	json_t *body = nw_http_error_body(err->type, err->code, err->param[0] ? err->param : NULL,
+	                                  err->message);
+	char *text = json_dumps(body, JSON_COMPACT);
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	json_decref(body);
+	if (text == NULL)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	if (resp == NULL) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (request_id != NULL)
+		MHD_add_response_header(resp, "X-Request-Id", request_id);
+	if (allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (retry_after != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+	if (err->status == 401)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	ret = MHD_queue_response(conn, err->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+bool
+nw_serve_owns(const char *url)
+{
+	return strcmp(url, PATH_COMPLETIONS) == 0 || strcmp(url, PATH_CHAT) == 0 ||
+	       strcmp(url, PATH_MODELS) == 0;
+}
+
+enum MHD_Result
+nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
+                  const char *method)
+{
+	struct nw_client_error err;
+
+	s->counters.requests_other++;
+	nw_client_error_no_route(&err, method, url);
+	return respond(conn, &err, NULL, NULL, NULL);
+}
+
+static enum MHD_Result
+method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
+                   const char *method, const char *allow)
+{
+	struct nw_client_error err;
+
+	s->counters.requests_other++;
+	nw_client_error_method_not_allowed(&err, method, url, allow);
+	return respond(conn, &err, NULL, allow, NULL);
+}
+
+/* --- GET /v1/models ----------------------------------------------------- */
+
+static enum MHD_Result
+route_models(struct nw_serve *s, struct MHD_Connection *conn)
+{
+	json_t *model = json_pack("{s:s?, s:s, s:I, s:s}", "id", s->model, "object", "model",
+	                          "created", (json_int_t)s->created, "owned_by", "narwhal");
+	json_t *body;
+	enum MHD_Result ret;
+
+	s->counters.requests_models++;
+	if (s->max_model_len > 0)
+		json_object_set_new(model, "max_model_len", json_integer(s->max_model_len));
+	body = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
+	if (s->model == NULL) /* not known yet: the list is empty */
+		json_array_clear(json_object_get(body, "data"));
+	ret = nw_http_respond_json(conn, MHD_HTTP_OK, body);
+	json_decref(body);
+	return ret;
+}
+
+static bool
+probe_data(void *data, const char *bytes, size_t len)
+{
+	struct nw_serve *s = data;
+
+	if (s->model_probe_body->len + len <= (1u << 20))
+		g_string_append_len(s->model_probe_body, bytes, (gssize)len);
+	return true;
+}
+
+static void
+probe_done(void *data, const struct nw_upstream_result *res)
+{
+	struct nw_serve *s = data;
+	json_t *doc = NULL, *first;
+
+	s->model_probe = NULL;
+	if (res->code == CURLE_OK && res->status == 200)
+		doc = json_loadb(s->model_probe_body->str, s->model_probe_body->len, 0, NULL);
+	first = json_array_get(json_object_get(doc, "data"), 0);
+	if (json_is_string(json_object_get(first, "id"))) {
+		const json_t *len = json_object_get(first, "max_model_len");
+
+		if (s->model == NULL)
+			s->model = g_strdup(json_string_value(json_object_get(first, "id")));
+		if (json_is_integer(len))
+			s->max_model_len = json_integer_value(len);
+		nw_log(NARWHAL_LOG_INFO, "model_discovered", "model", s->model, "engine",
+		       s->cfg->fleet.engines[0].id, NULL);
+	} else {
+		nw_log(NARWHAL_LOG_WARNING, "model_probe_failed", "engine", s->cfg->fleet.engines[0].id,
+		       "error", res->error ? res->error : "no model in the answer", NULL);
+	}
+	json_decref(doc);
+	g_string_free(s->model_probe_body, TRUE);
+	s->model_probe_body = NULL;
+}
+
+void
+nw_serve_probe_model(struct nw_serve *s)
+{
+	static const struct nw_upstream_handlers handlers = {
+		.on_data = probe_data,
+		.on_done = probe_done,
+	};
+	g_autofree char *url = NULL;
+	struct nw_upstream_request req = { .method = "GET" };
+
+	if (s->cfg->fleet.n_engines == 0 || s->model_probe != NULL)
+		return;
+	url = g_strconcat(s->cfg->fleet.engines[0].url, PATH_MODELS, NULL);
+	req.url = url;
+	req.connect_timeout_ms = (long)(s->cfg->engine.connect_timeout_s * 1000);
+	req.timeout_ms = (long)(s->cfg->engine.health_timeout_s * 1000);
+	s->model_probe_body = g_string_new(NULL);
+	s->model_probe = nw_upstream_start(s->control_pool, &req, &handlers, s);
+	if (s->model_probe == NULL) {
+		g_string_free(s->model_probe_body, TRUE);
+		s->model_probe_body = NULL;
+	}
+}
+
+/* --- completions -------------------------------------------------------- */
+
+static enum MHD_Result
+first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
+           const char *url, const char *method, void **request)
+{
+	struct nw_client_error err;
+	const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                              MHD_HTTP_HEADER_CONTENT_LENGTH);
+	char id[NW_REQUEST_ID_MAX + 1];
+
+	if (route == NARWHAL_ROUTE_COMPLETIONS)
+		s->counters.requests_completions++;
+	else
+		s->counters.requests_chat++;
+	if (strcmp(method, "POST") != 0)
+		return method_not_allowed(s, conn, url, method, "POST");
+	nw_request_id_choose(s->rng, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                         "X-Request-Id"), id);
+	/* Before any engine work, and before the body is read. */
+	if (s->api_keys != NULL &&
+	    !nw_serve_key_ok(s->api_keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                              "Authorization"))) {
+		s->counters.unauthorized++;
+		nw_client_error_set(&err, 401, "invalid_api_key", NULL,
+		                    "a valid API key is required: send Authorization: Bearer <key>");
+		return respond(conn, &err, id, NULL, NULL);
+	}
+	/* Spec 4.2: the ceiling answers before the body is parsed; the
+	 * request is an unsized offer. */
+	if (s->retained >= s->ceiling || s->stopping) {
+		s->counters.ceiling_refusals++;
+		if (s->stopping)
+			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
+		else
+			nw_client_error_set(&err, 429, "too_many_requests", NULL,
+			                    "Narwhal holds as many requests as it serves and queues "
+			                    "(serving.max_connections + serving.queue_capacity): retry "
+			                    "later");
+		return respond(conn, &err, id, NULL, "1");
+	}
+	if (len != NULL) {
+		char *end;
+		guint64 n;
+
+		errno = 0;
+		n = g_ascii_strtoull(len, &end, 10);
+		if (errno == 0 && end != len && n > s->cfg->serving.max_request_bytes) {
+			s->counters.too_large++;
+			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
+			return respond(conn, &err, id, NULL, NULL);
+		}
+	}
+	*request = nw_request_new(s, conn, route);
+	g_strlcpy(((struct nw_request *)*request)->id, id, sizeof id);
+	return MHD_YES;
+}
+
+enum MHD_Result
+nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
+                const char *method, const char *upload, size_t *upload_size, void **request)
+{
+	narwhal_route route;
+
+	if (*request != NULL)
+		return nw_request_on_handler(*request, upload, upload_size);
+	if (strcmp(url, PATH_MODELS) == 0) {
+		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+			return method_not_allowed(s, conn, url, method, "GET, HEAD");
+		return route_models(s, conn);
+	}
+	if (!nw_request_route_for_path(url, &route))
+		return nw_serve_no_route(s, conn, url, method);
+	return first_call(s, conn, route, url, method, request);
+}
+
+void
+nw_serve_completed(struct nw_serve *s, void **request, enum MHD_RequestTerminationCode why)
+{
+	struct nw_request *r = *request;
+
+	if (r == NULL)
+		return;
+	*request = NULL;
+	nw_request_on_completed(r, why);
+}
+
+unsigned
+nw_serve_shutdown(struct nw_serve *s)
+{
+	GList *l, *next;
+
+	s->stopping = true;
+	for (l = s->requests.head; l != NULL; l = next) {
+		next = l->next;
+		nw_request_shutdown(l->data);
+	}
+	if (s->model_probe != NULL) {
+		nw_upstream_cancel(s->model_probe);
+		s->model_probe = NULL;
+	}
+	return s->retained;
+}

@@ -1,0 +1,74 @@
+/*
+ * The data plane as the daemon sees it: the client routes
+ * (POST /v1/completions, POST /v1/chat/completions, GET /v1/models), each
+ * completion request's lifecycle on the engines, and the counters.
+ * Everything runs on the daemon's one loop.
+ */
+#ifndef NW_SERVE_SERVE_H
+#define NW_SERVE_SERVE_H
+
+#include <stdbool.h>
+
+#include <glib.h>
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "core/config.h"
+#include "core/host.h"
+#include "core/plugin-loader.h"
+#include "net/http-server.h"
+#include "net/upstream.h"
+
+struct nw_serve;
+
+struct nw_serve_options {
+	const struct nw_config *cfg;               /* borrowed, outlives the serve */
+	struct nw_fleet *fleet;                    /* borrowed: engine views kept current */
+	struct nw_plugin_instance *admission;      /* borrowed */
+	struct nw_plugin_instance *placement;      /* borrowed */
+	struct nw_plugin_instance **dialects;      /* one per engine, borrowed */
+	struct nw_upstream *serving_pool;          /* data-plane engine calls */
+	struct nw_upstream *control_pool;          /* the model probe */
+	char **api_keys;                           /* NULL-terminated, copied; NULL: open */
+};
+
+struct nw_serve *nw_serve_new(const struct nw_serve_options *opts);
+/* The client server, once it exists (its handler needs the serve first). */
+void nw_serve_set_http(struct nw_serve *s, struct nw_http_server *http);
+/* Ask the first engine for its model (GET /v1/models, control pool). */
+void nw_serve_probe_model(struct nw_serve *s);
+
+/* Whether a path belongs to the data plane. */
+bool nw_serve_owns(const char *url);
+/* MHD's access handler for the data plane's paths. */
+enum MHD_Result nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
+                                const char *method, const char *upload, size_t *upload_size,
+                                void **request);
+/* MHD's completion callback (request may be NULL). */
+void nw_serve_completed(struct nw_serve *s, void **request, enum MHD_RequestTerminationCode why);
+
+/* Answer 404/405 for a path nobody serves. */
+enum MHD_Result nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *conn,
+                                  const char *url, const char *method);
+
+/* Stop: every request in flight is answered 503, or its stream ends with
+ * an error event, and its engine calls are cancelled. Returns the number
+ * of requests MHD still holds. */
+unsigned nw_serve_shutdown(struct nw_serve *s);
+unsigned nw_serve_retained(const struct nw_serve *s);
+
+/* {"name": count, ...} (transfer full). */
+json_t *nw_serve_counters_to_json(const struct nw_serve *s);
+
+/* Frees the context; call after the HTTP server has stopped. */
+void nw_serve_free(struct nw_serve *s);
+
+/* Read the comma-separated keys from the environment variable named
+ * env_name. NULL (with *error set) when the variable is unset or holds no
+ * key. */
+char **nw_serve_read_api_keys(const char *env_name, GError **error);
+
+/* Constant-time check of an Authorization header against the keys. */
+bool nw_serve_key_ok(char *const *keys, const char *authorization);
+
+#endif /* NW_SERVE_SERVE_H */

@@ -1,0 +1,379 @@
+#include "build-config.h"
+
+#include "integration/test-serve-common.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+
+static char *
+read_text(const char *path)
+{
+	char *text = NULL;
+
+	if (!g_file_get_contents(path, &text, NULL, NULL))
+		return g_strdup("");
+	return text;
+}
+
+/* Merge src into dst, objects recursively. */
+static void
+merge(json_t *dst, json_t *src)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(src, key, v) {
+		json_t *d = json_object_get(dst, key);
+
+		if (json_is_object(d) && json_is_object(v))
+			merge(d, v);
+		else
+			json_object_set(dst, key, v);
+	}
+}
+
+static json_t *
+build_config(struct serve_env *e, const char *roles, const char *config_json)
+{
+	json_t *cfg = json_pack("{s:{s:s, s:i}, s:{s:s}, s:{s:s}, s:{s:s}, s:O}",
+	                        "server", "host", "127.0.0.1", "port", 0,
+	                        "log", "level", "info",
+	                        "serving", "admission", "open",
+	                        "controller", "policy", "static",
+	                        "fleet", e->sim.fleet);
+	json_t *engines = json_object_get(json_object_get(cfg, "fleet"), "engines");
+
+	if (roles != NULL) {
+		json_t *copy = json_deep_copy(engines);
+
+		for (size_t i = 0; i < json_array_size(copy) && roles[i]; i++)
+			json_object_set_new(json_array_get(copy, i), "role",
+			                    json_string(roles[i] == 'd' ? "decode" : "prefill"));
+		json_object_set_new(json_object_get(cfg, "fleet"), "engines", copy);
+	}
+	if (config_json != NULL) {
+		json_t *extra = sim_json(config_json);
+
+		merge(cfg, extra);
+		json_decref(extra);
+	}
+	return cfg;
+}
+
+gboolean
+serve_wait_log(struct serve_env *e, const char *needle, guint timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+	do {
+		g_autofree char *text = read_text(e->log_path);
+
+		if (strstr(text, needle) != NULL)
+			return TRUE;
+		if (e->daemon == NULL || g_subprocess_get_identifier(e->daemon) == NULL)
+			return FALSE;
+		g_usleep(2000);
+	} while (g_get_monotonic_time() < deadline);
+	return FALSE;
+}
+
+char *
+serve_log(struct serve_env *e)
+{
+	return read_text(e->log_path);
+}
+
+/* A test that aborts must not leave its daemon running. */
+static void
+die_with_parent(gpointer unused)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+gboolean
+serve_start_daemon(struct serve_env *e, const char *config_json, const char *const *envp)
+{
+	g_autoptr(GSubprocessLauncher) launcher = g_subprocess_launcher_new(G_SUBPROCESS_FLAGS_STDOUT_SILENCE);
+	json_t *cfg = build_config(e, NULL, config_json);
+	GError *error = NULL;
+	g_autofree char *text = NULL;
+	const char *at;
+
+	g_assert_true(json_dump_file(cfg, e->config_path, JSON_INDENT(1)) == 0);
+	json_decref(cfg);
+	g_unlink(e->log_path);
+	g_subprocess_launcher_set_stderr_file_path(launcher, e->log_path);
+	g_subprocess_launcher_set_child_setup(launcher, die_with_parent, NULL, NULL);
+	for (const char *const *v = envp; v && *v; v += 2)
+		g_subprocess_launcher_setenv(launcher, v[0], v[1], TRUE);
+	e->daemon = g_subprocess_launcher_spawn(launcher, &error, g_getenv("NARWHAL_BIN"),
+	                                        "--config", e->config_path, NULL);
+	g_assert_no_error(error);
+	if (!serve_wait_log(e, "\"event\":\"listening\"", 10000))
+		return FALSE;
+	text = serve_log(e);
+	at = strstr(strstr(text, "\"event\":\"listening\""), "\"port\":\"");
+	e->port = at ? (guint16)atoi(at + strlen("\"port\":\"")) : 0;
+	/* The model is known once the first engine answered. */
+	serve_wait_log(e, "\"event\":\"model_", 3000);
+	return e->port != 0;
+}
+
+struct serve_env *serve_current;
+
+gboolean
+serve_start(struct serve_env *e, const char *const *sim_args, const char *roles,
+            const char *config_json)
+{
+	g_autofree char *bin = sim_bin();
+	GError *error = NULL;
+	json_t *cfg;
+
+	memset(e, 0, sizeof *e);
+	serve_current = e;
+	if (!g_file_test(bin, G_FILE_TEST_IS_EXECUTABLE)) {
+		g_test_skip("narwhal-sim is not built");
+		return FALSE;
+	}
+	g_assert_true(sim_start(&e->sim, sim_args));
+	e->model = json_string_value(json_object_get(e->sim.fleet, "model"));
+	e->dir = g_dir_make_tmp("narwhal-serve-test-XXXXXX", &error);
+	g_assert_no_error(error);
+	e->config_path = g_build_filename(e->dir, "narwhal.json", NULL);
+	e->log_path = g_build_filename(e->dir, "narwhal.log", NULL);
+	/* Roles go into the fleet the daemon reads. */
+	cfg = build_config(e, roles, NULL);
+	json_object_set(e->sim.fleet, "engines",
+	                json_object_get(json_object_get(cfg, "fleet"), "engines"));
+	json_decref(cfg);
+	if (!serve_start_daemon(e, config_json, NULL)) {
+		g_autofree char *log = serve_log(e);
+
+		g_test_message("narwhal log:\n%s", log);
+		g_assert_not_reached();
+	}
+	return TRUE;
+}
+
+int
+serve_stop_daemon(struct serve_env *e, int signo, guint timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+	int status = -1;
+
+	if (e->daemon == NULL)
+		return -1;
+	if (g_subprocess_get_identifier(e->daemon) != NULL)
+		g_subprocess_send_signal(e->daemon, signo);
+	while (g_subprocess_get_identifier(e->daemon) != NULL && g_get_monotonic_time() < deadline)
+		g_usleep(2000);
+	if (g_subprocess_get_identifier(e->daemon) != NULL) {
+		g_subprocess_force_exit(e->daemon);
+		g_subprocess_wait(e->daemon, NULL, NULL);
+	} else {
+		g_subprocess_wait(e->daemon, NULL, NULL);
+		if (g_subprocess_get_if_exited(e->daemon))
+			status = g_subprocess_get_exit_status(e->daemon);
+	}
+	g_clear_object(&e->daemon);
+	return status;
+}
+
+void
+serve_clear(struct serve_env *e)
+{
+	if (e->daemon != NULL) {
+		int status = serve_stop_daemon(e, SIGTERM, 10000);
+
+		if (status != 0) {
+			g_autofree char *log = serve_log(e);
+
+			g_test_message("narwhal exited with %d; log:\n%s", status, log);
+			g_test_fail();
+		}
+	}
+	if (g_test_failed() && e->log_path != NULL) {
+		g_autofree char *log = serve_log(e);
+
+		g_test_message("narwhal log:\n%s", log);
+	}
+	sim_stop(&e->sim, SIGTERM, 10000);
+	sim_clear(&e->sim);
+	if (e->dir != NULL) {
+		g_unlink(e->config_path);
+		g_unlink(e->log_path);
+		g_rmdir(e->dir);
+	}
+	g_free(e->dir);
+	g_free(e->config_path);
+	g_free(e->log_path);
+	memset(e, 0, sizeof *e);
+}
+
+void
+serve_post(struct serve_env *e, const char *path, const char *body, const char *const *headers,
+           long timeout_ms, struct sim_reply *r)
+{
+	sim_http(e->port, "POST", path, body, headers, timeout_ms, r);
+}
+
+json_t *
+serve_counters(struct serve_env *e)
+{
+	struct sim_reply r;
+	json_t *doc, *counters;
+
+	sim_http(e->port, "GET", "/narwhal/health", NULL, NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	doc = sim_json(r.body->str);
+	counters = json_incref(json_object_get(doc, "counters"));
+	json_decref(doc);
+	sim_reply_clear(&r);
+	return counters;
+}
+
+json_int_t
+serve_counter(struct serve_env *e, const char *name)
+{
+	json_t *c = serve_counters(e);
+	json_t *v = json_object_get(c, name);
+	json_int_t n;
+
+	g_assert_true(json_is_integer(v));
+	n = json_integer_value(v);
+	json_decref(c);
+	return n;
+}
+
+char *
+serve_error_code(const char *body)
+{
+	json_t *doc = json_loads(body, 0, NULL);
+	const char *code = json_string_value(json_object_get(json_object_get(doc, "error"), "code"));
+	char *out = g_strdup(code);
+
+	json_decref(doc);
+	return out;
+}
+
+gboolean
+serve_wait_stat(struct serve_env *e, unsigned engine, const char *field, json_int_t value,
+                guint timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+	do {
+		json_t *stats = sim_engine_stats(&e->sim, engine);
+		json_int_t v = json_integer_value(json_object_get(stats, field));
+
+		json_decref(stats);
+		if (v == value)
+			return TRUE;
+		g_usleep(2000);
+	} while (g_get_monotonic_time() < deadline);
+	return FALSE;
+}
+
+static gpointer
+async_run(gpointer data)
+{
+	struct serve_async *a = data;
+
+	serve_post(a->env, a->path, a->body, NULL, a->timeout_ms, &a->reply);
+	a->done_us = g_get_monotonic_time();
+	return NULL;
+}
+
+struct serve_async *
+serve_post_async(struct serve_env *e, const char *path, const char *body, long timeout_ms)
+{
+	struct serve_async *a = g_new0(struct serve_async, 1);
+
+	a->env = e;
+	a->path = g_strdup(path);
+	a->body = g_strdup(body);
+	a->timeout_ms = timeout_ms;
+	a->thread = g_thread_new("serve-async", async_run, a);
+	return a;
+}
+
+void
+serve_async_join(struct serve_async *a, struct sim_reply *r, gint64 *done_us)
+{
+	g_thread_join(a->thread);
+	*r = a->reply;
+	if (done_us != NULL)
+		*done_us = a->done_us;
+	g_free(a->path);
+	g_free(a->body);
+	g_free(a);
+}
+
+void
+serve_post_in_order(struct serve_env *e, const char *body, struct serve_async **out, unsigned n)
+{
+	json_int_t base = serve_counter(e, "requests_completions");
+
+	for (unsigned i = 0; i < n; i++) {
+		gint64 deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+
+		out[i] = serve_post_async(e, "/v1/completions", body, 20000);
+		while (serve_counter(e, "requests_completions") < base + i + 1 &&
+		       g_get_monotonic_time() < deadline)
+			g_usleep(1000);
+	}
+}
+
+int
+serve_raw_post(guint16 port, const char *path, const char *body, int rcvbuf)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
+	g_autofree char *req = g_strdup_printf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+	                                       "Content-Type: application/json\r\n"
+	                                       "Content-Length: %zu\r\n\r\n%s",
+	                                       path, strlen(body), body);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	if (fd < 0)
+		return -1;
+	if (rcvbuf > 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+	    write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+gboolean
+serve_raw_read_until(int fd, GString *got, const char *needle, guint timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+	while (strstr(got->str, needle) == NULL) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		char buf[4096];
+		ssize_t n;
+
+		if (g_get_monotonic_time() >= deadline)
+			return FALSE;
+		if (poll(&pfd, 1, 10) <= 0)
+			continue;
+		n = read(fd, buf, sizeof buf);
+		if (n <= 0)
+			return strstr(got->str, needle) != NULL;
+		g_string_append_len(got, buf, n);
+	}
+	return TRUE;
+}

@@ -1,0 +1,84 @@
+/*
+ * Helpers for the data-plane integration tests: a narwhal-sim fleet and a
+ * narwhal daemon in front of it, both real processes on loopback
+ * ephemeral ports with their logs in files (a chatty process never blocks
+ * on a pipe), plus clients that stream, hang up or stop reading.
+ */
+#ifndef NW_TEST_SERVE_COMMON_H
+#define NW_TEST_SERVE_COMMON_H
+
+#include <glib.h>
+#include <jansson.h>
+
+#include "integration/sim-client.h"
+
+struct serve_env {
+	struct sim_proc sim;
+	GSubprocess *daemon;
+	char *dir;
+	char *config_path;
+	char *log_path;
+	guint16 port;
+	const char *model;
+};
+
+/* The environment of the running test, for failure reports. */
+extern struct serve_env *serve_current;
+
+/* Start narwhal-sim with its arguments, then narwhal with the fleet and
+ * the extra config (a JSON object text merged over the defaults: open
+ * admission, static controller, info logs). roles: NULL keeps the sim's
+ * roles, else one 'p'/'d' per engine. FALSE (test skipped) when
+ * narwhal-sim is not built. */
+gboolean serve_start(struct serve_env *e, const char *const *sim_args, const char *roles,
+                     const char *config_json);
+/* Start only narwhal again, after serve_stop_daemon, or with env vars. */
+gboolean serve_start_daemon(struct serve_env *e, const char *config_json, const char *const *envp);
+int serve_stop_daemon(struct serve_env *e, int signo, guint timeout_ms);
+void serve_clear(struct serve_env *e);
+gboolean serve_wait_log(struct serve_env *e, const char *needle, guint timeout_ms);
+char *serve_log(struct serve_env *e);
+
+/* A request to narwhal (JSON body, optional extra headers). */
+void serve_post(struct serve_env *e, const char *path, const char *body,
+                const char *const *headers, long timeout_ms, struct sim_reply *r);
+
+/* The counters of GET /narwhal/health (owned). */
+json_t *serve_counters(struct serve_env *e);
+json_int_t serve_counter(struct serve_env *e, const char *name);
+
+/* The error code of an error body, or NULL (owned string). */
+char *serve_error_code(const char *body);
+
+/* Wait (bounded) until an engine's stats field reaches value. */
+gboolean serve_wait_stat(struct serve_env *e, unsigned engine, const char *field,
+                         json_int_t value, guint timeout_ms);
+
+/* A request in a thread, for holding requests open while a test goes on. */
+struct serve_async {
+	GThread *thread;
+	struct serve_env *env;
+	char *path;
+	char *body;
+	long timeout_ms;
+	struct sim_reply reply;
+	gint64 done_us;   /* when the answer was complete (monotonic) */
+};
+struct serve_async *serve_post_async(struct serve_env *e, const char *path, const char *body,
+                                     long timeout_ms);
+/* Join and free; the reply is moved to *r, and *done_us (may be NULL)
+ * says when it was complete. */
+void serve_async_join(struct serve_async *a, struct sim_reply *r, gint64 *done_us);
+/* Start requests one after the other, each only once narwhal counts it
+ * (counter requests_completions reaches base + i + 1): arrival order is
+ * then certain. */
+void serve_post_in_order(struct serve_env *e, const char *body, struct serve_async **out,
+                         unsigned n);
+
+/* Raw client: connect, send a POST, return the socket (or -1). rcvbuf > 0
+ * shrinks the receive buffer before connecting. */
+int serve_raw_post(guint16 port, const char *path, const char *body, int rcvbuf);
+/* Read until needle shows up in what was read, or the time passes. */
+gboolean serve_raw_read_until(int fd, GString *got, const char *needle, guint timeout_ms);
+
+#endif /* NW_TEST_SERVE_COMMON_H */
