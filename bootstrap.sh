@@ -64,6 +64,43 @@ check() {
 	return 0
 }
 
+# The quick start: a simulated fleet of four engines (conf/narwhal.json's
+# fleet: two prefill, two decode on 8101-8104), Narwhal in front of it on
+# 8000, one streamed request and a short replayed workload through it; then
+# both keep running until Ctrl-C.
+demo() {
+	b="$top/build/plain"
+	logs=$(mktemp -d "${TMPDIR:-/tmp}/narwhal-demo.XXXXXX")
+	cd "$top"
+	"$b/narwhal-sim" --engines 4 --base-port 8101 --preset llama3-8b-h100 \
+		>"$logs/fleet.json" 2>"$logs/narwhal-sim.log" &
+	sim=$!
+	NARWHAL_PLUGIN_DIR="$b/plugins/.libs" "$b/narwhal" --config conf/narwhal.json \
+		2>"$logs/narwhal.log" &
+	router=$!
+	trap 'kill $router $sim 2>/dev/null; wait 2>/dev/null; echo; echo "bootstrap: stopped; logs in $logs"' EXIT INT TERM
+	for _ in $(seq 1 50); do
+		curl -sf http://127.0.0.1:8000/narwhal/health >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	echo "bootstrap: narwhal on http://127.0.0.1:8000 in front of 4 simulated engines (logs: $logs)"
+	echo "bootstrap: one streamed completion, prefill on one engine and decode on another;"
+	echo "bootstrap: the generated text, token by token as the SSE events arrive:"
+	printf '  Narwhals are'
+	curl -sN http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
+		-d '{"model": "llama3-8b-h100", "prompt": "Narwhals are", "max_tokens": 24, "stream": true}' |
+		awk -F'"text":"' 'NF > 1 { split($2, piece, "\""); printf "%s", piece[1]; fflush() }'
+	echo
+	echo "bootstrap: a short open-loop workload (60 requests, Poisson at 4/s):"
+	"$b/narwhal-replay" --url http://127.0.0.1:8000 \
+		--synthetic 'rate=4,input=lognormal:1000:0.6,output=uniform:50:200' \
+		--max-requests 60 --slo-ttft 1 --slo-tpot 0.1 2>/dev/null || true
+	echo "bootstrap: still running; try"
+	echo "  curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"llama3-8b-h100\", \"prompt\": \"Hello\", \"max_tokens\": 8}'"
+	echo "bootstrap: Ctrl-C stops the fleet and the router"
+	wait $router
+}
+
 case "${1:-}" in
 deps)
 	deps
@@ -71,10 +108,7 @@ deps)
 demo)
 	deps
 	build build/plain
-	echo "bootstrap: starting narwhal on conf/narwhal.json (Ctrl-C stops it)"
-	echo "bootstrap: try   curl -s http://127.0.0.1:8000/narwhal/health"
-	cd "$top"
-	NARWHAL_PLUGIN_DIR="$top/build/plain/plugins/.libs" exec build/plain/narwhal --config conf/narwhal.json
+	demo
 	;;
 test)
 	deps
