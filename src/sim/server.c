@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "core/log.h"
 #include "sim/metrics.h"
@@ -269,6 +270,35 @@ sim_call_on_finished(struct sim_call *call, sim_finish why)
 
 /* --- streaming -------------------------------------------------------- */
 
+/*
+ * End a streamed response abruptly, as a crashed engine would: the client
+ * gets FIN without the final chunk. MHD_CONTENT_READER_END_WITH_ERROR alone
+ * is not enough in our mode (external epoll, MHD_USE_TURBO, libmicrohttpd
+ * 0.9.75): MHD marks the connection closed but neither shuts the socket
+ * (TURBO skips that) nor looks at it again, because a connection that was
+ * suspended and resumed is out of MHD's epoll set and a closed one leaves
+ * the ready list. The client would hang until its own timeout, and the
+ * descriptor would stay until the connection timeout (60 s) or until other
+ * traffic on the port happens to sweep it. So shut the socket ourselves
+ * (the client sees the close at once), and give the connection a 1 s
+ * timeout of its own: that deadline makes the server run MHD again, which
+ * then cleans the closed connection up and releases its descriptor (within
+ * about a second, measured).
+ */
+static ssize_t
+end_abruptly(struct sim_call *call)
+{
+	const union MHD_ConnectionInfo *info;
+
+	if (call->conn != NULL) {
+		info = MHD_get_connection_info(call->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (info != NULL)
+			shutdown(info->connect_fd, SHUT_RDWR);
+		MHD_set_connection_option(call->conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+	}
+	return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
 static ssize_t
 stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -276,7 +306,7 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 	size_t avail;
 
 	if (call->node->stopping || call->dead || call->node->http == NULL)
-		return MHD_CONTENT_READER_END_WITH_ERROR;
+		return end_abruptly(call);
 	avail = call->out->len - call->out_pos;
 	if (avail > 0) {
 		size_t n = MIN(avail, max);
@@ -290,8 +320,7 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		return (ssize_t)n;
 	}
 	if (call->stream_end)
-		return call->stream_abort ? MHD_CONTENT_READER_END_WITH_ERROR
-		                          : MHD_CONTENT_READER_END_OF_STREAM;
+		return call->stream_abort ? end_abruptly(call) : MHD_CONTENT_READER_END_OF_STREAM;
 	/* Nothing yet: suspend, or libmicrohttpd would spin on us (M1). */
 	call->reader_suspended = true;
 	nw_http_server_suspend(call->node->http, call->conn, on_hangup, call);

@@ -114,34 +114,101 @@ test_retry_503(void)
 	serve_clear(&e);
 }
 
+/* Occurrences of needle in a narwhal-sim's log. */
+static unsigned
+sim_log_count(const struct sim_proc *p, const char *needle)
+{
+	g_autofree char *text = NULL;
+	unsigned n = 0;
+
+	if (!g_file_get_contents(p->err_path, &text, NULL, NULL))
+		return 0;
+	for (const char *at = strstr(text, needle); at != NULL; at = strstr(at + 1, needle))
+		n++;
+	return n;
+}
+
+/* The value of one of an engine's vllm:request_success_total samples. */
+static double
+sim_finished(const struct sim_proc *p, unsigned engine, const char *reason)
+{
+	g_autofree char *needle = g_strdup_printf("finished_reason=\"%s\"} ", reason);
+	struct sim_reply r;
+	const char *at;
+	double v = -1;
+
+	sim_http(p->ports[engine], "GET", "/metrics", NULL, NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	for (at = strstr(r.body->str, "vllm:request_success_total{"); at != NULL;
+	     at = strstr(at + 1, "vllm:request_success_total{")) {
+		const char *eol = strchr(at, '\n');
+		const char *hit = strstr(at, needle);
+
+		if (hit != NULL && (eol == NULL || hit < eol)) {
+			v = g_ascii_strtod(hit + strlen(needle), NULL);
+			break;
+		}
+	}
+	sim_reply_clear(&r);
+	g_assert_cmpfloat(v, >=, 0);
+	return v;
+}
+
 static void
 test_death_mid_stream(void)
 {
 	const char *const args[] = { "--engines", "2", "--time-scale", "50", NULL };
+	const char *hdr[] = { "X-Request-Id: dies-mid-stream", NULL };
 	struct serve_env e;
 	struct sim_reply r;
 	g_autofree char *body = NULL;
 	GPtrArray *events;
+	json_t *doc;
 
 	g_test_summary("/serve/spec-4.3/death-mid-stream: a decode engine dying after 3 tokens "
-	               "ends the stream with an error event, no [DONE], and no retry (spec 6: "
-	               "a silent engine is cut by decode_read_timeout_s)");
-	/* A dead engine may close its stream or just fall silent: the silent
-	 * gap limit catches the second kind. */
+	               "(its connection closes without the terminator) ends the client's stream "
+	               "at once with one error event, code engine_unreachable, no [DONE], and "
+	               "no retry");
+	/* The read-gap limit is far away: only noticing the engine's closed
+	 * connection can end the stream within the bound below. */
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_attempts\":3,\"handoff_timeout_s\":5},"
-	                 "\"engine\":{\"decode_read_timeout_s\":0.3}}"))
+	                 "\"engine\":{\"decode_read_timeout_s\":30}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"die_after_tokens\":3}"), ==, 200);
 	body = body_for(&e, 10, TRUE);
-	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_stream_error(&r, NULL);
+	serve_post(&e, "/v1/completions", body, hdr, 10000, &r);
+	g_test_message("curl %d after %.3f s: %s", r.curl_code, r.seconds, r.body->str);
+	/* Narwhal ends the stream properly: the client's transfer is whole. */
+	g_assert_cmpint(r.curl_code, ==, CURLE_OK);
+	assert_stream_error(&r, "engine_unreachable");
 	g_assert_cmpfloat(r.seconds, <, 3.0);
 	events = sim_sse_events(r.body->str);
 	g_assert_cmpuint(events->len, ==, 4); /* three tokens, then the error */
+	for (guint i = 0; i < 3; i++)
+		g_assert_null(strstr(g_ptr_array_index(events, i), "\"error\""));
+	doc = sim_json(g_ptr_array_index(events, 3));
+	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(doc, "error"), "type")),
+	                ==, "server_error");
+	json_decref(doc);
 	g_ptr_array_free(events, TRUE);
 	sim_reply_clear(&r);
+	g_assert_true(serve_wait_log(&e, "\"event\":\"request_failed\","
+	                             "\"request_id\":\"dies-mid-stream\",\"code\":\"engine_unreachable\"",
+	                             1000));
+	/* One decode, and no retry after visible output: narwhal started one
+	 * decode leg and the decode engine saw (and killed) one request. */
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 0);
+	g_assert_cmpint(serve_counter(&e, "decode_started"), ==, 1);
+	g_assert_cmpint(serve_counter(&e, "decode_failed_transport"), ==, 1);
+	g_assert_cmpint(serve_counter(&e, "read_gap_timeouts"), ==, 0);
 	g_assert_cmpint(serve_counter(&e, "stream_errors"), ==, 1);
+	g_assert_cmpuint(sim_log_count(&e.sim, "\"event\":\"fault_died\""), ==, 1);
+	g_assert_cmpuint(sim_log_count(&e.sim, "\"event\":\"fault_died\",\"engine\":\"sim-1\","
+	                                      "\"request_id\":\"dies-mid-stream\""), ==, 1);
+	g_assert_cmpfloat(sim_finished(&e.sim, 1, "abort"), ==, 1);
+	g_assert_cmpfloat(sim_finished(&e.sim, 1, "length"), ==, 0);
+	g_assert_true(serve_wait_stat(&e, 1, "active_requests", 0, 2000));
+	g_assert_true(serve_wait_stat(&e, 1, "kv_blocks_used", 0, 2000));
 	serve_clear(&e);
 }
 

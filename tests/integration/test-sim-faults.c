@@ -140,30 +140,112 @@ test_hang(void)
 	sim_clear(&p);
 }
 
+/* Sockets the process holds open (Linux /proc). */
+static unsigned
+open_sockets(const struct sim_proc *p)
+{
+	const char *pid = g_subprocess_get_identifier(p->proc);
+	g_autofree char *dir = g_strdup_printf("/proc/%s/fd", pid);
+	GDir *d = g_dir_open(dir, 0, NULL);
+	const char *name;
+	unsigned n = 0;
+
+	g_assert_nonnull(d);
+	while ((name = g_dir_read_name(d)) != NULL) {
+		g_autofree char *path = g_build_filename(dir, name, NULL);
+		g_autofree char *target = g_file_read_link(path, NULL);
+
+		n += target != NULL && g_str_has_prefix(target, "socket:");
+	}
+	g_dir_close(d);
+	return n;
+}
+
+/* A stream that dies: N token events, then the connection ends without the
+ * final chunk and without [DONE], at once (not at the client's timeout). */
+static void
+assert_died_mid_stream(const struct sim_proc *p, const char *path, const char *body,
+                       unsigned n_tokens, gboolean chat)
+{
+	struct sim_reply r;
+	GPtrArray *ev;
+	guint i0 = 0;
+
+	sim_http(p->ports[0], "POST", path, body, NULL, 10000, &r);
+	g_test_message("%s: curl %d after %.3f s, %zu bytes", path, r.curl_code, r.seconds,
+	               r.body->len);
+	g_assert_cmpint(r.status, ==, 200);
+	/* A truncated chunked transfer, not a timeout or a clean end. */
+	g_assert_cmpint(r.curl_code, ==, CURLE_PARTIAL_FILE);
+	g_assert_cmpfloat(r.seconds, <, 2.0); /* the client would wait 10 s */
+	g_assert_null(strstr(r.body->str, "[DONE]"));
+	g_assert_null(strstr(r.body->str, "\"error\""));
+	ev = sim_sse_events(r.body->str);
+	if (chat) {
+		/* vLLM opens a chat stream with the role alone: not a token. */
+		g_assert_cmpuint(ev->len, >, 0);
+		g_assert_nonnull(strstr(g_ptr_array_index(ev, 0), "\"role\":\"assistant\""));
+		i0 = 1;
+	}
+	g_assert_cmpuint(ev->len - i0, ==, n_tokens);
+	for (guint i = i0; i < ev->len; i++) {
+		json_t *doc = sim_json(g_ptr_array_index(ev, i));
+		json_t *choice = json_array_get(json_object_get(doc, "choices"), 0);
+
+		g_assert_nonnull(choice);
+		g_assert_true(json_is_null(json_object_get(choice, "finish_reason")));
+		json_decref(doc);
+	}
+	g_ptr_array_unref(ev);
+	sim_reply_clear(&r);
+}
+
 static void
 test_die(void)
 {
 	struct sim_proc p;
 	struct sim_reply r;
-	GPtrArray *ev;
 	json_t *st;
+	unsigned sockets;
+	gint64 deadline;
 
-	g_test_summary("/sim/issue3/fault-die-after-tokens: the stream ends after N tokens "
-	               "without its terminator; non-streaming answers 500; KV is freed");
+	g_test_summary("/sim/issue3/fault-die-after-tokens: after N token events the stream's "
+	               "connection closes at once without its terminator; non-streaming "
+	               "answers 500; KV is freed");
 	g_assert_true(sim_start(&p, fast));
+	sockets = open_sockets(&p);
 	g_assert_cmpint(sim_set_faults(&p, 0, "{\"die_after_tokens\":3}"), ==, 200);
-	sim_http(p.ports[0], "POST", "/v1/completions",
-	         "{\"prompt\":\"a\",\"max_tokens\":10,\"stream\":true}", NULL, 5000, &r);
-	g_assert_cmpint(r.status, ==, 200);
-	g_assert_cmpint(r.curl_code, !=, CURLE_OK); /* truncated chunked transfer */
-	ev = sim_sse_events(r.body->str);
-	g_assert_cmpuint(ev->len, ==, 3);
-	g_assert_null(strstr(r.body->str, "[DONE]"));
-	g_ptr_array_unref(ev);
-	sim_reply_clear(&r);
+	assert_died_mid_stream(&p, "/v1/completions",
+	                       "{\"prompt\":\"a\",\"max_tokens\":10,\"stream\":true}", 3, FALSE);
+	g_assert_true(sim_wait_log(&p, "\"event\":\"fault_died\"", 1000));
+	/* The dead stream's socket is released soon too, with no other request
+	 * on the engine's port to sweep it (the admin API has its own
+	 * listener), not left to the connection timeout (60 s). */
+	deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+	while (open_sockets(&p) > sockets && g_get_monotonic_time() < deadline)
+		g_usleep(20000);
+	g_assert_cmpuint(open_sockets(&p), <=, sockets);
+	/* A chat stream: the role event, then N tokens, then the close. */
+	assert_died_mid_stream(&p, "/v1/chat/completions",
+	                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+	                       "\"max_tokens\":1000,\"stream\":true}", 3, TRUE);
+	/* N = 0: the headers, then the close. */
+	g_assert_cmpint(sim_set_faults(&p, 0, "{\"die_after_tokens\":0}"), ==, 200);
+	assert_died_mid_stream(&p, "/v1/completions",
+	                       "{\"prompt\":\"a\",\"max_tokens\":10,\"stream\":true}", 0, FALSE);
+	g_assert_cmpint(sim_set_faults(&p, 0, "{\"die_after_tokens\":3}"), ==, 200);
+	/* The aborted requests hold no KV and no slot. */
+	st = sim_engine_stats(&p, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(st, "running")), ==, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(st, "waiting")), ==, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(st, "kv_blocks_used")), ==, 0);
+	json_decref(st);
+	g_assert_cmpfloat(sim_metric(p.ports[0], "vllm:num_requests_running{"), ==, 0);
+
 	sim_http(p.ports[0], "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":10}",
 	         NULL, 5000, &r);
 	g_assert_cmpint(r.status, ==, 500);
+	g_assert_nonnull(strstr(r.body->str, "\"InternalServerError\""));
 	sim_reply_clear(&r);
 	/* Short requests finish before the death point. */
 	sim_http(p.ports[0], "POST", "/v1/completions",
