@@ -240,24 +240,6 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 }
 
 static enum MHD_Result
-respond_method_not_allowed(struct MHD_Connection *conn, const char *allow)
-{
-	g_autofree char *msg = g_strdup_printf("method not allowed: use %s", allow);
-	json_t *body = nw_http_error_body("invalid_request_error", "method_not_allowed", NULL, msg);
-	char *text = json_dumps(body, JSON_COMPACT);
-	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text,
-	                                                            MHD_RESPMEM_MUST_FREE);
-	enum MHD_Result ret;
-
-	json_decref(body);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-	ret = MHD_queue_response(conn, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
-static enum MHD_Result
 on_request(void *data, struct MHD_Connection *conn, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **request)
 {
@@ -266,7 +248,7 @@ on_request(void *data, struct MHD_Connection *conn, const char *url, const char 
 	/* Answer on the first call; a body sent with these routes is ignored. */
 	if (*request == NULL && strcmp(url, "/narwhal/health") == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-			return respond_method_not_allowed(conn, "GET, HEAD");
+			return nw_serve_method_not_allowed(d->serve, conn, url, method, "GET, HEAD");
 		return route_health(d, conn);
 	}
 	if (*request != NULL || nw_serve_owns(url))

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gio/gio.h>
@@ -211,6 +212,19 @@ nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *conn)
 	MHD_resume_connection(conn);
 	/* M2: resume only sets flags; run MHD at the next iteration. */
 	nw_deadline_source_set_in(srv->deadline, 0);
+}
+
+void
+nw_http_server_abort(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *info;
+
+	if (conn == NULL)
+		return;
+	info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (info != NULL)
+		shutdown(info->connect_fd, SHUT_RDWR);
+	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
 }
 
 unsigned

@@ -61,6 +61,14 @@ void nw_http_server_suspend(struct nw_http_server *srv, struct MHD_Connection *c
 /* Resume a suspended connection from any callback on the loop thread. */
 void nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *conn);
 
+/* End a connection at once, from a content reader about to return
+ * MHD_CONTENT_READER_END_WITH_ERROR or from a callback: the peer sees the
+ * close now. In our mode (external epoll, MHD_USE_TURBO) MHD neither shuts
+ * the socket nor looks again at a resumed connection it marked closed, so
+ * the socket is shut here and the connection given a 1 s timeout, whose
+ * deadline makes the server run MHD and release the descriptor. */
+void nw_http_server_abort(struct MHD_Connection *conn);
+
 /* Number of connections currently suspended. */
 unsigned nw_http_server_suspended(const struct nw_http_server *srv);
 

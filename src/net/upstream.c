@@ -190,6 +190,19 @@ finish_done_transfers(struct nw_upstream *up)
 	}
 }
 
+/* After leaving curl: release calls cancelled from inside its callbacks,
+ * then report finished transfers. Only at the outermost level. */
+static void
+reap(struct nw_upstream *up)
+{
+	if (up->in_curl > 0)
+		return;
+	for (guint i = 0; i < up->reap->len; i++)
+		call_release(g_ptr_array_index(up->reap, i));
+	g_ptr_array_set_size(up->reap, 0);
+	finish_done_transfers(up);
+}
+
 static void
 drive(struct nw_upstream *up, curl_socket_t fd, int ev_bitmask)
 {
@@ -198,11 +211,7 @@ drive(struct nw_upstream *up, curl_socket_t fd, int ev_bitmask)
 	up->in_curl++;
 	curl_multi_socket_action(up->multi, fd, ev_bitmask, &running);
 	up->in_curl--;
-	/* Calls cancelled from inside curl's callbacks can go now. */
-	for (guint i = 0; i < up->reap->len; i++)
-		call_release(g_ptr_array_index(up->reap, i));
-	g_ptr_array_set_size(up->reap, 0);
-	finish_done_transfers(up);
+	reap(up);
 }
 
 static size_t
@@ -268,8 +277,10 @@ nw_upstream_start(struct nw_upstream *up, const struct nw_upstream_request *req,
 	struct nw_upstream_call *call;
 	CURL *easy = easy_get(up);
 
-	if (easy == NULL)
+	if (easy == NULL) {
+		free(req->owned_body);
 		return NULL;
+	}
 	call = g_new0(struct nw_upstream_call, 1);
 	call->up = up;
 	call->easy = easy;
@@ -290,8 +301,9 @@ nw_upstream_start(struct nw_upstream *up, const struct nw_upstream_request *req,
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
-	if (req->body != NULL) {
-		call->body = g_memdup2(req->body, req->body_len);
+	if (req->owned_body != NULL || req->body != NULL) {
+		/* An owned body is used as it is: no copy per call. */
+		call->body = req->owned_body ? req->owned_body : g_memdup2(req->body, req->body_len);
 		call->headers = curl_slist_append(call->headers, "Content-Type: application/json");
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
@@ -334,8 +346,18 @@ nw_upstream_cancel(struct nw_upstream_call *call)
 void
 nw_upstream_unpause(struct nw_upstream_call *call)
 {
-	/* May call on_data synchronously (C7); callers must allow that. */
+	struct nw_upstream *up;
+
+	if (call == NULL || call->cancelled)
+		return;
+	up = call->up;
+	/* curl may deliver the held data to on_data right here (C7); a handler
+	 * that cancels must not free the call while curl still uses it, so
+	 * count this as being inside curl and reap afterwards. */
+	up->in_curl++;
 	curl_easy_pause(call->easy, CURLPAUSE_CONT);
+	up->in_curl--;
+	reap(up);
 }
 
 const char *

@@ -29,8 +29,10 @@ struct nw_upstream_request {
 	const char *method;       /* "GET" or "POST" */
 	const char *url;
 	const char *request_id;   /* X-Request-Id, may be NULL */
-	const char *body;         /* copied; may be NULL */
+	const char *body;         /* copied (unless owned_body); may be NULL */
 	size_t body_len;
+	char *owned_body;         /* instead of body: malloc'd, the call takes it
+	                           * (freed even when the start fails) */
 	long connect_timeout_ms;  /* 0: curl's default */
 	long timeout_ms;          /* whole transfer; 0: none */
 };
@@ -66,7 +68,9 @@ struct nw_upstream_call *nw_upstream_start(struct nw_upstream *up,
  * Safe from any callback, including the call's own. */
 void nw_upstream_cancel(struct nw_upstream_call *call);
 
-/* Continue a call paused by on_data returning false. */
+/* Continue a call paused by on_data returning false. curl may hand the
+ * held bytes to on_data before this returns, and on_data may cancel the
+ * call then: the call is released once curl is left, as in the loop. */
 void nw_upstream_unpause(struct nw_upstream_call *call);
 
 unsigned nw_upstream_active(const struct nw_upstream *up);

@@ -40,7 +40,6 @@ on_response(void *data, long status)
 	struct nw_serve *s = r->serve;
 
 	r->leg.status = status;
-	r->last_engine_status = status;
 	if (status >= 200 && status < 300)
 		s->counters.engine_status_2xx++;
 	else if (status >= 400 && status < 500)
@@ -109,7 +108,7 @@ send_call(struct nw_request *r)
 		.method = "POST",
 		.url = leg->url,
 		.request_id = r->id,
-		.body = leg->body,
+		.owned_body = leg->body,
 		.body_len = leg->body_len,
 		.connect_timeout_ms = (long)(s->cfg->engine.connect_timeout_s * 1000.0 + 0.5),
 	};
@@ -120,10 +119,18 @@ send_call(struct nw_request *r)
 		req.method = "GET";
 	leg->started_us = g_get_monotonic_time();
 	leg->call = nw_upstream_start(s->serving_pool, &req, &leg_handlers, r);
+	/* The call took the body, started or not. */
+	leg->body = NULL;
+	leg->body_len = 0;
 	if (leg->call == NULL) {
 		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not start an engine call");
 		return;
 	}
+	/* Spec 4.3: a disaggregated stream commits its 200 before decode
+	 * starts, and no earlier: the slot and connection waits and the
+	 * handoff check before this can still be retried. */
+	if (leg->kind == NW_LEG_DECODE && r->parsed.stream && !r->stream_committed)
+		nw_request_commit_stream(r);
 	/* The handoff cap runs from the start of the prefill HTTP request. */
 	if (leg->kind == NW_LEG_PREFILL && s->cfg->serving.handoff_timeout_s > 0)
 		r->handoff_until_us = leg->started_us +

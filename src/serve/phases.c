@@ -391,8 +391,11 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	if (r->phase_line == line && !nw_wait_line_is_first(line, &r->phase_wait))
 		return;
 	n = collect_eligible(r, phase, true, &full);
-	if (n == 0 && full == 0)
-		n = collect_eligible(r, phase, false, &full); /* exclusions yield to service */
+	/* Exclusions yield to service: when nothing else has room (full or
+	 * none), an engine that failed this request takes it again rather
+	 * than have it wait at the head of the line and block those behind. */
+	if (n == 0)
+		n = collect_eligible(r, phase, false, &full);
 	if (n == 0) {
 		if (full == 0) {
 			nw_phase_leave_line(r);
@@ -574,12 +577,10 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		return;
 	}
 	json_decref(doc);
-	r->have_prefill = true;
 	nw_leg_release(r);
 	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
-	/* Spec 4.3: a stream commits its 200 before decode starts. */
-	if (r->parsed.stream)
-		nw_request_commit_stream(r);
+	/* The stream commits when its decode leg goes out (leg.c), not here:
+	 * the decode-slot wait after this can still end in a retry. */
 	nw_phase_place(r, NARWHAL_PHASE_DECODE);
 	nw_request_rearm(r);
 }
@@ -592,9 +593,11 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 	bool relayed = r->leg.relaying;
 
 	if (relayed) {
-		if (res->code == CURLE_OK && r->relay.done) {
+		if (r->relay.done) {
+			/* The terminator came: a success, whether or not the
+			 * transfer then ended cleanly. */
 			nw_request_finish(r, true);
-			nw_request_wake_client(r);
+			nw_relay_end(r);
 			return;
 		}
 		s->counters.decode_failed_transport++;

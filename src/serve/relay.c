@@ -6,7 +6,9 @@
  * after a failure always starts on an event boundary.
  *
  * Events are parsed with the dialect only to find the first generated
- * token, in-band errors, usage and the success terminator. After an
+ * token, in-band errors and the success terminator. The client's
+ * stream ends after the terminator once the engine's transfer is complete
+ * (so its connection is kept for reuse). After an
  * engine's error event nothing more is relayed (its [DONE] included): a
  * failed stream ends with an error event and without the terminator.
  *
@@ -20,7 +22,6 @@
 #include "build-config.h"
 
 #include <string.h>
-#include <sys/socket.h>
 
 #include "core/log.h"
 #include "serve/request.h"
@@ -37,7 +38,6 @@ nw_relay_init(struct nw_relay *rl, size_t max_event)
 {
 	memset(rl, 0, sizeof *rl);
 	rl->buf = g_byte_array_sized_new(4096);
-	rl->usage_prompt = rl->usage_completion = -1;
 	nw_sse_init(&rl->sse, on_event, NULL);
 	nw_sse_set_max_event(&rl->sse, max_event);
 }
@@ -69,13 +69,17 @@ on_event(void *data, const char *payload, size_t len)
 		.prompt_tokens = -1, .completion_tokens = -1,
 	};
 
-	if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
-		ev.kind = NARWHAL_SSE_OTHER; /* unreadable: relay it, it is the engine's */
 	/* The event is released up to the blank line that ended it. */
 	rl->committed = rl->chunk_base + rl->sse.boundary;
+	/* After the first token only the terminator and errors matter: most
+	 * events are tokens, and a full JSON parse of each is wasted. */
+	if (rl->first_token && g_strstr_len(payload, (gssize)len, "[DONE]") == NULL &&
+	    g_strstr_len(payload, (gssize)len, "\"error\"") == NULL)
+		return true;
+	if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
+		ev.kind = NARWHAL_SSE_OTHER; /* unreadable: relay it, it is the engine's */
 	switch (ev.kind) {
 	case NARWHAL_SSE_TOKENS:
-		rl->token_events++;
 		if (!rl->first_token) {
 			rl->first_token = true;
 			nw_request_on_first_token(r);
@@ -91,10 +95,6 @@ on_event(void *data, const char *payload, size_t len)
 	case NARWHAL_SSE_OTHER:
 		break;
 	}
-	if (ev.prompt_tokens >= 0)
-		rl->usage_prompt = ev.prompt_tokens;
-	if (ev.completion_tokens >= 0)
-		rl->usage_completion = ev.completion_tokens;
 	return true;
 }
 
@@ -104,7 +104,7 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 	struct nw_relay *rl = &r->relay;
 	bool go_on;
 
-	if (rl->finished)
+	if (rl->finished || rl->done)
 		return true; /* after the terminator or an error: ignore */
 	if (unsent(rl) > RELAY_BACKLOG_MAX && !r->suspended) {
 		if (!rl->paused) {
@@ -135,8 +135,14 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 			                "serving.max_response_bytes");
 			return true;
 		}
-		rl->finished = true;
-		nw_request_on_stream_end(r, rl->done);
+		/* After the terminator the client's stream ends only with the
+		 * engine's transfer (nw_relay_end): cutting it short would cost
+		 * the engine connection its keep-alive. The read gap and the
+		 * deadline bound an engine that never ends it. */
+		if (!rl->done) {
+			rl->finished = true;
+			nw_request_on_stream_end(r, false);
+		}
 	}
 	if (unsent(rl) > 0)
 		nw_request_wake_client(r);
@@ -168,6 +174,13 @@ nw_relay_error(struct nw_request *r, const char *type, const char *code, const c
 	nw_request_wake_client(r);
 }
 
+void
+nw_relay_end(struct nw_request *r)
+{
+	r->relay.finished = true;
+	nw_request_wake_client(r);
+}
+
 static ssize_t
 read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -175,8 +188,12 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 	struct nw_relay *rl = &r->relay;
 	size_t n = MIN(unsent(rl), max);
 
-	if (rl->abort || r->client_gone)
+	if (rl->abort || r->client_gone) {
+		/* Under TURBO a resumed connection would otherwise keep its fd
+		 * until the connection timeout. */
+		nw_http_server_abort(r->conn);
 		return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
 	if (n > 0) {
 		memcpy(buf, rl->buf->data + rl->sent, n);
 		rl->sent += n;
@@ -232,13 +249,9 @@ nw_relay_response(struct nw_request *r)
 void
 nw_relay_close_client(struct nw_request *r)
 {
-	const union MHD_ConnectionInfo *info;
-
 	if (r->conn == NULL)
 		return;
-	info = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (info != NULL)
-		shutdown(info->connect_fd, SHUT_RDWR);
+	nw_http_server_abort(r->conn);
 	r->relay.abort = true;
 	nw_request_wake_client(r);
 }

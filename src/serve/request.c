@@ -35,17 +35,17 @@ on_kicked(void *data)
 }
 
 struct nw_request *
-nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route)
+nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
+               const char *id)
 {
 	struct nw_request *r = g_new0(struct nw_request, 1);
-	const char *given = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
 
 	r->serve = s;
 	r->conn = conn;
 	r->refs = 1;
 	r->route = route;
 	r->state = NW_REQ_READING;
-	nw_request_id_choose(s->rng, given, r->id);
+	g_strlcpy(r->id, id, sizeof r->id);
 	r->arrival_us = g_get_monotonic_time();
 	r->deadline_us = r->arrival_us + (int64_t)(s->cfg->serving.request_timeout_s * 1e6);
 	r->body_in = g_string_new(NULL);
@@ -104,7 +104,6 @@ nw_request_release_attempt(struct nw_request *r)
 		nw_phase_release_slot(r, NARWHAL_PHASE_DECODE);
 	json_decref(r->handoff);
 	r->handoff = NULL;
-	r->have_prefill = false;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -250,6 +249,16 @@ on_timer(void *data)
 		return;
 	}
 	if (r->handoff_until_us >= 0 && now >= r->handoff_until_us) {
+		if (r->leg.kind == NW_LEG_PREFILL) {
+			/* The cap passed while the prefill was still out: any handoff
+			 * it gives is expired already. A prefill failure of that
+			 * engine, which the retry then avoids. */
+			s->counters.prefill_timeouts++;
+			nw_request_fail(r, NW_FAIL_PREFILL_TIMEOUT, 0, "the prefill leg did not "
+			                "answer within serving.handoff_timeout_s: its handoff would "
+			                "be expired");
+			return;
+		}
 		s->counters.handoff_expired++;
 		nw_request_fail(r, NW_FAIL_HANDOFF, 0, "the KV handoff outlived "
 		                "serving.handoff_timeout_s before its decode leg started");
@@ -426,22 +435,6 @@ nw_request_finish(struct nw_request *r, bool ok)
 	r->state = NW_REQ_DONE;
 }
 
-static bool
-retryable(nw_fail_kind kind)
-{
-	switch (kind) {
-	case NW_FAIL_TRANSPORT:
-	case NW_FAIL_STATUS:
-	case NW_FAIL_BAD_RESPONSE:
-	case NW_FAIL_PREFILL_TIMEOUT:
-	case NW_FAIL_FIRST_TOKEN:
-	case NW_FAIL_HANDOFF:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* The client's status, type and code for a failure. */
 static void
 failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const char **type,
@@ -532,8 +525,16 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		nw_request_finish(r, false);
 		return;
 	}
-	if (!r->stream_committed && retryable(kind) && r->attempt + 1 < s->cfg->serving.max_attempts &&
-	    !s->stopping) {
+	if (r->relay.done) {
+		/* The terminator was relayed; only the engine's transfer end
+		 * was missing (gap, deadline, shutdown): still a success. */
+		nw_leg_release(r);
+		nw_request_finish(r, true);
+		nw_relay_end(r);
+		return;
+	}
+	if (!r->stream_committed && nw_fail_retryable(kind) &&
+	    r->attempt + 1 < s->cfg->serving.max_attempts && !s->stopping) {
 		if (nw_retry_budget_take(&s->budget)) {
 			retry(r, blamed_engine(r, kind));
 			return;
@@ -548,11 +549,7 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	nw_request_finish(r, false);
 	if (!r->body_read) {
 		/* Still reading the body: MHD takes no answer now. Close. */
-		const union MHD_ConnectionInfo *info = r->conn == NULL ? NULL :
-			MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-
-		if (info != NULL)
-			shutdown(info->connect_fd, SHUT_RDWR);
+		nw_http_server_abort(r->conn);
 		return;
 	}
 	if (r->stream_committed)
@@ -608,11 +605,18 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 		if (r->state != NW_REQ_READING || r->finished)
 			return MHD_YES; /* already answered: discard */
 		if (r->body_in->len + n > s->cfg->serving.max_request_bytes) {
-			/* MHD takes no answer mid-body: stop reading and close. */
+			/* A chunked body has no length to refuse up front. MHD takes
+			 * no answer mid-body, so keep reading and discarding (the
+			 * branch above) and queue the 413 on the final call. */
+			struct nw_client_error err;
+
 			s->counters.too_large++;
 			nw_log(NARWHAL_LOG_INFO, "request_too_large", "request_id", r->id, NULL);
+			g_string_truncate(r->body_in, 0);
+			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
 			nw_request_finish(r, false);
-			return MHD_NO;
+			nw_request_answer_error(r, err.status, err.type, err.code, NULL, err.message);
+			return MHD_YES;
 		}
 		g_string_append_len(r->body_in, upload, (gssize)n);
 		return MHD_YES;

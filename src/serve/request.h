@@ -94,25 +94,8 @@ typedef enum nw_req_state {
 	NW_REQ_DONE,
 } nw_req_state;
 
-/* Why a request or an attempt failed; decides retry and the answer. */
-typedef enum nw_fail_kind {
-	NW_FAIL_TRANSPORT,      /* no HTTP answer: connect, reset, cut */
-	NW_FAIL_STATUS,         /* a retryable engine status */
-	NW_FAIL_PERMANENT,      /* an engine error not worth retrying */
-	NW_FAIL_CONTEXT,        /* the prompt does not fit the model */
-	NW_FAIL_BAD_RESPONSE,   /* an engine answer Narwhal cannot read */
-	NW_FAIL_TOO_LARGE,      /* an engine answer above max_response_bytes */
-	NW_FAIL_PREFILL_TIMEOUT,
-	NW_FAIL_FIRST_TOKEN,
-	NW_FAIL_READ_GAP,
-	NW_FAIL_HANDOFF,
-	NW_FAIL_DEADLINE,
-	NW_FAIL_POOL,
-	NW_FAIL_NO_ENGINE,
-	NW_FAIL_SHUTDOWN,
-	NW_FAIL_CLIENT,         /* the client left or stopped reading: no answer */
-	NW_FAIL_INTERNAL,
-} nw_fail_kind;
+/* Why a request or an attempt failed (nw_fail_kind, serve/retry.h)
+ * decides retry and the answer. */
 
 /* What the current engine leg is. */
 typedef enum nw_leg_kind {
@@ -149,12 +132,10 @@ struct nw_relay {
 	size_t chunk_base;      /* buf length before the chunk being framed */
 	bool first_token;
 	bool engine_error;      /* an in-band error event was relayed */
-	bool done;              /* the success terminator was relayed */
+	bool done;              /* the success terminator came (and is queued) */
 	bool finished;          /* nothing more will be added */
 	bool abort;             /* close without the final chunk */
 	bool paused;            /* the engine leg waits for the client to drain */
-	int64_t usage_prompt, usage_completion;
-	uint32_t token_events;
 };
 
 /* Wake-up reasons recorded by callbacks that must not act themselves. */
@@ -203,7 +184,6 @@ struct nw_request {
 	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
 	int32_t decode_engine;        /* engine holding our decode slot, -1 */
 	json_t *handoff;
-	bool have_prefill;            /* the prefill leg answered */
 	int64_t handoff_until_us;     /* -1: no cap running */
 	int64_t ft_until_us;          /* first-token deadline, -1: none */
 
@@ -231,13 +211,14 @@ struct nw_request {
 	size_t resp_len;
 	char retry_after[16];         /* Retry-After value, or "" */
 	struct nw_relay relay;
-	long last_engine_status;
 };
 
 /* --- request.c ----------------------------------------------------- */
 
+/* id: the request id already chosen for the connection (its answers so
+ * far carry it). */
 struct nw_request *nw_request_new(struct nw_serve *s, struct MHD_Connection *conn,
-                                  narwhal_route route);
+                                  narwhal_route route, const char *id);
 void nw_request_unref(struct nw_request *r);
 /* The access handler's calls after the headers (body chunks, the end of
  * the body, calls after a resume). */
@@ -296,6 +277,9 @@ void nw_relay_clear(struct nw_relay *rl);
 /* Engine bytes of a 2xx stream; false when the relay is full and the
  * transfer must pause (curl hands the same bytes back later). */
 bool nw_relay_feed(struct nw_request *r, const char *bytes, size_t len);
+/* The engine's transfer ended after its terminator: end the client's stream
+ * once drained. */
+void nw_relay_end(struct nw_request *r);
 /* Drop a partial event, append an error event and finish. */
 void nw_relay_error(struct nw_request *r, const char *type, const char *code,
                     const char *message);

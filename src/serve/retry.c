@@ -68,3 +68,18 @@ nw_retry_budget_success(struct nw_retry_budget *b)
 {
 	b->credits = MIN(b->max, b->credits + b->replenish);
 }
+
+bool
+nw_fail_retryable(nw_fail_kind kind)
+{
+	switch (kind) {
+	case NW_FAIL_TRANSPORT:
+	case NW_FAIL_STATUS:
+	case NW_FAIL_PREFILL_TIMEOUT:
+	case NW_FAIL_FIRST_TOKEN:
+	case NW_FAIL_HANDOFF:
+		return true;
+	default:
+		return false;
+	}
+}

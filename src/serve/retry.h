@@ -11,6 +11,32 @@
 
 #include <glib.h>
 
+/* Why an attempt failed. */
+typedef enum nw_fail_kind {
+	NW_FAIL_TRANSPORT,      /* no HTTP answer: connect, reset, cut */
+	NW_FAIL_STATUS,         /* a retryable engine status */
+	NW_FAIL_PERMANENT,      /* an engine error not worth retrying */
+	NW_FAIL_CONTEXT,        /* the prompt does not fit the model */
+	NW_FAIL_BAD_RESPONSE,   /* an engine answer Narwhal cannot read */
+	NW_FAIL_TOO_LARGE,      /* an engine answer above max_response_bytes */
+	NW_FAIL_PREFILL_TIMEOUT,
+	NW_FAIL_FIRST_TOKEN,
+	NW_FAIL_READ_GAP,
+	NW_FAIL_HANDOFF,
+	NW_FAIL_DEADLINE,
+	NW_FAIL_POOL,
+	NW_FAIL_NO_ENGINE,
+	NW_FAIL_SHUTDOWN,
+	NW_FAIL_CLIENT,         /* the client left or stopped reading: no answer */
+	NW_FAIL_INTERNAL,
+} nw_fail_kind;
+
+/* Spec 4.2: transport failures, retryable statuses (408, 429, 5xx as the
+ * dialect classifies them), a prefill timeout, an expired handoff and a
+ * first-token timeout may be retried; an answer Narwhal cannot read is a
+ * permanent error, like every other kind. */
+bool nw_fail_retryable(nw_fail_kind kind);
+
 /* HTTP statuses that may be retried before visible output: 408, 429, 500,
  * 502, 503, 504. Transport failures (status 0) are retryable too. */
 bool nw_retry_status_retryable(long status);

@@ -221,9 +221,9 @@ nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *conn, const char *u
 	return respond(conn, &err, NULL, NULL, NULL);
 }
 
-static enum MHD_Result
-method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
-                   const char *method, const char *allow)
+enum MHD_Result
+nw_serve_method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
+                            const char *method, const char *allow)
 {
 	struct nw_client_error err;
 
@@ -326,12 +326,13 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	                                              MHD_HTTP_HEADER_CONTENT_LENGTH);
 	char id[NW_REQUEST_ID_MAX + 1];
 
+	if (strcmp(method, "POST") != 0)
+		return nw_serve_method_not_allowed(s, conn, url, method, "POST");
+	/* Only completions count as such (a GET here is a 405). */
 	if (route == NARWHAL_ROUTE_COMPLETIONS)
 		s->counters.requests_completions++;
 	else
 		s->counters.requests_chat++;
-	if (strcmp(method, "POST") != 0)
-		return method_not_allowed(s, conn, url, method, "POST");
 	nw_request_id_choose(s->rng, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                                         "X-Request-Id"), id);
 	/* Before any engine work, and before the body is read. */
@@ -346,7 +347,10 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	/* Spec 4.2: the ceiling answers before the body is parsed; the
 	 * request is an unsized offer. */
 	if (s->retained >= s->ceiling || s->stopping) {
-		s->counters.ceiling_refusals++;
+		if (s->stopping)
+			s->counters.shutdown_aborts++;
+		else
+			s->counters.ceiling_refusals++;
 		if (s->stopping)
 			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
 		else
@@ -368,8 +372,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 			return respond(conn, &err, id, NULL, NULL);
 		}
 	}
-	*request = nw_request_new(s, conn, route);
-	g_strlcpy(((struct nw_request *)*request)->id, id, sizeof id);
+	*request = nw_request_new(s, conn, route, id);
 	return MHD_YES;
 }
 
@@ -383,7 +386,7 @@ nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url
 		return nw_request_on_handler(*request, upload, upload_size);
 	if (strcmp(url, PATH_MODELS) == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-			return method_not_allowed(s, conn, url, method, "GET, HEAD");
+			return nw_serve_method_not_allowed(s, conn, url, method, "GET, HEAD");
 		return route_models(s, conn);
 	}
 	if (!nw_request_route_for_path(url, &route))

@@ -47,6 +47,12 @@ enum MHD_Result nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn,
 /* MHD's completion callback (request may be NULL). */
 void nw_serve_completed(struct nw_serve *s, void **request, enum MHD_RequestTerminationCode why);
 
+/* Answer 405 on a route that exists, with the Allow header (one helper
+ * for the daemon's own routes and ours). */
+enum MHD_Result nw_serve_method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn,
+                                            const char *url, const char *method,
+                                            const char *allow);
+
 /* Answer 404/405 for a path nobody serves. */
 enum MHD_Result nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *conn,
                                   const char *url, const char *method);

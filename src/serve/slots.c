@@ -96,10 +96,17 @@ nw_wait_line_push(struct nw_wait_line *l, struct nw_waiter *w)
 void
 nw_wait_line_leave(struct nw_wait_line *l, struct nw_waiter *w)
 {
+	bool was_first;
+
 	if (!w->waiting)
 		return;
+	was_first = nw_wait_line_is_first(l, w);
 	g_queue_unlink(&l->waiters, &w->link);
 	w->waiting = false;
+	/* The head may have been kicked and left before acting on it: pass the
+	 * wake-up on, or the new head could wait for a slot already free. */
+	if (was_first)
+		nw_wait_line_kick(l);
 }
 
 bool

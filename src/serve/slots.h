@@ -56,6 +56,8 @@ struct nw_wait_line {
 
 void nw_wait_line_init(struct nw_wait_line *l);
 void nw_wait_line_push(struct nw_wait_line *l, struct nw_waiter *w);
+/* Leave the line; when the head leaves, the new head is kicked (a kick
+ * the old head got and did not act on must not be lost). */
 void nw_wait_line_leave(struct nw_wait_line *l, struct nw_waiter *w);
 bool nw_wait_line_empty(const struct nw_wait_line *l);
 bool nw_wait_line_is_first(const struct nw_wait_line *l, const struct nw_waiter *w);

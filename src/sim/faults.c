@@ -30,12 +30,13 @@ sim_faults_clear(struct sim_faults *f)
 	f->latency_multiplier = 1.0;
 	f->hang_s = -1;
 	f->die_after_tokens = -1;
+	f->error_after_tokens = -1;
 }
 
 static const char *const fault_keys[] = {
 	"error_rate", "error_status", "latency_multiplier", "hang_before_first_token",
-	"die_after_tokens", "refuse_connections", "flap_health_period_s", "kv_lease_s",
-	"unhealthy", NULL,
+	"die_after_tokens", "error_after_tokens", "refuse_connections",
+	"flap_health_period_s", "kv_lease_s", "unhealthy", NULL,
 };
 
 static bool
@@ -99,6 +100,8 @@ sim_faults_merge(struct sim_faults *f, const json_t *doc, double now_v, char **e
 			else if (strcmp(key, "hang_before_first_token") == 0) next.hang_s = def.hang_s;
 			else if (strcmp(key, "die_after_tokens") == 0)
 				next.die_after_tokens = def.die_after_tokens;
+			else if (strcmp(key, "error_after_tokens") == 0)
+				next.error_after_tokens = def.error_after_tokens;
 			else if (strcmp(key, "refuse_connections") == 0)
 				next.refuse_connections = false;
 			else if (strcmp(key, "flap_health_period_s") == 0) next.flap_period_s = 0;
@@ -130,6 +133,11 @@ sim_faults_merge(struct sim_faults *f, const json_t *doc, double now_v, char **e
 			    json_integer_value(v) > G_MAXUINT32)
 				return bad(error, key, "a token count of 0 or more, or null (off)", v);
 			next.die_after_tokens = json_integer_value(v);
+		} else if (strcmp(key, "error_after_tokens") == 0) {
+			if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+			    json_integer_value(v) > G_MAXUINT32)
+				return bad(error, key, "a token count of 0 or more, or null (off)", v);
+			next.error_after_tokens = json_integer_value(v);
 		} else if (strcmp(key, "refuse_connections") == 0) {
 			if (!json_is_boolean(v))
 				return bad(error, key, "true or false", v);
@@ -161,13 +169,15 @@ sim_faults_json(const struct sim_faults *f)
 	json_t *hang = f->hang_s < 0 ? json_false()
 	             : isinf(f->hang_s) ? json_true() : json_real(f->hang_s);
 
-	return json_pack("{s:f, s:i, s:f, s:o, s:o, s:b, s:f, s:o, s:b}",
+	return json_pack("{s:f, s:i, s:f, s:o, s:o, s:o, s:b, s:f, s:o, s:b}",
 	                 "error_rate", f->error_rate,
 	                 "error_status", (json_int_t)f->error_status,
 	                 "latency_multiplier", f->latency_multiplier,
 	                 "hang_before_first_token", hang,
 	                 "die_after_tokens", f->die_after_tokens < 0
 	                     ? json_null() : json_integer(f->die_after_tokens),
+	                 "error_after_tokens", f->error_after_tokens < 0
+	                     ? json_null() : json_integer(f->error_after_tokens),
 	                 "refuse_connections", f->refuse_connections,
 	                 "flap_health_period_s", f->flap_period_s,
 	                 "kv_lease_s", f->kv_lease_s > 0 ? json_real(f->kv_lease_s) : json_null(),

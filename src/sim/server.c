@@ -224,6 +224,14 @@ sim_call_on_tokens(struct sim_call *call, uint32_t n)
 			              "The engine died while generating (injected fault).");
 		}
 	}
+	/* error_after_tokens: N tokens, then an in-band error event (a stream)
+	 * or a 500; the request is aborted. */
+	if (!dies && node->faults.error_after_tokens >= 0 &&
+	    call->emitted >= node->faults.error_after_tokens && !final) {
+		sim_call_fail(call, 500, NULL, "The engine failed while generating (injected "
+		              "fault).");
+		return;
+	}
 	if (call->stream)
 		wake_reader(call);
 }
@@ -288,14 +296,7 @@ sim_call_on_finished(struct sim_call *call, sim_finish why)
 static ssize_t
 end_abruptly(struct sim_call *call)
 {
-	const union MHD_ConnectionInfo *info;
-
-	if (call->conn != NULL) {
-		info = MHD_get_connection_info(call->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-		if (info != NULL)
-			shutdown(info->connect_fd, SHUT_RDWR);
-		MHD_set_connection_option(call->conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
-	}
+	nw_http_server_abort(call->conn);
 	return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 

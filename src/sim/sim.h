@@ -53,6 +53,7 @@ struct sim_faults {
 	double latency_multiplier;   /* >= 1, stretches every step */
 	double hang_s;               /* < 0: none; INFINITY: until the client leaves */
 	int64_t die_after_tokens;    /* < 0: none */
+	int64_t error_after_tokens;  /* < 0: none; in-band error event after N */
 	bool refuse_connections;
 	double flap_period_s;        /* 0: none */
 	double flap_since_v;         /* virtual time the flapping started */

@@ -6,7 +6,10 @@
  */
 #include "build-config.h"
 
+#include <arpa/inet.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -192,9 +195,11 @@ test_front_end_errors(void)
 		{ "/nowhere", "GET", NULL, 404, "not_found" },
 	};
 	struct serve_env e;
+	json_int_t posts = 0, chats = 0;
 
 	g_test_summary("/serve/front-end/bad-inputs: representative bad requests get the "
-	               "OpenAI envelope with the right status and code, before any engine work");
+	               "OpenAI envelope with the right status and code, before any engine work; "
+	               "only POSTs count as completion and chat requests");
 	if (!serve_start(&e, sim_fast, NULL, NULL))
 		return;
 	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
@@ -207,6 +212,10 @@ test_front_end_errors(void)
 
 			body = g_strjoinv(e.model, parts);
 		}
+		if (strcmp(cases[i].method, "POST") == 0) {
+			posts += strcmp(cases[i].path, "/v1/completions") == 0;
+			chats += strcmp(cases[i].path, "/v1/chat/completions") == 0;
+		}
 		sim_http(e.port, cases[i].method, cases[i].path, body, NULL, 5000, &r);
 		g_test_message("%s %s %s -> %ld %s", cases[i].method, cases[i].path,
 		               body ? body : "", r.status, r.body->str);
@@ -217,6 +226,8 @@ test_front_end_errors(void)
 	}
 	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 0);
 	g_assert_cmpint(serve_counter(&e, "tokenize_calls"), ==, 0);
+	g_assert_cmpint(serve_counter(&e, "requests_completions"), ==, posts);
+	g_assert_cmpint(serve_counter(&e, "requests_chat"), ==, chats);
 	serve_clear(&e);
 }
 
@@ -248,6 +259,67 @@ test_too_large(void)
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "too_large"), ==, 1);
 	g_string_free(big, TRUE);
+	serve_clear(&e);
+}
+
+/* A chunked POST of body_len bytes (in 256-byte chunks) on a raw socket. */
+static int
+post_chunked(guint16 port, const char *path, const char *model, size_t body_len)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
+	GString *req = g_string_new(NULL);
+	GString *body = g_string_new(NULL);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	gboolean ok;
+
+	g_string_printf(body, "{\"model\":\"%s\",\"max_tokens\":2,\"prompt\":\"", model);
+	while (body->len < body_len - 2)
+		g_string_append_c(body, 'a');
+	g_string_append(body, "\"}");
+	g_string_printf(req, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+	                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+	                path);
+	for (size_t off = 0; off < body->len; off += 256) {
+		size_t n = MIN(256, body->len - off);
+
+		g_string_append_printf(req, "%zx\r\n", n);
+		g_string_append_len(req, body->str + off, (gssize)n);
+		g_string_append(req, "\r\n");
+	}
+	g_string_append(req, "0\r\n\r\n");
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	ok = fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+	     write(fd, req->str, req->len) == (ssize_t)req->len;
+	g_string_free(req, TRUE);
+	g_string_free(body, TRUE);
+	if (!ok && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void
+test_too_large_chunked(void)
+{
+	struct serve_env e;
+	GString *got = g_string_new(NULL);
+	int fd;
+
+	g_test_summary("/serve/spec-4.2/413-chunked-body: a chunked body of 1 KiB at a 400-byte "
+	               "limit is answered 413 request_too_large with the error envelope, not "
+	               "a closed connection");
+	if (!serve_start(&e, sim_fast, NULL, "{\"serving\":{\"max_request_bytes\":400}}"))
+		return;
+	fd = post_chunked(e.port, "/v1/completions", e.model, 1024);
+	g_assert_cmpint(fd, >=, 0);
+	g_assert_true(serve_raw_read_until(fd, got, "}}", 10000));
+	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 413"));
+	g_assert_nonnull(strstr(got->str, "\"code\":\"request_too_large\""));
+	g_assert_nonnull(strstr(got->str, "\"type\":\"invalid_request_error\""));
+	close(fd);
+	g_assert_cmpint(serve_counter(&e, "too_large"), ==, 1);
+	g_string_free(got, TRUE);
 	serve_clear(&e);
 }
 
@@ -323,6 +395,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/models", test_models);
 	g_test_add_func("/serve/front-end/bad-inputs", test_front_end_errors);
 	g_test_add_func("/serve/spec-4.2/413-at-400-bytes", test_too_large);
+	g_test_add_func("/serve/spec-4.2/413-chunked-body", test_too_large_chunked);
 	g_test_add_func("/serve/api-keys/401", test_api_keys);
 	g_test_add_func("/serve/spec-6/sizing-fallback", test_sizing);
 	return g_test_run();

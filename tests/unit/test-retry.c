@@ -97,11 +97,32 @@ test_budget_zero_replenish(void)
 	g_assert_false(nw_retry_budget_take(&b));
 }
 
+static void
+test_retryable_failures(void)
+{
+	g_test_summary("/retry/spec-4.2/retryable-failures: transport, retryable statuses and "
+	               "the spec 6 timeouts before output are retried; an unreadable engine "
+	               "answer, permanent errors, pool starvation and the deadline are not");
+	g_assert_true(nw_fail_retryable(NW_FAIL_TRANSPORT));
+	g_assert_true(nw_fail_retryable(NW_FAIL_STATUS));
+	g_assert_true(nw_fail_retryable(NW_FAIL_PREFILL_TIMEOUT));
+	g_assert_true(nw_fail_retryable(NW_FAIL_FIRST_TOKEN));
+	g_assert_true(nw_fail_retryable(NW_FAIL_HANDOFF));
+	g_assert_false(nw_fail_retryable(NW_FAIL_BAD_RESPONSE));
+	g_assert_false(nw_fail_retryable(NW_FAIL_PERMANENT));
+	g_assert_false(nw_fail_retryable(NW_FAIL_CONTEXT));
+	g_assert_false(nw_fail_retryable(NW_FAIL_TOO_LARGE));
+	g_assert_false(nw_fail_retryable(NW_FAIL_POOL));
+	g_assert_false(nw_fail_retryable(NW_FAIL_DEADLINE));
+	g_assert_false(nw_fail_retryable(NW_FAIL_CLIENT));
+}
+
 int
 main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/retry/spec-4.2/retryable-statuses", test_retryable_statuses);
+	g_test_add_func("/retry/spec-4.2/retryable-failures", test_retryable_failures);
 	g_test_add_func("/retry/spec-4.2/backoff-ceiling", test_backoff_ceiling);
 	g_test_add_func("/retry/spec-4.2/full-jitter", test_backoff_full_jitter);
 	g_test_add_func("/retry/spec-4.2/budget-spends-and-denies", test_budget_spends_and_denies);

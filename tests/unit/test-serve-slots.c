@@ -99,10 +99,42 @@ test_wait_line(void)
 	g_assert_cmpstr(log->str, ==, "a;a;");
 	nw_wait_line_leave(&l, &a.w);
 	g_assert_true(nw_wait_line_is_first(&l, &b.w));
-	nw_wait_line_kick(&l);
+	/* The head left: the new head is kicked at once. */
 	g_assert_cmpstr(log->str, ==, "a;a;b;");
+	nw_wait_line_kick(&l);
+	g_assert_cmpstr(log->str, ==, "a;a;b;b;");
 	nw_wait_line_leave(&l, &b.w);
 	g_assert_true(nw_wait_line_empty(&l));
+	g_string_free(log, TRUE);
+}
+
+static void
+test_wait_line_head_leaves(void)
+{
+	struct nw_wait_line l;
+	GString *log = g_string_new(NULL);
+	struct named a = { .name = "a", .log = log }, b = { .name = "b", .log = log },
+	             c = { .name = "c", .log = log };
+
+	g_test_summary("/serve/spec-4.2/phase-line-head-leaves: a head kicked for a free slot "
+	               "that leaves (hang-up, retry) before acting passes the wake-up on; a "
+	               "waiter behind the head leaving kicks nobody");
+	nw_wait_line_init(&l);
+	nw_waiter_init(&a.w, granted, &a);
+	nw_waiter_init(&b.w, granted, &b);
+	nw_waiter_init(&c.w, granted, &c);
+	nw_wait_line_push(&l, &a.w);
+	nw_wait_line_push(&l, &b.w);
+	nw_wait_line_push(&l, &c.w);
+	nw_wait_line_kick(&l);           /* a slot came free: a is told */
+	nw_wait_line_leave(&l, &b.w);    /* not the head: nothing */
+	g_assert_cmpstr(log->str, ==, "a;");
+	nw_wait_line_leave(&l, &a.w);    /* a hangs up before its timer runs */
+	g_assert_cmpstr(log->str, ==, "a;c;");
+	g_assert_true(nw_wait_line_is_first(&l, &c.w));
+	nw_wait_line_leave(&l, &c.w);
+	g_assert_true(nw_wait_line_empty(&l));
+	g_assert_cmpstr(log->str, ==, "a;c;");
 	g_string_free(log, TRUE);
 }
 
@@ -257,6 +289,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.2/resource-fifo", test_resource_fifo);
 	g_test_add_func("/serve/spec-4.2/resource-unlimited", test_resource_unlimited);
 	g_test_add_func("/serve/spec-4.2/phase-line-fifo", test_wait_line);
+	g_test_add_func("/serve/spec-4.2/phase-line-head-leaves", test_wait_line_head_leaves);
 	g_test_add_func("/serve/timers/order", test_timers);
 	g_test_add_func("/serve/timers/many", test_timers_many);
 	g_test_add_func("/serve/request-id", test_request_id);
