@@ -75,7 +75,9 @@ static void
 test_latency(void)
 {
 	struct sim_proc p;
-	const char *args[] = { "--time-scale", "20", NULL };
+	/* A small time scale: wall-clock wake-up jitter on a loaded machine,
+	 * multiplied by the scale, must stay small against the step times. */
+	const char *args[] = { "--time-scale", "2", NULL };
 	const char *body = "{\"prompt\":\"a b c\",\"max_tokens\":30}";
 	const char *e2e = "vllm:e2e_request_latency_seconds_sum{";
 	struct sim_reply r;
@@ -101,7 +103,7 @@ test_latency(void)
 	g_assert_cmpfloat(slow, >, plain * 3.0);
 	g_assert_cmpfloat(slow, <, plain * 4.5);
 	g_assert_cmpfloat(slow_wall, >, plain_wall);
-	g_assert_cmpfloat(slow_wall, >=, slow / 20 * 0.9);
+	g_assert_cmpfloat(slow_wall, >=, slow / 2 * 0.9);
 	g_assert_cmpint(sim_stop(&p, SIGTERM, 10000), ==, 0);
 	sim_clear(&p);
 }
