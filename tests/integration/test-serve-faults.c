@@ -423,15 +423,34 @@ test_queue_timeout(void)
 	serve_clear(&e);
 }
 
+/* Send three requests in arrival order and check that each succeeds and
+ * finishes after the one before (served one at a time, FIFO). Each takes
+ * about 0.6 s of wall time, so a client thread delayed by a loaded machine
+ * cannot make the order look wrong. */
+static void
+assert_served_in_order(struct serve_env *e)
+{
+	g_autofree char *body = body_for(e, 300, FALSE);
+	struct sim_reply r[3];
+	struct serve_async *a[3];
+	gint64 done[3];
+
+	serve_post_in_order(e, body, a, 3);
+	for (int i = 0; i < 3; i++) {
+		serve_async_join(a[i], &r[i], &done[i]);
+		g_assert_cmpint(r[i].status, ==, 200);
+	}
+	g_assert_cmpint(done[0], <, done[1]);
+	g_assert_cmpint(done[1], <, done[2]);
+	for (int i = 0; i < 3; i++)
+		sim_reply_clear(&r[i]);
+}
+
 static void
 test_queue_admits_in_order(void)
 {
 	const char *const args[] = { "--engines", "2", "--time-scale", "10", NULL };
 	struct serve_env e;
-	struct sim_reply r[3];
-	struct serve_async *a[3];
-	gint64 done[3];
-	g_autofree char *body = NULL;
 
 	g_test_summary("/serve/spec-4.2/queue-fifo: queued requests are admitted in arrival "
 	               "order as admitted ones finish, and all succeed");
@@ -439,19 +458,7 @@ test_queue_admits_in_order(void)
 	                 "\"queue_timeout_s\":5,\"prefill_concurrency\":1,"
 	                 "\"decode_concurrency\":1,\"handoff_timeout_s\":5}}"))
 		return;
-	body = body_for(&e, 300, FALSE);
-	serve_post_in_order(&e, body, a, 3);
-	for (int i = 0; i < 3; i++) {
-		serve_async_join(a[i], &r[i], &done[i]);
-		g_assert_cmpint(r[i].status, ==, 200);
-	}
-	/* Served one at a time, in order: each finished after the one before.
-	 * Each takes about 0.6 s of wall time, so a client thread delayed by a
-	 * loaded machine cannot make the order look wrong. */
-	g_assert_cmpint(done[0], <, done[1]);
-	g_assert_cmpint(done[1], <, done[2]);
-	for (int i = 0; i < 3; i++)
-		sim_reply_clear(&r[i]);
+	assert_served_in_order(&e);
 	g_assert_cmpint(serve_counter(&e, "queued"), ==, 2);
 	g_assert_cmpint(serve_counter(&e, "requests_ok"), ==, 3);
 	serve_clear(&e);
@@ -462,10 +469,6 @@ test_phase_slots_fifo(void)
 {
 	const char *const args[] = { "--engines", "2", "--time-scale", "10", NULL };
 	struct serve_env e;
-	struct sim_reply r[3];
-	struct serve_async *a[3];
-	gint64 done[3];
-	g_autofree char *body = NULL;
 	json_t *stats;
 
 	g_test_summary("/serve/spec-4.2/phase-concurrency-fifo: with one prefill and one decode "
@@ -473,19 +476,7 @@ test_phase_slots_fifo(void)
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"prefill_concurrency\":1,"
 	                 "\"decode_concurrency\":1}}"))
 		return;
-	body = body_for(&e, 300, FALSE);
-	serve_post_in_order(&e, body, a, 3);
-	for (int i = 0; i < 3; i++) {
-		serve_async_join(a[i], &r[i], &done[i]);
-		g_assert_cmpint(r[i].status, ==, 200);
-	}
-	/* Served one at a time, in order: each finished after the one before.
-	 * Each takes about 0.6 s of wall time, so a client thread delayed by a
-	 * loaded machine cannot make the order look wrong. */
-	g_assert_cmpint(done[0], <, done[1]);
-	g_assert_cmpint(done[1], <, done[2]);
-	for (int i = 0; i < 3; i++)
-		sim_reply_clear(&r[i]);
+	assert_served_in_order(&e);
 	g_assert_cmpint(serve_counter(&e, "phase_waits"), >=, 2);
 	g_assert_cmpint(serve_counter(&e, "queued"), ==, 0);
 	g_assert_cmpint(serve_counter(&e, "requests_ok"), ==, 3);
