@@ -193,13 +193,9 @@ admission(struct nw_request *r)
 		dec.verdict = NARWHAL_ADMIT; /* a failing policy must not stop serving */
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
-		/* The host's own limit holds whatever the policy says. */
-		if (nw_resource_try(&s->admitted))
-			admit_now(r);
-		else
-			enqueue(r);
-		return;
 	case NARWHAL_ADMIT_QUEUE:
+		/* The host's own limit holds whatever the policy says: either way,
+		 * run now when a unit is free, else wait in the queue. */
 		if (nw_resource_try(&s->admitted))
 			admit_now(r);
 		else

@@ -326,14 +326,15 @@ nw_request_suspend(struct nw_request *r)
 	nw_http_server_suspend(r->serve->http, r->conn, on_hangup, r);
 }
 
-/* The final answer of a request that is not a stream (takes body). */
+/* The final answer of a request that is not a stream (takes body, len
+ * bytes long: an engine answer is never scanned again). */
 static void
-answer(struct nw_request *r, unsigned status, char *body)
+answer(struct nw_request *r, unsigned status, char *body, size_t len)
 {
 	free(r->resp_body);
 	r->resp_status = status;
 	r->resp_body = body;
-	r->resp_len = body ? strlen(body) : 0;
+	r->resp_len = body ? len : 0;
 	r->state = NW_REQ_RESPONDING;
 	nw_request_wake_client(r);
 }
@@ -344,7 +345,9 @@ nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
 {
 	json_t *body = nw_http_error_body(type, code, param, message);
 
-	answer(r, status, json_dumps(body, JSON_COMPACT));
+	char *text = json_dumps(body, JSON_COMPACT);
+
+	answer(r, status, text, text ? strlen(text) : 0);
 	json_decref(body);
 }
 
@@ -353,8 +356,7 @@ nw_request_answer_body(struct nw_request *r, GString *engine_body)
 {
 	size_t len = engine_body->len;
 
-	answer(r, 200, g_string_free(engine_body, FALSE));
-	r->resp_len = len;
+	answer(r, 200, g_string_free(engine_body, FALSE), len);
 }
 
 /* A refusal: 429 (or 400) with Retry-After in whole seconds, at least 1. */
