@@ -92,6 +92,7 @@ run(const char *file)
 	g_ptr_array_unref(problems);
 
 	nw_process_raise_fd_limit();
+	nw_process_tune_malloc();
 	d = nw_daemon_new(cfg, &error);
 	if (d == NULL) {
 		nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error", error->message, NULL);

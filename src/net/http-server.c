@@ -15,12 +15,19 @@
 #include "core/log.h"
 #include "net/loop.h"
 
-/* One suspended connection under the hang-up watch. */
-struct suspended {
+/* One client connection, from MHD's connection notice to its close. Its
+ * socket joins the hang-up set once, for its whole life: adding it on every
+ * suspend and removing it on every resume cost two epoll_ctl calls per
+ * request. */
+struct watched {
 	struct MHD_Connection *conn;
-	int fd;
+	int fd;                  /* -1: not (or no longer) in the hang-up set */
+	bool suspended;
+	bool peer_closed;        /* the hang-up came while MHD had the connection */
+	bool late;               /* in late_hangups rather than suspended */
 	nw_http_hangup_fn on_hangup;
 	void *data;
+	GList link;              /* in suspended, while suspended */
 };
 
 struct nw_http_server {
@@ -28,11 +35,46 @@ struct nw_http_server {
 	uint16_t port;
 	GSource *io;        /* MHD's epoll fd */
 	GSource *deadline;  /* MHD_get_timeout, and runs requested by resume */
-	int hangup_epfd;    /* private epoll of suspended clients, EPOLLRDHUP */
+	int hangup_epfd;    /* private epoll of client sockets, EPOLLRDHUP */
 	GSource *hangup_io;
-	GHashTable *suspended; /* MHD_Connection * -> struct suspended * */
+	GQueue suspended;   /* struct watched, suspended by us */
+	GQueue late_hangups; /* suspended after their peer had closed */
 	bool running;       /* inside MHD_run: never re-enter it */
 };
+
+static void
+unwatch(struct nw_http_server *srv, struct watched *w)
+{
+	if (w->fd < 0)
+		return;
+	epoll_ctl(srv->hangup_epfd, EPOLL_CTL_DEL, w->fd, NULL);
+	w->fd = -1;
+}
+
+/* A suspended connection whose peer left: tell its owner once. */
+static void
+report_hangup(struct nw_http_server *srv, struct watched *w)
+{
+	nw_http_hangup_fn fn = w->on_hangup;
+
+	w->on_hangup = NULL;
+	if (fn != NULL)
+		fn(w->data); /* usually resumes */
+}
+
+static void
+report_late_hangups(struct nw_http_server *srv)
+{
+	GList *l;
+
+	while ((l = g_queue_pop_head_link(&srv->late_hangups)) != NULL) {
+		struct watched *w = l->data;
+
+		w->late = false;
+		g_queue_push_tail_link(&srv->suspended, &w->link);
+		report_hangup(srv, w);
+	}
+}
 
 static void
 run_mhd(struct nw_http_server *srv)
@@ -61,6 +103,7 @@ on_mhd_io(gint fd, GIOCondition cond, gpointer data)
 static void
 on_mhd_deadline(void *data)
 {
+	report_late_hangups(data);
 	run_mhd(data);
 }
 
@@ -73,23 +116,50 @@ on_hangup_io(gint fd, GIOCondition cond, gpointer data)
 
 	n = epoll_wait(srv->hangup_epfd, events, G_N_ELEMENTS(events), 0);
 	for (int i = 0; i < n; i++) {
-		struct suspended *s = g_hash_table_lookup(srv->suspended, events[i].data.ptr);
+		struct watched *w = events[i].data.ptr;
 
-		if (s == NULL)
-			continue;
-		/* Stop watching first: the callback usually resumes. */
-		epoll_ctl(srv->hangup_epfd, EPOLL_CTL_DEL, s->fd, NULL);
-		s->fd = -1;
-		if (s->on_hangup)
-			s->on_hangup(s->data);
+		/* The set is level-triggered: stop watching first, or a peer
+		 * that closed while MHD owns the connection would wake us on
+		 * every iteration until MHD gets round to it. */
+		unwatch(srv, w);
+		w->peer_closed = true;
+		if (w->suspended)
+			report_hangup(srv, w);
 	}
 	return G_SOURCE_CONTINUE;
 }
 
 static void
-suspended_free(gpointer p)
+on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
+              enum MHD_ConnectionNotificationCode code)
 {
-	g_free(p);
+	struct nw_http_server *srv = data;
+	struct watched *w;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *info =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct epoll_event ev = { .events = EPOLLRDHUP | EPOLLHUP | EPOLLERR };
+
+		w = g_new0(struct watched, 1);
+		w->conn = conn;
+		w->fd = -1;
+		w->link.data = w;
+		ev.data.ptr = w;
+		if (info != NULL && epoll_ctl(srv->hangup_epfd, EPOLL_CTL_ADD, info->connect_fd, &ev) == 0)
+			w->fd = info->connect_fd;
+		*socket_context = w;
+		return;
+	}
+	w = *socket_context;
+	if (w == NULL)
+		return;
+	/* MHD closes the socket after this notice. */
+	unwatch(srv, w);
+	if (w->suspended)
+		g_queue_unlink(w->late ? &srv->late_hangups : &srv->suspended, &w->link);
+	g_free(w);
+	*socket_context = NULL;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) G_GNUC_PRINTF(2, 0);
@@ -129,7 +199,14 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	}
 
 	srv = g_new0(struct nw_http_server, 1);
-	srv->hangup_epfd = -1;
+	/* Before MHD starts: its connection notices add to this set. */
+	srv->hangup_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (srv->hangup_epfd < 0) {
+		g_set_error(error, G_IO_ERROR, g_io_error_from_errno(errno),
+		            "cannot create an epoll set: %s", g_strerror(errno));
+		g_free(srv);
+		return NULL;
+	}
 	flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
 	if (addr.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
@@ -140,12 +217,14 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	                            MHD_OPTION_CONNECTION_TIMEOUT, opts->connection_timeout_s,
 	                            MHD_OPTION_CONNECTION_LIMIT, opts->connection_limit,
 	                            MHD_OPTION_NOTIFY_COMPLETED, completed, data,
+	                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
 	                            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 	                            MHD_OPTION_END);
 	if (srv->mhd == NULL) {
 		g_set_error(error, G_IO_ERROR, G_IO_ERROR_FAILED,
 		            "cannot listen on %s port %u: %s", opts->host, opts->port,
 		            errno ? g_strerror(errno) : "libmicrohttpd refused to start");
+		close(srv->hangup_epfd);
 		g_free(srv);
 		return NULL;
 	}
@@ -159,12 +238,10 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	g_source_attach(srv->io, NULL);
 	srv->deadline = nw_deadline_source_new("narwhal-http-deadline", on_mhd_deadline, srv);
 
-	srv->hangup_epfd = epoll_create1(EPOLL_CLOEXEC);
 	srv->hangup_io = g_unix_fd_source_new(srv->hangup_epfd, G_IO_IN);
 	g_source_set_callback(srv->hangup_io, (GSourceFunc)(void (*)(void))on_hangup_io, srv, NULL);
 	g_source_set_name(srv->hangup_io, "narwhal-http-hangup");
 	g_source_attach(srv->hangup_io, NULL);
-	srv->suspended = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, suspended_free);
 
 	/* Accept whatever is already pending. */
 	nw_deadline_source_set_in(srv->deadline, 0);
@@ -177,38 +254,50 @@ nw_http_server_port(const struct nw_http_server *srv)
 	return srv->port;
 }
 
+static struct watched *
+watched_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return info ? info->socket_context : NULL;
+}
+
 void
 nw_http_server_suspend(struct nw_http_server *srv, struct MHD_Connection *conn,
                        nw_http_hangup_fn on_hangup, void *data)
 {
-	struct suspended *s = g_new0(struct suspended, 1);
-	const union MHD_ConnectionInfo *info;
+	struct watched *w = watched_of(conn);
 
-	s->conn = conn;
-	s->fd = -1;
-	s->on_hangup = on_hangup;
-	s->data = data;
-	info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (on_hangup && info) {
-		struct epoll_event ev = { .events = EPOLLRDHUP | EPOLLHUP | EPOLLERR, .data.ptr = conn };
-
-		if (epoll_ctl(srv->hangup_epfd, EPOLL_CTL_ADD, info->connect_fd, &ev) == 0)
-			s->fd = info->connect_fd;
-	}
-	g_hash_table_replace(srv->suspended, conn, s);
 	MHD_suspend_connection(conn);
+	if (w == NULL || w->suspended)
+		return;
+	w->suspended = true;
+	w->on_hangup = on_hangup;
+	w->data = data;
+	g_queue_push_tail_link(&srv->suspended, &w->link);
+	if (w->peer_closed && on_hangup != NULL) {
+		/* The peer left before this suspend: report it from the loop,
+		 * not from inside the caller's handler. */
+		g_queue_unlink(&srv->suspended, &w->link);
+		g_queue_push_tail_link(&srv->late_hangups, &w->link);
+		w->late = true;
+		nw_deadline_source_set_in(srv->deadline, 0);
+	}
 }
 
 void
 nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *conn)
 {
-	struct suspended *s = g_hash_table_lookup(srv->suspended, conn);
+	struct watched *w = watched_of(conn);
 
-	if (s == NULL)
+	if (w == NULL || !w->suspended)
 		return; /* not suspended: resuming twice is harmless */
-	if (s->fd >= 0)
-		epoll_ctl(srv->hangup_epfd, EPOLL_CTL_DEL, s->fd, NULL);
-	g_hash_table_remove(srv->suspended, conn);
+	w->suspended = false;
+	w->on_hangup = NULL;
+	w->data = NULL;
+	g_queue_unlink(w->late ? &srv->late_hangups : &srv->suspended, &w->link);
+	w->late = false;
 	MHD_resume_connection(conn);
 	/* M2: resume only sets flags; run MHD at the next iteration. */
 	nw_deadline_source_set_in(srv->deadline, 0);
@@ -230,22 +319,19 @@ nw_http_server_abort(struct MHD_Connection *conn)
 unsigned
 nw_http_server_suspended(const struct nw_http_server *srv)
 {
-	return g_hash_table_size(srv->suspended);
+	return srv->suspended.length + srv->late_hangups.length;
 }
 
 void
 nw_http_server_stop(struct nw_http_server *srv)
 {
-	GHashTableIter it;
-	gpointer key;
-
 	if (srv == NULL)
 		return;
 	/* M6: stopping with suspended connections is an API violation. */
-	while (g_hash_table_size(srv->suspended) > 0) {
-		g_hash_table_iter_init(&it, srv->suspended);
-		g_hash_table_iter_next(&it, &key, NULL);
-		nw_http_server_resume(srv, key);
+	while (srv->suspended.head != NULL || srv->late_hangups.head != NULL) {
+		GList *l = srv->suspended.head ? srv->suspended.head : srv->late_hangups.head;
+
+		nw_http_server_resume(srv, ((struct watched *)l->data)->conn);
 	}
 	if (srv->mhd) {
 		MHD_run(srv->mhd);
@@ -262,7 +348,6 @@ nw_http_server_stop(struct nw_http_server *srv)
 	}
 	if (srv->hangup_epfd >= 0)
 		close(srv->hangup_epfd);
-	g_hash_table_destroy(srv->suspended);
 	g_free(srv);
 }
 

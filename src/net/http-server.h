@@ -8,9 +8,10 @@
  * - Resuming a connection does not wake the loop in external mode (M2), so
  *   nw_http_server_resume() only asks for a run at the next iteration; many
  *   resumes in one iteration share one MHD_run.
- * - A suspended client is watched for hang-up in a private epoll set (M4),
- *   so a client that leaves while its request waits on an engine is noticed
- *   at once.
+ * - Every client socket joins a private epoll set for hang-ups (M4) once,
+ *   when MHD announces the connection, so a client that leaves while its
+ *   request is suspended on an engine is noticed at once, at no cost per
+ *   request.
  */
 #ifndef NW_HTTP_SERVER_H
 #define NW_HTTP_SERVER_H
