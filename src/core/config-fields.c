@@ -176,6 +176,8 @@ static const struct nw_field config_fields[] = {
 	  .def = 60.0, SECONDS_NONNEG },
 	{ CFG("engine.first_token_timeout_s", NW_FT_DOUBLE, engine.first_token_timeout_s),
 	  .def = 2.5, SECONDS_POS },
+	{ CFG("engine.stream_decode", NW_FT_BOOL, engine.stream_decode), .def = true,
+	  .valid = "true or false" },
 	{ CFG("engine.tokenize", NW_FT_BOOL, engine.tokenize), .def = true,
 	  .valid = "true or false" },
 	{ CFG("engine.tokenize_timeout_s", NW_FT_DOUBLE, engine.tokenize_timeout_s), .def = 2.0,

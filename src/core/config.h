@@ -96,6 +96,7 @@ struct nw_config {
 		uint32_t control_connections; /* as configured; 0 derives */
 		double decode_read_timeout_s;
 		double first_token_timeout_s;
+		bool stream_decode;       /* stream decode legs of non-streamed requests too */
 		bool tokenize;
 		double tokenize_timeout_s;
 		double chars_per_token;

@@ -3,8 +3,9 @@
  * the serving pool: wait FIFO for a pool connection (engine.pool_timeout_s,
  * kept by the request's timer), send with engine.connect_timeout_s and the
  * request's X-Request-Id, then either collect the body (bounded by
- * serving.max_response_bytes) or, for a 2xx stream, hand the bytes to the
- * relay as they come.
+ * serving.max_response_bytes) or, for the 2xx stream of a decode or
+ * aggregate leg, hand the bytes as they come to the relay (a streamed
+ * request) or to the collector (a non-streamed one).
  */
 #include "build-config.h"
 
@@ -26,11 +27,12 @@ on_pool_granted(void *data)
 	nw_timer_set(r->serve->timers, &r->timer, 0);
 }
 
+/* Whether the leg asked the engine for a stream (phases.c builds it so). */
 static bool
 leg_streams(const struct nw_request *r)
 {
-	return r->parsed.stream &&
-	       (r->leg.kind == NW_LEG_DECODE || r->leg.kind == NW_LEG_AGGREGATE);
+	return (r->leg.kind == NW_LEG_DECODE || r->leg.kind == NW_LEG_AGGREGATE) &&
+	       nw_phase_streams(r);
 }
 
 static void
@@ -46,7 +48,10 @@ on_response(void *data, long status)
 		s->counters.engine_status_4xx++;
 	else if (status >= 500)
 		s->counters.engine_status_5xx++;
-	if (status >= 200 && status < 300 && leg_streams(r)) {
+	if (status >= 200 && status < 300 && leg_streams(r) && !r->parsed.stream) {
+		r->leg.collecting = true;
+		nw_collect_begin(r);
+	} else if (status >= 200 && status < 300 && leg_streams(r)) {
 		r->leg.relaying = true;
 		/* An aggregate stream commits on the engine's 200: before it,
 		 * a failure can still be retried. */
@@ -62,9 +67,9 @@ on_data(void *data, const char *bytes, size_t len)
 	struct nw_leg *leg = &r->leg;
 	size_t bound;
 
-	if (leg->relaying) {
+	if (leg->relaying || leg->collecting) {
 		r->last_chunk_us = r->last_chunk_us >= 0 ? g_get_monotonic_time() : -1;
-		return nw_relay_feed(r, bytes, len);
+		return leg->relaying ? nw_relay_feed(r, bytes, len) : nw_collect_feed(r, bytes, len);
 	}
 	bound = leg->status >= 200 && leg->status < 300 ? r->serve->cfg->serving.max_response_bytes
 	                                                : ERROR_BODY_MAX;
@@ -162,6 +167,7 @@ nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
 	leg->engine = engine;
 	leg->status = 0;
 	leg->relaying = false;
+	leg->collecting = false;
 	leg->overflow = false;
 	leg->started_us = -1;
 	if (leg->collected == NULL)
@@ -240,5 +246,6 @@ nw_leg_release(struct nw_request *r)
 	leg->body = NULL;
 	leg->body_len = 0;
 	leg->relaying = false;
+	leg->collecting = false;
 	leg->kind = NW_LEG_NONE;
 }

@@ -50,6 +50,8 @@ nw_phase_begin(struct nw_request *r)
 	}
 	if (r->parsed.stream)
 		nw_relay_init(&r->relay, (size_t)MIN(s->cfg->serving.max_response_bytes, G_MAXSIZE));
+	else if (nw_phase_streams(r))
+		nw_collect_init(&r->collect, (size_t)MIN(s->cfg->serving.max_response_bytes, G_MAXSIZE));
 	start_sizing(r);
 }
 
@@ -436,6 +438,30 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	start_phase_leg(r, phase, (uint32_t)engine);
 }
 
+bool
+nw_phase_streams(const struct nw_request *r)
+{
+	return r->parsed.stream || r->serve->cfg->engine.stream_decode;
+}
+
+/* The client body that decode and aggregate legs are built from. With
+ * engine.stream_decode a non-streamed request's legs stream too
+ * (collect.c), with usage in the last chunk so the assembled answer has
+ * it. */
+static const json_t *
+output_body(struct nw_request *r)
+{
+	if (r->parsed.stream || !nw_phase_streams(r))
+		return r->parsed.body;
+	if (r->stream_body == NULL) {
+		r->stream_body = json_copy(r->parsed.body);
+		json_object_set_new(r->stream_body, "stream", json_true());
+		json_object_set_new(r->stream_body, "stream_options",
+		                    json_pack("{s:b}", "include_usage", 1));
+	}
+	return r->stream_body;
+}
+
 static void
 start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 {
@@ -463,14 +489,14 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		kind = NW_LEG_DECODE;
 		s->counters.decode_started++;
 		r->state = NW_REQ_DECODE;
-		rc = d->ops->build_decode(d->ctx, r->route, r->parsed.body, r->handoff, &call);
+		rc = d->ops->build_decode(d->ctx, r->route, output_body(r), r->handoff, &call);
 		break;
 	case NARWHAL_PHASE_AGGREGATE:
 	default:
 		kind = NW_LEG_AGGREGATE;
 		s->counters.aggregate_started++;
 		r->state = NW_REQ_DECODE;
-		rc = d->ops->build_aggregate(d->ctx, r->route, r->parsed.body, &call);
+		rc = d->ops->build_aggregate(d->ctx, r->route, output_body(r), &call);
 		break;
 	}
 	if (rc != 0) {
@@ -480,8 +506,9 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		return;
 	}
 	/* The first-token clock starts before the stream opens (spec 6). A
-	 * non-streamed answer shows no first token: the deadline bounds it. */
-	if (kind != NW_LEG_PREFILL && r->parsed.stream)
+	 * leg answered in one body shows no first token: the deadline bounds
+	 * it. */
+	if (kind != NW_LEG_PREFILL && nw_phase_streams(r))
 		r->ft_until_us = now + (int64_t)(s->cfg->engine.first_token_timeout_s * 1e6);
 	nw_leg_start(r, kind, engine, &call);
 }
@@ -588,6 +615,20 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
 	bool relayed = r->leg.relaying;
 
+	if (r->leg.collecting) {
+		bool done = nw_collect_end(r);
+
+		if (r->finished)
+			return; /* its last event failed it */
+		if (done) {
+			nw_collect_answer(r);
+			return;
+		}
+		s->counters.decode_failed_transport++;
+		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
+		                "the engine's stream ended without its terminator");
+		return;
+	}
 	if (relayed) {
 		if (r->relay.done) {
 			/* The terminator came: a success, whether or not the
@@ -611,12 +652,13 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 		fail_by_status(r, d);
 		return;
 	}
+	/* engine.stream_decode off: the engine's body as it came. */
 	{
-		GString *body = r->leg.collected;
+		size_t len = r->leg.collected->len;
 
-		r->leg.collected = NULL;
 		nw_request_finish(r, true);
-		nw_request_answer_body(r, body);
+		nw_request_answer_text(r, g_string_free(g_steal_pointer(&r->leg.collected), FALSE),
+		                       len);
 	}
 }
 

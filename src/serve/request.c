@@ -77,6 +77,8 @@ request_free(struct nw_request *r)
 	if (r->leg.collected)
 		g_string_free(r->leg.collected, TRUE);
 	nw_relay_clear(&r->relay);
+	nw_collect_clear(&r->collect);
+	json_decref(r->stream_body);
 	json_decref(r->handoff);
 	free(r->resp_body);
 	g_free(r->excluded);
@@ -352,11 +354,9 @@ nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
 }
 
 void
-nw_request_answer_body(struct nw_request *r, GString *engine_body)
+nw_request_answer_text(struct nw_request *r, char *text, size_t len)
 {
-	size_t len = engine_body->len;
-
-	answer(r, 200, g_string_free(engine_body, FALSE), len);
+	answer(r, 200, text, len);
 }
 
 /* A refusal: 429 (or 400) with Retry-After in whole seconds, at least 1. */
@@ -533,6 +533,11 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		nw_leg_release(r);
 		nw_request_finish(r, true);
 		nw_relay_end(r);
+		return;
+	}
+	if (r->collect.done && r->leg.collecting) {
+		/* Likewise for an assembled answer: it is whole. */
+		nw_collect_answer(r);
 		return;
 	}
 	if (!r->stream_committed && nw_fail_retryable(kind) &&

@@ -32,6 +32,7 @@
 #include "net/http-server.h"
 #include "net/sse.h"
 #include "net/upstream.h"
+#include "serve/assemble.h"
 #include "serve/counters.h"
 #include "serve/request-id.h"
 #include "serve/request-parse.h"
@@ -118,6 +119,7 @@ struct nw_leg {
 	bool holds_pool;        /* one serving-pool unit */
 	long status;            /* engine HTTP status, 0 until headers */
 	bool relaying;          /* a 2xx stream: bytes go to the relay */
+	bool collecting;        /* a 2xx stream: bytes go to the collector */
 	GString *collected;     /* non-streamed or error body */
 	bool overflow;          /* collected hit its bound */
 	int64_t started_us;     /* the HTTP request went out */
@@ -136,6 +138,16 @@ struct nw_relay {
 	bool finished;          /* nothing more will be added */
 	bool abort;             /* close without the final chunk */
 	bool paused;            /* the engine leg waits for the client to drain */
+};
+
+/* The engine stream behind a non-streamed answer (collect.c). */
+struct nw_collect {
+	struct nw_sse sse;
+	struct nw_assembly *assembly;
+	size_t max_bytes;       /* serving.max_response_bytes */
+	size_t taken;           /* event payload bytes of this attempt */
+	bool first_token;
+	bool done;              /* the success terminator came */
 };
 
 /* Wake-up reasons recorded by callbacks that must not act themselves. */
@@ -211,6 +223,8 @@ struct nw_request {
 	size_t resp_len;
 	char retry_after[16];         /* Retry-After value, or "" */
 	struct nw_relay relay;
+	struct nw_collect collect;    /* for a non-streamed request */
+	json_t *stream_body;          /* its body with streaming on, for decode legs */
 };
 
 /* --- request.c ----------------------------------------------------- */
@@ -236,8 +250,8 @@ void nw_request_release_attempt(struct nw_request *r);
 void nw_request_finish(struct nw_request *r, bool ok);
 void nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
                              const char *code, const char *param, const char *message);
-/* A non-streamed success: the engine's body as it came (taken). */
-void nw_request_answer_body(struct nw_request *r, GString *engine_body);
+/* A non-streamed success: its body (malloc'd, taken). */
+void nw_request_answer_text(struct nw_request *r, char *text, size_t len);
 void nw_request_refuse(struct nw_request *r, unsigned status, const char *code,
                        double retry_after_s, const char *message);
 void nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status,
@@ -254,6 +268,9 @@ void nw_request_commit_stream(struct nw_request *r);
 void nw_phase_begin(struct nw_request *r);
 void nw_phase_size_by_chars(struct nw_request *r);
 void nw_phase_begin_attempt(struct nw_request *r);
+/* Whether the request's decode or aggregate legs stream from the engine:
+ * always for a streamed request, else as engine.stream_decode says. */
+bool nw_phase_streams(const struct nw_request *r);
 void nw_phase_place(struct nw_request *r, narwhal_phase phase);
 void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
 void nw_phase_unqueue(struct nw_request *r);
@@ -287,6 +304,18 @@ void nw_relay_error(struct nw_request *r, const char *type, const char *code,
 struct MHD_Response *nw_relay_response(struct nw_request *r);
 /* Close a client that stopped reading, at once. */
 void nw_relay_close_client(struct nw_request *r);
+
+/* --- collect.c ------------------------------------------------------ */
+void nw_collect_init(struct nw_collect *c, size_t max_bytes);
+void nw_collect_clear(struct nw_collect *c);
+/* A decode or aggregate leg answered 2xx: start a fresh assembly. */
+void nw_collect_begin(struct nw_request *r);
+/* Engine bytes of the stream (always taken). */
+bool nw_collect_feed(struct nw_request *r, const char *bytes, size_t len);
+/* The transfer ended: whether the terminator came. */
+bool nw_collect_end(struct nw_request *r);
+/* Answer 200 with the assembled body and finish the request. */
+void nw_collect_answer(struct nw_request *r);
 
 /* --- serve.c -------------------------------------------------------- */
 

@@ -2,7 +2,9 @@
  * libFuzzer target for SSE parsing as the stream relay does it: arbitrary
  * bytes, cut into chunks at places the input chooses, go through the shared
  * framer (src/net/sse.c); each event's payload goes through the vllm
- * dialect's parse_sse. Beyond "no crash, no leak": the boundary the framer
+ * dialect's parse_sse, and each payload that is JSON goes into the
+ * assembler of non-streamed answers (src/serve/assemble.c), whose body is
+ * then encoded. Beyond "no crash, no leak": the boundary the framer
  * reports never passes the chunk, a stopped framer reads nothing more, the
  * dialect's answer is one of its kinds, and framing does not depend on
  * where the chunks were cut.
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "net/sse.h"
+#include "serve/assemble.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,6 +26,7 @@ struct run {
 	const struct narwhal_dialect_ops *ops;
 	void *dialect;
 	GString *joined;     /* every payload, NUL-separated */
+	struct nw_assembly *assembly;
 	unsigned stop_after; /* 0: never */
 	unsigned events;
 };
@@ -32,12 +36,23 @@ on_event(void *cls, const char *payload, size_t len)
 {
 	struct run *run = cls;
 	struct narwhal_sse_event ev = { .struct_size = sizeof ev };
+	json_t *chunk;
 
 	g_string_append_len(run->joined, payload, (gssize)len);
 	g_string_append_c(run->joined, '\0');
 	if (run->ops->parse_sse(run->dialect, payload, len, &ev) == 0 &&
 	    (ev.kind < NARWHAL_SSE_TOKENS || ev.kind > NARWHAL_SSE_OTHER))
 		abort();
+	chunk = json_loadb(payload, len, 0, NULL);
+	if (chunk != NULL && run->assembly != NULL) {
+		unsigned before = nw_assembly_chunks(run->assembly);
+		int rc = nw_assembly_add(run->assembly, chunk);
+
+		/* A refused chunk is not counted; a taken one is. */
+		if (nw_assembly_chunks(run->assembly) != before + (rc == 0 ? 1u : 0u))
+			abort();
+	}
+	json_decref(chunk);
 	run->events++;
 	return run->stop_after == 0 || run->events < run->stop_after;
 }
@@ -88,6 +103,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	a.joined = g_string_new(NULL);
 	b.joined = g_string_new(NULL);
 	a.stop_after = data[1] % 5;
+	/* Chat or completions, by the second byte. */
+	b.assembly = nw_assembly_new(data[1] & 0x80 ? NARWHAL_ROUTE_CHAT_COMPLETIONS
+	                                            : NARWHAL_ROUTE_COMPLETIONS);
 	frame(&a, (const char *)data + 2, size - 2, step, 4096);
 	/* The same bytes in one piece, read to the end: the events seen before
 	 * a stop must be the same ones. */
@@ -96,6 +114,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (a.stop_after == 0 && (a.joined->len != b.joined->len || a.events != b.events))
 		abort();
+	{
+		json_t *body = nw_assembly_finish(b.assembly);
+		char *text = json_dumps(body, JSON_COMPACT);
+
+		if (body == NULL || text == NULL)
+			abort();
+		free(text);
+		json_decref(body);
+	}
+	nw_assembly_free(b.assembly);
 	g_string_free(a.joined, TRUE);
 	g_string_free(b.joined, TRUE);
 	return 0;

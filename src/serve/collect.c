@@ -1,0 +1,190 @@
+/*
+ * The engine side of a non-streamed answer. A client that asked for one
+ * body still gets its decode (or aggregate) leg as a stream from the
+ * engine: only a stream shows the first token and the silences between
+ * chunks, so engine.first_token_timeout_s and engine.decode_read_timeout_s
+ * bound a non-streamed request as they bound a streamed one (spec 6),
+ * rather than the request deadline alone.
+ *
+ * The events are framed, classified by the dialect (first token, in-band
+ * error, terminator) and merged by the assembler (assemble.c) into the
+ * body the client asked for. Nothing is visible to the client before the
+ * answer, so an in-band error is an attempt failure like an HTTP error,
+ * and may be retried (spec 4.2). serving.max_response_bytes bounds the
+ * event payloads an attempt takes in.
+ */
+#include "build-config.h"
+
+#include <string.h>
+
+#include "serve/request.h"
+
+static bool on_event(void *data, const char *payload, size_t len);
+
+void
+nw_collect_init(struct nw_collect *c, size_t max_bytes)
+{
+	memset(c, 0, sizeof *c);
+	c->max_bytes = max_bytes;
+	nw_sse_init(&c->sse, on_event, NULL);
+	nw_sse_set_max_event(&c->sse, max_bytes);
+}
+
+void
+nw_collect_clear(struct nw_collect *c)
+{
+	if (c->sse.line == NULL)
+		return; /* never initialised: a streamed request */
+	nw_sse_clear(&c->sse);
+	nw_assembly_free(c->assembly);
+	memset(c, 0, sizeof *c);
+}
+
+void
+nw_collect_begin(struct nw_request *r)
+{
+	struct nw_collect *c = &r->collect;
+
+	nw_sse_reset(&c->sse);
+	c->sse.fn_data = r;
+	nw_assembly_free(c->assembly);
+	c->assembly = nw_assembly_new(r->route);
+	c->taken = 0;
+	c->first_token = false;
+	c->done = false;
+}
+
+/* The message of an in-band error event, for the client. */
+static char *
+event_message(const char *payload, size_t len)
+{
+	json_t *doc = json_loadb(payload, len, 0, NULL);
+	json_t *err = json_object_get(doc, "error");
+	const char *msg = json_string_value(json_is_object(err) ? json_object_get(err, "message")
+	                                                        : err);
+	char *text = g_strdup(msg ? msg : "the engine sent an error event");
+
+	json_decref(doc);
+	return text;
+}
+
+static void
+fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev, const char *payload,
+             size_t len)
+{
+	struct nw_serve *s = r->serve;
+	g_autofree char *msg = event_message(payload, len);
+	g_autofree char *text = g_strdup_printf("engine %s: %s",
+	                                        s->cfg->fleet.engines[r->leg.engine].id, msg);
+
+	s->counters.stream_errors++;
+	switch (ev->error_class) {
+	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
+		s->counters.context_too_long++;
+		nw_request_fail(r, NW_FAIL_CONTEXT, 0, msg);
+		break;
+	case NARWHAL_ERROR_RETRYABLE:
+		nw_request_fail(r, NW_FAIL_STATUS, 0, text);
+		break;
+	case NARWHAL_ERROR_PERMANENT:
+	default:
+		s->counters.permanent_errors++;
+		nw_request_fail(r, NW_FAIL_PERMANENT, 0, text);
+		break;
+	}
+}
+
+static bool
+on_event(void *data, const char *payload, size_t len)
+{
+	struct nw_request *r = data;
+	struct nw_collect *c = &r->collect;
+	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
+	struct narwhal_sse_event ev = {
+		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER,
+		.prompt_tokens = -1, .completion_tokens = -1,
+	};
+	json_t *chunk;
+
+	c->taken += len;
+	if (c->taken > c->max_bytes) {
+		nw_request_fail(r, NW_FAIL_TOO_LARGE, 0, "the engine's answer is larger than "
+		                "serving.max_response_bytes");
+		return false;
+	}
+	/* As in the relay: after the first token only the terminator and
+	 * errors need the dialect. */
+	if (!c->first_token || g_strstr_len(payload, (gssize)len, "[DONE]") != NULL ||
+	    g_strstr_len(payload, (gssize)len, "\"error\"") != NULL) {
+		if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
+			ev.kind = NARWHAL_SSE_OTHER;
+	} else {
+		ev.kind = NARWHAL_SSE_TOKENS;
+	}
+	switch (ev.kind) {
+	case NARWHAL_SSE_DONE:
+		c->done = true;
+		return false; /* nothing after the terminator matters */
+	case NARWHAL_SSE_ERROR:
+		fail_in_band(r, &ev, payload, len);
+		return false;
+	case NARWHAL_SSE_TOKENS:
+	case NARWHAL_SSE_USAGE:
+	case NARWHAL_SSE_OTHER:
+		break;
+	}
+	chunk = json_loadb(payload, len, 0, NULL);
+	if (chunk == NULL || nw_assembly_add(c->assembly, chunk) != 0) {
+		json_decref(chunk);
+		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
+		                "the engine's stream has an event that is not a completion chunk");
+		return false;
+	}
+	json_decref(chunk);
+	if (ev.kind == NARWHAL_SSE_TOKENS && !c->first_token) {
+		c->first_token = true;
+		nw_request_on_first_token(r);
+	}
+	return true;
+}
+
+bool
+nw_collect_feed(struct nw_request *r, const char *bytes, size_t len)
+{
+	struct nw_collect *c = &r->collect;
+
+	if (c->done || r->finished)
+		return true; /* after the terminator: let the transfer end */
+	if (!nw_sse_feed(&c->sse, bytes, len) && c->sse.overflow && !r->finished)
+		nw_request_fail(r, NW_FAIL_TOO_LARGE, 0, "an event of the engine's stream is larger "
+		                "than serving.max_response_bytes");
+	return true;
+}
+
+bool
+nw_collect_end(struct nw_request *r)
+{
+	struct nw_collect *c = &r->collect;
+
+	/* An engine that leaves out the blank line after its terminator
+	 * still ended its stream. */
+	if (!c->done && !r->finished)
+		nw_sse_finish(&c->sse);
+	return c->done;
+}
+
+void
+nw_collect_answer(struct nw_request *r)
+{
+	json_t *body = nw_assembly_finish(r->collect.assembly);
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+
+	json_decref(body);
+	nw_leg_release(r);
+	if (text == NULL) {
+		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not encode the answer");
+		return;
+	}
+	nw_request_finish(r, true);
+	nw_request_answer_text(r, text, strlen(text));
+}
