@@ -367,6 +367,29 @@ nw_assembly_add(struct nw_assembly *a, const json_t *chunk)
 	return 0;
 }
 
+int
+nw_assembly_add_text(struct nw_assembly *a, json_int_t index, const char *text, size_t len)
+{
+	struct choice *c = g_tree_lookup(a->choices, &index);
+	struct field *f;
+
+	if (!c)
+		return -1;
+	if (a->route != NARWHAL_ROUTE_CHAT_COMPLETIONS) {
+		g_string_append_len(c->text, text, (gssize)len);
+		a->chunks++;
+		return 0;
+	}
+	f = bag_find(c->msg, "content");
+	if (!f || f->val)
+		return -1; /* content that is not text: only a whole merge knows */
+	if (!f->str)
+		f->str = g_string_new(NULL);
+	g_string_append_len(f->str, text, (gssize)len);
+	a->chunks++;
+	return 0;
+}
+
 static json_t *
 finish_call(const struct call *c)
 {

@@ -60,6 +60,12 @@ void nw_assembly_free(struct nw_assembly *a);           /* NULL ok */
  * has no non-negative integer "index"; a refused chunk changes nothing. */
 int nw_assembly_add(struct nw_assembly *a, const json_t *chunk);
 
+/* Merge a chunk known to equal an earlier merged one except for its text
+ * (completions "text", chat "content") of choice index: the text is
+ * appended and the chunk counted (chunk-shape.h finds such chunks). -1,
+ * changing nothing, when the choice has no such text yet. */
+int nw_assembly_add_text(struct nw_assembly *a, json_int_t index, const char *text, size_t len);
+
 /* Number of chunks merged so far. */
 unsigned nw_assembly_chunks(const struct nw_assembly *a);
 

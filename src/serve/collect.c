@@ -8,7 +8,8 @@
  *
  * The events are framed, classified by the dialect (first token, in-band
  * error, terminator) and merged by the assembler (assemble.c) into the
- * body the client asked for. Nothing is visible to the client before the
+ * body the client asked for. Token chunks that differ from an earlier one
+ * only in their text are merged without a parse (chunk-shape.h). Nothing is visible to the client before the
  * answer, so an in-band error is an attempt failure like an HTTP error,
  * and may be retried (spec 4.2). serving.max_response_bytes bounds the
  * event payloads an attempt takes in.
@@ -28,6 +29,8 @@ nw_collect_init(struct nw_collect *c, size_t max_bytes)
 	c->max_bytes = max_bytes;
 	nw_sse_init(&c->sse, on_event, NULL);
 	nw_sse_set_max_event(&c->sse, max_bytes);
+	nw_chunk_shape_init(&c->shape);
+	c->text = g_string_new(NULL);
 }
 
 void
@@ -37,6 +40,8 @@ nw_collect_clear(struct nw_collect *c)
 		return; /* never initialised: a streamed request */
 	nw_sse_clear(&c->sse);
 	nw_assembly_free(c->assembly);
+	nw_chunk_shape_clear(&c->shape);
+	g_string_free(c->text, TRUE);
 	memset(c, 0, sizeof *c);
 }
 
@@ -49,6 +54,7 @@ nw_collect_begin(struct nw_request *r)
 	c->sse.fn_data = r;
 	nw_assembly_free(c->assembly);
 	c->assembly = nw_assembly_new(r->route);
+	nw_chunk_shape_reset(&c->shape);
 	c->taken = 0;
 	c->first_token = false;
 	c->done = false;
@@ -114,12 +120,16 @@ on_event(void *data, const char *payload, size_t len)
 	}
 	/* As in the relay: after the first token only the terminator and
 	 * errors need the dialect. */
-	if (!c->first_token || g_strstr_len(payload, (gssize)len, "[DONE]") != NULL ||
-	    g_strstr_len(payload, (gssize)len, "\"error\"") != NULL) {
+	if (!c->first_token || nw_event_may_end(payload, len)) {
 		if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
 			ev.kind = NARWHAL_SSE_OTHER;
 	} else {
 		ev.kind = NARWHAL_SSE_TOKENS;
+		g_string_truncate(c->text, 0);
+		if (nw_chunk_shape_match(&c->shape, payload, len, c->text) &&
+		    nw_assembly_add_text(c->assembly, c->shape_choice, c->text->str,
+		                         c->text->len) == 0)
+			return true;
 	}
 	switch (ev.kind) {
 	case NARWHAL_SSE_DONE:
@@ -139,6 +149,15 @@ on_event(void *data, const char *payload, size_t len)
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
 		                "the engine's stream has an event that is not a completion chunk");
 		return false;
+	}
+	/* Learn from the newest chunk merged whole: a shape learnt before it
+	 * may hold values this chunk replaced. */
+	{
+		const char *key = ev.kind == NARWHAL_SSE_TOKENS ?
+		                  nw_chunk_shape_key(r->route, chunk, &c->shape_choice) : NULL;
+
+		if (key == NULL || !nw_chunk_shape_learn(&c->shape, payload, len, key))
+			nw_chunk_shape_reset(&c->shape);
 	}
 	json_decref(chunk);
 	if (ev.kind == NARWHAL_SSE_TOKENS && !c->first_token) {

@@ -33,6 +33,30 @@
 
 static bool on_event(void *data, const char *payload, size_t len);
 
+/* After the first token only the terminator and errors matter: most events
+ * are tokens, and asking the dialect (a JSON parse) for each is wasted. */
+static bool
+contains(const char *p, size_t len, const char *needle, size_t n)
+{
+	while (len >= n) {
+		const char *q = memchr(p, needle[0], len - n + 1);
+
+		if (q == NULL)
+			return false;
+		if (memcmp(q, needle, n) == 0)
+			return true;
+		len -= (size_t)(q - p) + 1;
+		p = q + 1;
+	}
+	return false;
+}
+
+bool
+nw_event_may_end(const char *payload, size_t len)
+{
+	return contains(payload, len, "[DONE]", 6) || contains(payload, len, "\"error\"", 7);
+}
+
 void
 nw_relay_init(struct nw_relay *rl, size_t max_event)
 {
@@ -71,10 +95,7 @@ on_event(void *data, const char *payload, size_t len)
 
 	/* The event is released up to the blank line that ended it. */
 	rl->committed = rl->chunk_base + rl->sse.boundary;
-	/* After the first token only the terminator and errors matter: most
-	 * events are tokens, and a full JSON parse of each is wasted. */
-	if (rl->first_token && g_strstr_len(payload, (gssize)len, "[DONE]") == NULL &&
-	    g_strstr_len(payload, (gssize)len, "\"error\"") == NULL)
+	if (rl->first_token && !nw_event_may_end(payload, len))
 		return true;
 	if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
 		ev.kind = NARWHAL_SSE_OTHER; /* unreadable: relay it, it is the engine's */

@@ -33,6 +33,7 @@
 #include "net/sse.h"
 #include "net/upstream.h"
 #include "serve/assemble.h"
+#include "serve/chunk-shape.h"
 #include "serve/counters.h"
 #include "serve/request-id.h"
 #include "serve/request-parse.h"
@@ -144,6 +145,9 @@ struct nw_relay {
 struct nw_collect {
 	struct nw_sse sse;
 	struct nw_assembly *assembly;
+	struct nw_chunk_shape shape; /* of this attempt's token chunks */
+	json_int_t shape_choice;     /* the choice the shape's text belongs to */
+	GString *text;               /* scratch for a matched chunk's text */
 	size_t max_bytes;       /* serving.max_response_bytes */
 	size_t taken;           /* event payload bytes of this attempt */
 	bool first_token;
@@ -290,6 +294,9 @@ void nw_leg_release(struct nw_request *r);
 /* --- relay.c -------------------------------------------------------- */
 
 void nw_relay_init(struct nw_relay *rl, size_t max_event);
+/* Whether an event after the first token may be the terminator or an
+ * error, and so needs the dialect's parse (relay and collector). */
+bool nw_event_may_end(const char *payload, size_t len);
 void nw_relay_clear(struct nw_relay *rl);
 /* Engine bytes of a 2xx stream; false when the relay is full and the
  * transfer must pause (curl hands the same bytes back later). */

@@ -4,7 +4,9 @@
  * framer (src/net/sse.c); each event's payload goes through the vllm
  * dialect's parse_sse, and each payload that is JSON goes into the
  * assembler of non-streamed answers (src/serve/assemble.c), whose body is
- * then encoded. Beyond "no crash, no leak": the boundary the framer
+ * then encoded. A second assembly takes the collector's shortcut
+ * (src/serve/chunk-shape.c: chunks of a learnt shape merged without a
+ * parse) and must end equal to the first. Beyond "no crash, no leak": the boundary the framer
  * reports never passes the chunk, a stopped framer reads nothing more, the
  * dialect's answer is one of its kinds, and framing does not depend on
  * where the chunks were cut.
@@ -14,11 +16,13 @@
 #include <narwhal/plugin-abi.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "net/sse.h"
 #include "serve/assemble.h"
+#include "serve/chunk-shape.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,9 +31,43 @@ struct run {
 	void *dialect;
 	GString *joined;     /* every payload, NUL-separated */
 	struct nw_assembly *assembly;
+	/* The collector's way: shortcut first, whole parse otherwise. */
+	narwhal_route route;
+	struct nw_assembly *fast;
+	struct nw_chunk_shape shape;
+	json_int_t shape_choice;
 	unsigned stop_after; /* 0: never */
 	unsigned events;
 };
+
+/* As src/serve/collect.c merges an event (without its dialect checks). */
+static void
+fast_merge(struct run *run, const char *payload, size_t len)
+{
+	GString *text = g_string_new(NULL);
+	json_t *chunk;
+
+	if (nw_chunk_shape_match(&run->shape, payload, len, text)) {
+		/* Whatever the shortcut takes, a whole parse must take too. */
+		chunk = json_loadb(payload, len, 0, NULL);
+		if (chunk == NULL)
+			abort();
+		json_decref(chunk);
+		if (nw_assembly_add_text(run->fast, run->shape_choice, text->str, text->len) == 0) {
+			g_string_free(text, TRUE);
+			return;
+		}
+	}
+	g_string_free(text, TRUE);
+	chunk = json_loadb(payload, len, 0, NULL);
+	if (chunk != NULL && nw_assembly_add(run->fast, chunk) == 0) {
+		const char *key = nw_chunk_shape_key(run->route, chunk, &run->shape_choice);
+
+		if (key == NULL || !nw_chunk_shape_learn(&run->shape, payload, len, key))
+			nw_chunk_shape_reset(&run->shape);
+	}
+	json_decref(chunk);
+}
 
 static bool
 on_event(void *cls, const char *payload, size_t len)
@@ -52,6 +90,8 @@ on_event(void *cls, const char *payload, size_t len)
 		if (nw_assembly_chunks(run->assembly) != before + (rc == 0 ? 1u : 0u))
 			abort();
 	}
+	if (run->fast != NULL)
+		fast_merge(run, payload, len);
 	json_decref(chunk);
 	run->events++;
 	return run->stop_after == 0 || run->events < run->stop_after;
@@ -104,8 +144,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	b.joined = g_string_new(NULL);
 	a.stop_after = data[1] % 5;
 	/* Chat or completions, by the second byte. */
-	b.assembly = nw_assembly_new(data[1] & 0x80 ? NARWHAL_ROUTE_CHAT_COMPLETIONS
-	                                            : NARWHAL_ROUTE_COMPLETIONS);
+	b.route = data[1] & 0x80 ? NARWHAL_ROUTE_CHAT_COMPLETIONS : NARWHAL_ROUTE_COMPLETIONS;
+	b.assembly = nw_assembly_new(b.route);
+	b.fast = nw_assembly_new(b.route);
+	nw_chunk_shape_init(&b.shape);
 	frame(&a, (const char *)data + 2, size - 2, step, 4096);
 	/* The same bytes in one piece, read to the end: the events seen before
 	 * a stop must be the same ones. */
@@ -116,14 +158,27 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	{
 		json_t *body = nw_assembly_finish(b.assembly);
+		json_t *fast = nw_assembly_finish(b.fast);
 		char *text = json_dumps(body, JSON_COMPACT);
 
 		if (body == NULL || text == NULL)
 			abort();
+		if (!json_equal(body, fast) ||
+		    nw_assembly_chunks(b.assembly) != nw_assembly_chunks(b.fast)) {
+			char *other = json_dumps(fast, JSON_COMPACT);
+
+			fprintf(stderr, "whole parse: %u chunks %s\nshortcut:    %u chunks %s\n",
+			        nw_assembly_chunks(b.assembly), text, nw_assembly_chunks(b.fast),
+			        other ? other : "(null)");
+			abort();
+		}
 		free(text);
 		json_decref(body);
+		json_decref(fast);
 	}
 	nw_assembly_free(b.assembly);
+	nw_assembly_free(b.fast);
+	nw_chunk_shape_clear(&b.shape);
 	g_string_free(a.joined, TRUE);
 	g_string_free(b.joined, TRUE);
 	return 0;
