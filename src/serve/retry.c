@@ -47,19 +47,14 @@ nw_retry_budget_init(struct nw_retry_budget *b, uint32_t budget, double replenis
 	b->credits = budget;
 	b->max = budget;
 	b->replenish = replenish;
-	b->spent = 0;
-	b->denied = 0;
 }
 
 bool
 nw_retry_budget_take(struct nw_retry_budget *b)
 {
-	if (b->credits < 1.0) {
-		b->denied++;
+	if (b->credits < 1.0)
 		return false;
-	}
 	b->credits -= 1.0;
-	b->spent++;
 	return true;
 }
 

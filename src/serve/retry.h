@@ -55,14 +55,13 @@ struct nw_retry_budget {
 	double credits;
 	double max;
 	double replenish;
-	uint64_t spent;   /* retries allowed */
-	uint64_t denied;  /* retries refused for want of credit */
+	/* What it allowed and refused is counted by its user (the serve
+	 * counters retries and retry_budget_denied), once. */
 };
 
 void nw_retry_budget_init(struct nw_retry_budget *b, uint32_t budget, double replenish);
 
-/* Spend one credit for a retry; false (and counted) when less than one
- * credit is left. */
+/* Spend one credit for a retry; false when less than one credit is left. */
 bool nw_retry_budget_take(struct nw_retry_budget *b);
 
 /* An original request succeeded. */
