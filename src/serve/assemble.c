@@ -293,7 +293,7 @@ static void
 merge_choice(struct nw_assembly *a, json_t *ch, json_int_t index)
 {
 	static const char *const skip_compl[] = { "index", "text", "logprobs", NULL };
-	static const char *const skip_chat[] = { "index", "delta", "logprobs", NULL };
+	static const char *const skip_chat[] = { "index", "delta", "message", "logprobs", NULL };
 	static const char *const skip_delta[] = { "role", "tool_calls", NULL };
 	struct choice *c = g_tree_lookup(a->choices, &index);
 	bool chat = a->route == NARWHAL_ROUTE_CHAT_COMPLETIONS;
@@ -321,6 +321,10 @@ merge_choice(struct nw_assembly *a, json_t *ch, json_int_t index)
 		return;
 	}
 	v = json_object_get(ch, "delta");
+	/* A request that cannot stream (vLLM's beam search) comes as one
+	 * event whose choice holds the whole "message". */
+	if (!json_is_object(v))
+		v = json_object_get(ch, "message");
 	if (!json_is_object(v))
 		return;
 	/* role is a value, not a piece of text: it must not concatenate */

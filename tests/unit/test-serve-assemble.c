@@ -264,6 +264,26 @@ test_reasoning(void)
 }
 
 static void
+test_whole_message(void)
+{
+	const char *const chunks[] = {
+		"{" CHAT_HEAD ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+		"\"content\":\"The whole answer.\"},\"logprobs\":null,\"finish_reason\":\"stop\"}]}",
+		"{" CHAT_HEAD ",\"choices\":[],\"usage\":{\"prompt_tokens\":3,"
+		"\"completion_tokens\":3,\"total_tokens\":6}}",
+		NULL
+	};
+
+	g_test_summary("/serve/assemble/chat-whole-message: a request that cannot stream "
+	               "(vLLM's beam search) arrives as one event holding the whole message, "
+	               "which the answer keeps");
+	check(NARWHAL_ROUTE_CHAT_COMPLETIONS, chunks,
+	      "{" CHAT_OUT ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+	      "\"content\":\"The whole answer.\"},\"logprobs\":null,\"finish_reason\":\"stop\"}],"
+	      "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3,\"total_tokens\":6}}");
+}
+
+static void
 test_bad_chunks(void)
 {
 	const char *const good[] = { CMPL_TOK("ok", "null"), NULL };
@@ -367,6 +387,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/assemble/chat-tool-calls", test_chat_tool_calls);
 	g_test_add_func("/serve/assemble/choices-sorted", test_choices_sorted);
 	g_test_add_func("/serve/assemble/reasoning", test_reasoning);
+	g_test_add_func("/serve/assemble/chat-whole-message", test_whole_message);
 	g_test_add_func("/serve/assemble/bad-chunks", test_bad_chunks);
 	g_test_add_func("/serve/assemble/finish-repeatable", test_finish_repeatable);
 	return g_test_run();
