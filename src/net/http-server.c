@@ -40,6 +40,7 @@ struct nw_http_server {
 	GQueue suspended;   /* struct watched, suspended by us */
 	GQueue late_hangups; /* suspended after their peer had closed */
 	bool running;       /* inside MHD_run: never re-enter it */
+	bool resumed;       /* a resume since the last MHD_run began */
 };
 
 static void
@@ -84,10 +85,15 @@ run_mhd(struct nw_http_server *srv)
 	if (srv->running)
 		return;
 	srv->running = true;
+	srv->resumed = false;
 	MHD_run(srv->mhd);
 	srv->running = false;
+	/* A connection resumed from inside that run (by a callback) waits
+	 * for the next run, which MHD's own timeout does not ask for. */
+	if (srv->resumed)
+		nw_deadline_source_set_in(srv->deadline, 0);
 	/* M3: 0 means "again now"; MHD_NO means no deadline at all. */
-	if (MHD_get_timeout(srv->mhd, &timeout_ms) == MHD_YES)
+	else if (MHD_get_timeout(srv->mhd, &timeout_ms) == MHD_YES)
 		nw_deadline_source_set_in(srv->deadline, (int64_t)MIN(timeout_ms, 3600000ull) * 1000);
 	else
 		nw_deadline_source_set(srv->deadline, -1);
@@ -300,6 +306,7 @@ nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *conn)
 	w->late = false;
 	MHD_resume_connection(conn);
 	/* M2: resume only sets flags; run MHD at the next iteration. */
+	srv->resumed = true;
 	nw_deadline_source_set_in(srv->deadline, 0);
 }
 
