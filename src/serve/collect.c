@@ -9,10 +9,12 @@
  * The events are framed, classified by the dialect (first token, in-band
  * error, terminator) and merged by the assembler (assemble.c) into the
  * body the client asked for. Token chunks that differ from an earlier one
- * only in their text are merged without a parse (chunk-shape.h). Nothing is visible to the client before the
- * answer, so an in-band error is an attempt failure like an HTTP error,
- * and may be retried (spec 4.2). serving.max_response_bytes bounds the
- * event payloads an attempt takes in.
+ * only in their text are merged without a parse (chunk-shape.h).
+ *
+ * Nothing is visible to the client before the answer, so an in-band error
+ * is an attempt failure like an HTTP error, and may be retried (spec 4.2).
+ * serving.max_response_bytes bounds the event payloads an attempt takes
+ * in.
  */
 #include "build-config.h"
 

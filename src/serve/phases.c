@@ -613,30 +613,21 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 {
 	struct nw_serve *s = r->serve;
 	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
-	bool relayed = r->leg.relaying;
 
-	if (r->leg.collecting) {
-		bool done = nw_collect_end(r);
-
-		if (r->finished)
-			return; /* its last event failed it */
-		if (done) {
-			nw_collect_answer(r);
-			return;
-		}
-		s->counters.decode_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
-		                "the engine's stream ended without its terminator");
-		return;
-	}
-	if (relayed) {
-		if (r->relay.done) {
-			/* The terminator came: a success, whether or not the
-			 * transfer then ended cleanly. */
+	if (r->leg.relaying || r->leg.collecting) {
+		/* The terminator came: a success, whether or not the transfer
+		 * then ended cleanly. */
+		if (r->leg.relaying && r->relay.done) {
 			nw_request_finish(r, true);
 			nw_relay_end(r);
 			return;
 		}
+		if (r->leg.collecting && nw_collect_end(r)) {
+			nw_collect_answer(r);
+			return;
+		}
+		if (r->finished)
+			return; /* the collector's last event failed it */
 		s->counters.decode_failed_transport++;
 		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
 		                "the engine's stream ended without its terminator");

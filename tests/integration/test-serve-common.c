@@ -265,6 +265,19 @@ serve_error_code(const char *body)
 	return out;
 }
 
+void
+serve_assert_error(const struct sim_reply *r, long status, const char *code)
+{
+	g_autofree char *got = serve_error_code(r->body->str);
+
+	if (r->status != status || g_strcmp0(got, code) != 0) {
+		g_autofree char *log = serve_current ? serve_log(serve_current) : NULL;
+
+		g_printerr("narwhal log:\n%s\n", log ? log : "");
+		g_error("want %ld %s, got %ld: %s", status, code, r->status, r->body->str);
+	}
+}
+
 gboolean
 serve_wait_stat(struct serve_env *e, unsigned engine, const char *field, json_int_t value,
                 guint timeout_ms)

@@ -50,6 +50,9 @@ json_int_t serve_counter(struct serve_env *e, const char *name);
 /* The error code of an error body, or NULL (owned string). */
 char *serve_error_code(const char *body);
 
+/* Fail the test (with narwhal's log) unless the reply is an error envelope
+ * with this status and code. */
+void serve_assert_error(const struct sim_reply *r, long status, const char *code);
 /* Wait (bounded) until an engine's stats field reaches value. */
 gboolean serve_wait_stat(struct serve_env *e, unsigned engine, const char *field,
                          json_int_t value, guint timeout_ms);

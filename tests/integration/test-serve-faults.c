@@ -24,19 +24,6 @@ body_for(const struct serve_env *e, unsigned max_tokens, gboolean stream)
 	                       stream ? ",\"stream\":true" : "");
 }
 
-static void
-assert_code(const struct sim_reply *r, long status, const char *code)
-{
-	g_autofree char *got = serve_error_code(r->body->str);
-
-	if (r->status != status || g_strcmp0(got, code) != 0) {
-		g_autofree char *log = serve_current ? serve_log(serve_current) : NULL;
-
-		g_printerr("narwhal log:\n%s\n", log ? log : "");
-		g_error("want %ld %s, got %ld: %s", status, code, r->status, r->body->str);
-	}
-}
-
 /* The error event of a failed stream, and that no [DONE] follows. */
 static void
 assert_stream_error(const struct sim_reply *r, const char *code)
@@ -284,7 +271,7 @@ test_handoff_expired(void)
 	g_assert_true(serve_wait_stat(&e, 1, "running", 1, 3000));
 	body = body_for(&e, 2, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_code(&r, 504, "handoff_expired");
+	serve_assert_error(&r, 504, "handoff_expired");
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "handoff_expired"), ==, 1);
 	g_assert_cmpint(serve_counter(&e, "phase_waits"), ==, 1);
@@ -316,13 +303,13 @@ test_retry_budget(void)
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_rate\":1,\"error_status\":502}"), ==, 200);
 	body = body_for(&e, 2, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_code(&r, 502, "engine_error");
+	serve_assert_error(&r, 502, "engine_error");
 	g_assert_nonnull(strstr(r.body->str, "retry budget"));
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 1);
 	g_assert_cmpint(serve_counter(&e, "retry_budget_denied"), ==, 1);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_code(&r, 502, "engine_error");
+	serve_assert_error(&r, 502, "engine_error");
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 1);
 	g_assert_cmpint(serve_counter(&e, "retry_budget_denied"), ==, 2);
@@ -344,7 +331,7 @@ test_permanent_error(void)
 		return;
 	body = body_for(&e, 500, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_code(&r, 400, "context_length_exceeded");
+	serve_assert_error(&r, 400, "context_length_exceeded");
 	g_assert_nonnull(strstr(r.body->str, "context length"));
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 0);
@@ -371,7 +358,7 @@ test_ceiling(void)
 	g_assert_true(serve_wait_stat(&e, 0, "active_requests", 2, 3000));
 	/* Not even JSON: the ceiling answers first. */
 	serve_post(&e, "/v1/completions", "not json", NULL, 5000, &r);
-	assert_code(&r, 429, "too_many_requests");
+	serve_assert_error(&r, 429, "too_many_requests");
 	retry_after = sim_reply_header(&r, "Retry-After");
 	g_assert_cmpstr(retry_after, ==, "1");
 	sim_reply_clear(&r);
@@ -383,7 +370,7 @@ test_ceiling(void)
 	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
 	for (int i = 0; i < 2; i++) {
 		serve_async_join(a[i], &held[i], NULL);
-		assert_code(&held[i], 503, "shutting_down");
+		serve_assert_error(&held[i], 503, "shutting_down");
 		sim_reply_clear(&held[i]);
 	}
 	g_assert_true(serve_wait_stat(&e, 0, "active_requests", 0, 2000));
@@ -410,7 +397,7 @@ test_queue_timeout(void)
 	a = serve_post_async(&e, "/v1/completions", body, 10000);
 	g_assert_true(serve_wait_stat(&e, 0, "active_requests", 1, 3000));
 	serve_post(&e, "/v1/completions", body, NULL, 5000, &r);
-	assert_code(&r, 429, "queue_timeout");
+	serve_assert_error(&r, 429, "queue_timeout");
 	g_assert_cmpfloat(r.seconds, >=, 0.3);
 	g_assert_cmpfloat(r.seconds, <, 3.0);
 	sim_reply_clear(&r);
@@ -418,7 +405,7 @@ test_queue_timeout(void)
 	g_assert_cmpint(serve_counter(&e, "queue_timeouts"), ==, 1);
 	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
 	serve_async_join(a, &held, NULL);
-	assert_code(&held, 503, "shutting_down");
+	serve_assert_error(&held, 503, "shutting_down");
 	sim_reply_clear(&held);
 	serve_clear(&e);
 }
@@ -598,7 +585,7 @@ test_shutdown_in_flight(void)
 	g_assert_true(serve_raw_read_until(fd, got, "\"text\"", 5000));
 	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
 	serve_async_join(a, &r, NULL);
-	assert_code(&r, 503, "shutting_down");
+	serve_assert_error(&r, 503, "shutting_down");
 	sim_reply_clear(&r);
 	g_assert_true(serve_raw_read_until(fd, got, "shutting_down", 2000));
 	close(fd);

@@ -23,19 +23,6 @@ completion_body(const struct serve_env *e, unsigned max_tokens)
 	                       e->model, max_tokens);
 }
 
-static void
-assert_code(const struct sim_reply *r, long status, const char *code)
-{
-	g_autofree char *got = serve_error_code(r->body->str);
-
-	if (r->status != status || g_strcmp0(got, code) != 0) {
-		g_autofree char *log = serve_current ? serve_log(serve_current) : NULL;
-
-		g_printerr("narwhal log:\n%s\n", log ? log : "");
-		g_error("want %ld %s, got %ld: %s", status, code, r->status, r->body->str);
-	}
-}
-
 /* The first choice of a completion answer (borrowed from doc). */
 static json_t *
 first_choice(json_t *doc)
@@ -187,7 +174,7 @@ test_read_gap(void)
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"latency_multiplier\":50}"), ==, 200);
 	body = completion_body(&e, 20);
 	serve_post(&e, "/v1/completions", body, NULL, 30000, &r);
-	assert_code(&r, 504, "read_timeout");
+	serve_assert_error(&r, 504, "read_timeout");
 	g_assert_cmpfloat(r.seconds, <, 15.0);
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "read_gap_timeouts"), ==, 1);
@@ -264,7 +251,7 @@ test_response_bound(void)
 		return;
 	body = completion_body(&e, 40);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_code(&r, 502, "response_too_large");
+	serve_assert_error(&r, 502, "response_too_large");
 	sim_reply_clear(&r);
 	/* A short answer fits. */
 	g_free(body);
@@ -304,7 +291,7 @@ test_stream_decode_off(void)
 	sim_reply_clear(&r);
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\":true}"), ==, 200);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_code(&r, 504, "expired");
+	serve_assert_error(&r, 504, "expired");
 	g_assert_cmpfloat(r.seconds, >=, 1.4);
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "first_token_timeouts"), ==, 0);
