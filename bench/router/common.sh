@@ -125,16 +125,18 @@ nwb_engine_url() {
 	jq -r ".engines[$1].url" "$work/fleet.json"
 }
 
-# Write a Narwhal configuration: nwb_narwhal_config FILE PORT TOKENIZE ENGINES
+# Write a Narwhal configuration:
+#   nwb_narwhal_config FILE PORT TOKENIZE ENGINES [STREAM_DECODE]
 # where ENGINES is a jq expression over the fleet line ($f), e.g.
-# '[$f.engines[0]]'.
+# '[$f.engines[0]]', and STREAM_DECODE is engine.stream_decode (default true).
 nwb_narwhal_config() {
-	jq -n --slurpfile fl "$work/fleet.json" --argjson port "$2" --argjson tok "$3" "
+	jq -n --slurpfile fl "$work/fleet.json" --argjson port "$2" --argjson tok "$3" \
+		--argjson sd "${5:-true}" "
 	\$fl[0] as \$f | {
 		server: {host: \"127.0.0.1\", port: \$port},
 		log: {level: \"warning\"},
 		serving: {admission: \"open\", max_connections: 1024},
-		engine: {tokenize: \$tok},
+		engine: {tokenize: \$tok, stream_decode: \$sd},
 		controller: {policy: \"static\", min_prefill: 1, min_decode: 1},
 		fleet: {model: \$f.model, engines: ($4)}
 	}" >"$1"

@@ -14,7 +14,7 @@
 #   DURATION [10]       seconds of load per cell
 #   CONCS ["1 64 512"]  wrk connections
 #   MODES ["ns sse"]    ns = non-streaming, sse = streaming
-#   TARGETS ["direct nginx narwhal narwhal-disagg"]; also narwhal-tok
+#   TARGETS ["direct nginx narwhal narwhal-body narwhal-disagg"]; also narwhal-tok
 #   MAX_TOKENS_NS [16]  max_tokens of non-streaming requests
 #   MAX_TOKENS_SSE [200] max_tokens of streamed requests
 #   PROXY_CPU [1]       CPU of the proxy under test (Narwhal or nginx)
@@ -42,7 +42,7 @@ runs=${RUNS:-3}
 duration=${DURATION:-10}
 concs=${CONCS:-1 64 512}
 modes=${MODES:-ns sse}
-targets=${TARGETS:-direct nginx narwhal narwhal-disagg}
+targets=${TARGETS:-direct nginx narwhal narwhal-body narwhal-disagg}
 ns_tokens=${MAX_TOKENS_NS:-16}
 sse_tokens=${MAX_TOKENS_SSE:-200}
 proxy_cpu=${PROXY_CPU:-1}
@@ -65,8 +65,8 @@ for t in $targets; do
 	case $t in
 	direct) ;;
 	nginx) need_nginx=1 ;;
-	narwhal | narwhal-disagg | narwhal-tok) need_narwhal=1 ;;
-	*) nwb_die "unknown target $t (direct nginx narwhal narwhal-disagg narwhal-tok)" ;;
+	narwhal | narwhal-body | narwhal-disagg | narwhal-tok) need_narwhal=1 ;;
+	*) nwb_die "unknown target $t (direct nginx narwhal narwhal-body narwhal-disagg narwhal-tok)" ;;
 	esac
 done
 case " $targets " in *" direct "*) ;; *) nwb_die "TARGETS must include direct (latency is added versus direct)" ;; esac
@@ -142,11 +142,11 @@ if [ $need_nginx = 1 ]; then
 	echo "nginx $(nginx -v 2>&1 | sed 's|.*/||'): master $nginx_master, worker $nginx_worker, port $nginx_port"
 fi
 
-start_narwhal() { # target tokenize engines-expression
+start_narwhal() { # target tokenize engines-expression [stream_decode]
 	v=$(echo "$1" | tr - _)
 	for attempt in 1 2 3; do # a new port if another program took ours
 		port=$(nwb_free_port)
-		nwb_narwhal_config "$work/$1.json" "$port" "$2" "$3"
+		nwb_narwhal_config "$work/$1.json" "$port" "$2" "$3" "${4:-true}"
 		eval "pids_$v=; url_$v=http://127.0.0.1:$port"
 		if nwb_start_narwhal "$narwhal" "$work/$1.json" "$proxy_cpu" "$work/$1.log" "$port"; then
 			eval "pids_$v=$nw_pid"
@@ -163,6 +163,7 @@ start_narwhal() { # target tokenize engines-expression
 for t in $targets; do
 	case $t in
 	narwhal) start_narwhal narwhal false '[$f.engines[0]]' ;;
+	narwhal-body) start_narwhal narwhal-body false '[$f.engines[0]]' false ;;
 	narwhal-tok) start_narwhal narwhal-tok true '[$f.engines[0]]' ;;
 	narwhal-disagg)
 		start_narwhal narwhal-disagg false \
