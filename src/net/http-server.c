@@ -225,6 +225,8 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	                            MHD_OPTION_NOTIFY_COMPLETED, completed, data,
 	                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
 	                            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+	                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	                            (size_t)NW_HTTP_CONNECTION_MEMORY,
 	                            MHD_OPTION_END);
 	if (srv->mhd == NULL) {
 		g_set_error(error, G_IO_ERROR, G_IO_ERROR_FAILED,

@@ -25,6 +25,12 @@
 
 struct nw_http_server;
 
+/* Each client connection's memory pool: its request line and headers must
+ * fit (else 431), and libmicrohttpd zeroes the pool's unused part after
+ * every request on a kept-alive connection, so a pool larger than headers
+ * need costs a memset per request. Bodies pass through it in pieces. */
+#define NW_HTTP_CONNECTION_MEMORY (16u * 1024u)
+
 struct nw_http_server_options {
 	const char *host;          /* numeric IPv4 or IPv6 address */
 	uint16_t port;             /* 0: ephemeral */

@@ -384,6 +384,41 @@ test_sizing(void)
 	serve_clear(&e);
 }
 
+/* Headers beyond the connection's memory pool are refused by the HTTP
+ * layer (431); a large but fitting header and a large body still pass. */
+static void
+test_header_limit(void)
+{
+	struct serve_env e;
+	struct sim_reply r;
+	g_autofree char *body = NULL, *fits = NULL, *over = NULL;
+	GString *big = g_string_new(NULL);
+	const char *hdr[2] = { NULL, NULL };
+
+	g_test_summary("/serve/http/header-limit: headers of 12 KiB are served, 20 KiB get 431 "
+	               "and the daemon goes on serving");
+	if (!serve_start(&e, sim_fast, "pd", NULL))
+		return;
+	body = completion_body(&e, NULL);
+	fits = g_strnfill(12 * 1024, 'x');
+	over = g_strnfill(20 * 1024, 'x');
+	g_string_printf(big, "X-Padding: %s", fits);
+	hdr[0] = big->str;
+	serve_post(&e, "/v1/completions", body, hdr, 10000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
+	g_string_printf(big, "X-Padding: %s", over);
+	hdr[0] = big->str;
+	serve_post(&e, "/v1/completions", body, hdr, 10000, &r);
+	g_assert_cmpint(r.status, ==, 431);
+	sim_reply_clear(&r);
+	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
+	g_string_free(big, TRUE);
+	serve_clear(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -397,6 +432,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.2/413-at-400-bytes", test_too_large);
 	g_test_add_func("/serve/spec-4.2/413-chunked-body", test_too_large_chunked);
 	g_test_add_func("/serve/api-keys/401", test_api_keys);
+	g_test_add_func("/serve/http/header-limit", test_header_limit);
 	g_test_add_func("/serve/spec-6/sizing-fallback", test_sizing);
 	return g_test_run();
 }
