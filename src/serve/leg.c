@@ -198,6 +198,7 @@ nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
 	}
 	/* Every connection is busy: wait FIFO for one, engine.pool_timeout_s. */
 	nw_waiter_init(&leg->pool_wait, on_pool_granted, r);
+	leg->pool_wait.order = r->arrival_us;
 	nw_resource_wait(&s->pool, &leg->pool_wait);
 	r->phase = NW_PT_POOL;
 	r->phase_until_us = g_get_monotonic_time() + (int64_t)(s->cfg->engine.pool_timeout_s * 1e6);

@@ -59,6 +59,8 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	nw_waiter_init(&r->admit_wait, on_admitted, r);
 	nw_waiter_init(&r->phase_wait, on_kicked, r);
 	nw_waiter_init(&r->leg.pool_wait, NULL, r);
+	/* Every line serves requests in arrival order (spec 4.2 FIFO). */
+	r->admit_wait.order = r->phase_wait.order = r->arrival_us;
 	nw_timer_init(&r->timer, on_timer, r);
 	r->link.data = r;
 	g_queue_push_tail_link(&s->requests, &r->link);

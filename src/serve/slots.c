@@ -9,8 +9,23 @@ nw_waiter_init(struct nw_waiter *w, nw_waiter_fn fn, void *data)
 	w->link.next = w->link.prev = NULL;
 	w->waiting = false;
 	w->granted = false;
+	w->order = 0;
 	w->fn = fn;
 	w->data = data;
+}
+
+/* Behind every waiter of the same or a lower order. */
+static void
+insert_ordered(GQueue *q, struct nw_waiter *w)
+{
+	GList *l = q->tail;
+
+	while (l != NULL && ((struct nw_waiter *)l->data)->order > w->order)
+		l = l->prev;
+	if (l == NULL)
+		g_queue_push_head_link(q, &w->link);
+	else
+		g_queue_insert_after_link(q, l, &w->link);
 }
 
 void
@@ -40,7 +55,7 @@ nw_resource_wait(struct nw_resource *r, struct nw_waiter *w)
 		return false;
 	w->granted = false;
 	w->waiting = true;
-	g_queue_push_tail_link(&r->waiters, &w->link);
+	insert_ordered(&r->waiters, w);
 	return true;
 }
 
@@ -90,7 +105,9 @@ nw_wait_line_push(struct nw_wait_line *l, struct nw_waiter *w)
 		return;
 	w->waiting = true;
 	w->granted = false;
-	g_queue_push_tail_link(&l->waiters, &w->link);
+	insert_ordered(&l->waiters, w);
+	if (l->waiters.head == &w->link && l->waiters.length > 1)
+		w->fn(w->data);
 }
 
 void

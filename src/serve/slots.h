@@ -22,6 +22,8 @@ struct nw_waiter {
 	GList link;       /* in one queue while waiting */
 	bool waiting;
 	bool granted;     /* a resource was handed over while waiting */
+	int64_t order;    /* place in line: lower first, ties in turn (0 by
+	                   * default; requests use their arrival time) */
 	nw_waiter_fn fn;  /* granted (resources) or kicked (wait lines) */
 	void *data;
 };
@@ -39,7 +41,9 @@ struct nw_resource {
 void nw_resource_init(struct nw_resource *r, uint32_t limit, uint32_t capacity);
 /* Take one unit now: only when there is room and nobody waits (FIFO). */
 bool nw_resource_try(struct nw_resource *r);
-/* Join the line; false when it is full (capacity). */
+/* Join the line at the place its order gives (FIFO by arrival: a request
+ * whose sizing took longer does not lose its turn to a later one); false
+ * when the line is full (capacity). */
 bool nw_resource_wait(struct nw_resource *r, struct nw_waiter *w);
 /* Leave the line (a no-op when not waiting). */
 void nw_resource_leave(struct nw_resource *r, struct nw_waiter *w);
@@ -48,13 +52,16 @@ void nw_resource_leave(struct nw_resource *r, struct nw_waiter *w);
 void nw_resource_release(struct nw_resource *r);
 uint32_t nw_resource_waiting(const struct nw_resource *r);
 
-/* A plain FIFO wait line (phase slots: room appears on some engine, and
- * the first in line tries again). */
+/* A wait line in order (phase slots: room appears on some engine, and the
+ * first in line tries again). */
 struct nw_wait_line {
 	GQueue waiters;
 };
 
 void nw_wait_line_init(struct nw_wait_line *l);
+/* Join at the place the waiter's order gives. A waiter that goes in ahead
+ * of the old head is kicked: the room the old head was kicked for is its
+ * now. */
 void nw_wait_line_push(struct nw_wait_line *l, struct nw_waiter *w);
 /* Leave the line; when the head leaves, the new head is kicked (a kick
  * the old head got and did not act on must not be lost). */

@@ -138,6 +138,60 @@ test_wait_line_head_leaves(void)
 	g_string_free(log, TRUE);
 }
 
+static void
+test_arrival_order(void)
+{
+	struct nw_wait_line l;
+	struct nw_resource r;
+	GString *log = g_string_new(NULL);
+	struct named a = { .name = "a", .log = log }, b = { .name = "b", .log = log },
+	             c = { .name = "c", .log = log }, d = { .name = "d", .log = log };
+
+	g_test_summary("/serve/spec-4.2/lines-by-arrival: waiters line up by arrival, not by "
+	               "when they joined (a request whose sizing took longer keeps its turn); "
+	               "one that goes in ahead of a kicked head is kicked itself");
+	nw_wait_line_init(&l);
+	nw_waiter_init(&a.w, granted, &a);
+	nw_waiter_init(&b.w, granted, &b);
+	nw_waiter_init(&c.w, granted, &c);
+	a.w.order = 10;
+	b.w.order = 30;
+	c.w.order = 20;
+	nw_wait_line_push(&l, &a.w);
+	nw_wait_line_push(&l, &b.w);
+	nw_wait_line_push(&l, &c.w);     /* arrived before b: goes in front of it */
+	g_assert_cmpstr(log->str, ==, "");
+	nw_wait_line_leave(&l, &a.w);    /* the head leaves: c is next, and kicked */
+	g_assert_cmpstr(log->str, ==, "c;");
+	g_assert_true(nw_wait_line_is_first(&l, &c.w));
+	/* d arrived first of all: it takes the head, and the kick with it. */
+	nw_waiter_init(&d.w, granted, &d);
+	d.w.order = 5;
+	nw_wait_line_push(&l, &d.w);
+	g_assert_cmpstr(log->str, ==, "c;d;");
+	g_assert_true(nw_wait_line_is_first(&l, &d.w));
+	nw_wait_line_leave(&l, &d.w);
+	nw_wait_line_leave(&l, &c.w);
+	nw_wait_line_leave(&l, &b.w);
+	g_assert_true(nw_wait_line_empty(&l));
+
+	/* The same order in a counted resource; equal orders keep their turn. */
+	g_string_truncate(log, 0);
+	nw_resource_init(&r, 1, UINT32_MAX);
+	g_assert_true(nw_resource_try(&r));
+	a.w.order = 50;
+	b.w.order = 40;
+	c.w.order = 50;
+	g_assert_true(nw_resource_wait(&r, &a.w));
+	g_assert_true(nw_resource_wait(&r, &b.w));
+	g_assert_true(nw_resource_wait(&r, &c.w));
+	nw_resource_release(&r);
+	nw_resource_release(&r);
+	nw_resource_release(&r);
+	g_assert_cmpstr(log->str, ==, "b;a;c;");
+	g_string_free(log, TRUE);
+}
+
 struct fired {
 	GString *log;
 	const char *name;
@@ -290,6 +344,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.2/resource-unlimited", test_resource_unlimited);
 	g_test_add_func("/serve/spec-4.2/phase-line-fifo", test_wait_line);
 	g_test_add_func("/serve/spec-4.2/phase-line-head-leaves", test_wait_line_head_leaves);
+	g_test_add_func("/serve/spec-4.2/lines-by-arrival", test_arrival_order);
 	g_test_add_func("/serve/timers/order", test_timers);
 	g_test_add_func("/serve/timers/many", test_timers_many);
 	g_test_add_func("/serve/request-id", test_request_id);
