@@ -67,6 +67,7 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	s->retained++;
 	/* The body read is bounded by the request deadline too. */
 	nw_request_rearm(r);
+	nw_log(NARWHAL_LOG_DEBUG, "request_arrived", "request_id", r->id, NULL);
 	return r;
 }
 

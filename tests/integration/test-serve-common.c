@@ -340,9 +340,11 @@ serve_post_in_order(struct serve_env *e, const char *body, struct serve_async **
 		gint64 deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
 
 		out[i] = serve_post_async(e, "/v1/completions", body, 20000);
-		while (serve_counter(e, "requests_completions") < base + i + 1 &&
-		       g_get_monotonic_time() < deadline)
+		while (serve_counter(e, "requests_completions") < base + i + 1) {
+			if (g_get_monotonic_time() > deadline)
+				g_error("request %u of %u did not reach narwhal within 5 s", i + 1, n);
 			g_usleep(1000);
+		}
 	}
 }
 
