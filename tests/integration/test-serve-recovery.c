@@ -6,10 +6,15 @@
  */
 #include "build-config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "integration/test-serve-common.h"
@@ -308,6 +313,209 @@ test_error_event_on_resume(void)
 	serve_clear(&e);
 }
 
+/* --- a fake engine that is slow to end its streams ------------------ */
+
+/* One engine on loopback that answers every completion with a stream whose
+ * chunked terminator comes FAKE_END_DELAY_US after its [DONE] event (the
+ * simulator ends at once, so it cannot show a router that cuts a transfer
+ * short at [DONE] and so loses the connection). It also answers the model
+ * probe. It counts the connections that carried a completion. */
+#define FAKE_END_DELAY_US (300 * 1000)
+
+struct fake_engine {
+	int fd;
+	guint16 port;
+	GThread *acceptor;
+	gint stop;
+	gint completion_conns;
+};
+
+static bool
+send_all(int fd, const char *text)
+{
+	size_t len = strlen(text);
+
+	while (len > 0) {
+		ssize_t n = send(fd, text, len, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return false;
+		text += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+static bool
+send_chunk(int fd, const char *data)
+{
+	g_autofree char *chunk = g_strdup_printf("%zx\r\n%s\r\n", strlen(data), data);
+
+	return send_all(fd, chunk);
+}
+
+/* One connection: requests in turn until the peer closes. */
+static gpointer
+fake_connection(gpointer data)
+{
+	struct fake_engine *f = ((gpointer *)data)[0];
+	int fd = GPOINTER_TO_INT(((gpointer *)data)[1]);
+	GString *in = g_string_new(NULL);
+	bool counted = false;
+	char buf[4096];
+
+	g_free(data);
+	for (;;) {
+		const char *end = strstr(in->str, "\r\n\r\n");
+		const char *cl;
+		size_t head, body = 0;
+		ssize_t n;
+
+		if (end == NULL) {
+			n = recv(fd, buf, sizeof buf, 0);
+			if (n <= 0)
+				break;
+			g_string_append_len(in, buf, n);
+			continue;
+		}
+		head = (size_t)(end - in->str) + 4;
+		cl = g_strstr_len(in->str, (gssize)head, "Content-Length:");
+		if (cl != NULL)
+			body = strtoul(cl + strlen("Content-Length:"), NULL, 10);
+		while (in->len < head + body && (n = recv(fd, buf, sizeof buf, 0)) > 0)
+			g_string_append_len(in, buf, n);
+		if (in->len < head + body)
+			break;
+		if (g_str_has_prefix(in->str, "GET /v1/models")) {
+			const char *models = "{\"object\":\"list\",\"data\":[{\"id\":\"opt-13b-a100\","
+			                     "\"object\":\"model\",\"max_model_len\":2048}]}";
+			g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: "
+			                                        "application/json\r\nContent-Length: %zu"
+			                                        "\r\n\r\n%s", strlen(models), models);
+			if (!send_all(fd, resp))
+				break;
+		} else if (g_str_has_prefix(in->str, "POST /v1/completions")) {
+			if (!counted) {
+				counted = true;
+				g_atomic_int_inc(&f->completion_conns);
+			}
+			if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			              "Transfer-Encoding: chunked\r\n\r\n") ||
+			    !send_chunk(fd, "data: {\"id\":\"cmpl-fake\",\"object\":\"text_completion\","
+			                "\"created\":1,\"model\":\"opt-13b-a100\",\"choices\":[{\"index\":0,"
+			                "\"text\":\" whale\",\"logprobs\":null,\"finish_reason\":\"length\","
+			                "\"stop_reason\":null}],\"usage\":null}\n\n") ||
+			    !send_chunk(fd, "data: {\"id\":\"cmpl-fake\",\"object\":\"text_completion\","
+			                "\"created\":1,\"model\":\"opt-13b-a100\",\"choices\":[],\"usage\":"
+			                "{\"prompt_tokens\":4,\"completion_tokens\":1,\"total_tokens\":5}}\n\n") ||
+			    !send_chunk(fd, "data: [DONE]\n\n"))
+				break;
+			g_usleep(FAKE_END_DELAY_US);
+			if (!send_all(fd, "0\r\n\r\n"))
+				break;
+		} else if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) {
+			break;
+		}
+		g_string_erase(in, 0, (gssize)(head + body));
+	}
+	close(fd);
+	g_string_free(in, TRUE);
+	return NULL;
+}
+
+static gpointer
+fake_accept(gpointer data)
+{
+	struct fake_engine *f = data;
+
+	while (!g_atomic_int_get(&f->stop)) {
+		struct pollfd p = { .fd = f->fd, .events = POLLIN };
+		gpointer *args;
+		int c;
+
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		c = accept(f->fd, NULL, NULL);
+		if (c < 0)
+			continue;
+		args = g_new(gpointer, 2);
+		args[0] = f;
+		args[1] = GINT_TO_POINTER(c);
+		g_thread_unref(g_thread_new("fake-engine-conn", fake_connection, args));
+	}
+	return NULL;
+}
+
+static void
+fake_engine_start(struct fake_engine *f)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof addr;
+
+	memset(f, 0, sizeof *f);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	g_assert_cmpint(f->fd, >=, 0);
+	g_assert_cmpint(bind(f->fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
+	g_assert_cmpint(listen(f->fd, 16), ==, 0);
+	g_assert_cmpint(getsockname(f->fd, (struct sockaddr *)&addr, &len), ==, 0);
+	f->port = ntohs(addr.sin_port);
+	f->acceptor = g_thread_new("fake-engine", fake_accept, f);
+}
+
+/* Connection threads end when narwhal closes its side (at its exit). */
+static void
+fake_engine_stop(struct fake_engine *f)
+{
+	g_atomic_int_set(&f->stop, 1);
+	g_thread_join(f->acceptor);
+	close(f->fd);
+}
+
+static void
+test_keeps_connection_past_done(void)
+{
+	const char *const args[] = { "--engines", "1", "--time-scale", "50", NULL };
+	struct serve_env e;
+	struct fake_engine f;
+	struct sim_reply r;
+	g_autofree char *config = NULL;
+	const char *stream = "{\"model\":\"opt-13b-a100\",\"prompt\":\"Hi\",\"max_tokens\":1,"
+	                     "\"stream\":true}";
+	const char *plain = "{\"model\":\"opt-13b-a100\",\"prompt\":\"Hi\",\"max_tokens\":1}";
+
+	g_test_summary("/serve/spec-4.3/keep-alive-past-done: an engine that ends its transfer "
+	               "well after [DONE] keeps its one connection over streamed and non-streamed "
+	               "requests: Narwhal waits for the end of the transfer, and the client's "
+	               "answer ends after it");
+	if (!serve_start(&e, args, NULL, NULL))
+		return;
+	fake_engine_start(&f);
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	config = g_strdup_printf("{\"engine\":{\"tokenize\":false},"
+	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1},"
+	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
+	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f.port);
+	g_assert_true(serve_start_daemon(&e, config, NULL));
+	for (int i = 0; i < 6; i++) {
+		serve_post(&e, "/v1/completions", i % 2 ? plain : stream, NULL, 10000, &r);
+		assert_status(&e, &r, 200);
+		if (i % 2 == 0)
+			g_assert_nonnull(strstr(r.body->str, "data: [DONE]"));
+		else
+			g_assert_nonnull(strstr(r.body->str, "\" whale\""));
+		/* The answer ended only with the engine's transfer. */
+		g_assert_cmpfloat(r.seconds, >=, FAKE_END_DELAY_US / 1e6 * 0.9);
+		sim_reply_clear(&r);
+	}
+	g_assert_cmpint(serve_counter(&e, "requests_ok"), ==, 6);
+	/* One connection carried them all (a router that cut each transfer at
+	 * [DONE] would have needed six). */
+	g_assert_cmpint(g_atomic_int_get(&f.completion_conns), ==, 1);
+	serve_clear(&e);
+	fake_engine_stop(&f);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -321,5 +529,6 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.3/stream-keeps-engine-connection",
 	                test_stream_keeps_engine_connection);
 	g_test_add_func("/serve/spec-4.3/engine-error-on-resume", test_error_event_on_resume);
+	g_test_add_func("/serve/spec-4.3/keep-alive-past-done", test_keeps_connection_past_done);
 	return g_test_run();
 }
