@@ -54,7 +54,7 @@ unwatch(struct nw_http_server *srv, struct watched *w)
 
 /* A suspended connection whose peer left: tell its owner once. */
 static void
-report_hangup(struct nw_http_server *srv, struct watched *w)
+report_hangup(struct watched *w)
 {
 	nw_http_hangup_fn fn = w->on_hangup;
 
@@ -73,7 +73,7 @@ report_late_hangups(struct nw_http_server *srv)
 
 		w->late = false;
 		g_queue_push_tail_link(&srv->suspended, &w->link);
-		report_hangup(srv, w);
+		report_hangup(w);
 	}
 }
 
@@ -130,7 +130,7 @@ on_hangup_io(gint fd, GIOCondition cond, gpointer data)
 		unwatch(srv, w);
 		w->peer_closed = true;
 		if (w->suspended)
-			report_hangup(srv, w);
+			report_hangup(w);
 	}
 	return G_SOURCE_CONTINUE;
 }

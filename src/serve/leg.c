@@ -48,16 +48,18 @@ on_response(void *data, long status)
 		s->counters.engine_status_4xx++;
 	else if (status >= 500)
 		s->counters.engine_status_5xx++;
-	if (status >= 200 && status < 300 && leg_streams(r) && !r->parsed.stream) {
+	if (status < 200 || status >= 300 || !leg_streams(r))
+		return;
+	if (!r->parsed.stream) {
 		r->leg.collecting = true;
 		nw_collect_begin(r);
-	} else if (status >= 200 && status < 300 && leg_streams(r)) {
-		r->leg.relaying = true;
-		/* An aggregate stream commits on the engine's 200: before it,
-		 * a failure can still be retried. */
-		if (!r->stream_committed)
-			nw_request_commit_stream(r);
+		return;
 	}
+	r->leg.relaying = true;
+	/* An aggregate stream commits on the engine's 200: before it, a
+	 * failure can still be retried. */
+	if (!r->stream_committed)
+		nw_request_commit_stream(r);
 }
 
 static bool

@@ -255,6 +255,14 @@ serve_counter(struct serve_env *e, const char *name)
 }
 
 char *
+serve_completion_body(const struct serve_env *e, unsigned max_tokens, gboolean stream)
+{
+	return g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"Tell me about whales\","
+	                       "\"max_tokens\":%u%s}", e->model, max_tokens,
+	                       stream ? ",\"stream\":true" : "");
+}
+
+char *
 serve_error_code(const char *body)
 {
 	json_t *doc = json_loads(body, 0, NULL);

@@ -47,6 +47,8 @@ void serve_post(struct serve_env *e, const char *path, const char *body,
 json_t *serve_counters(struct serve_env *e);
 json_int_t serve_counter(struct serve_env *e, const char *name);
 
+/* A completions body for the served model (owned string). */
+char *serve_completion_body(const struct serve_env *e, unsigned max_tokens, gboolean stream);
 /* The error code of an error body, or NULL (owned string). */
 char *serve_error_code(const char *body);
 

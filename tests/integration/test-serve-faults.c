@@ -16,14 +16,6 @@
 
 #include "integration/test-serve-common.h"
 
-static char *
-body_for(const struct serve_env *e, unsigned max_tokens, gboolean stream)
-{
-	return g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"Tell me about whales\","
-	                       "\"max_tokens\":%u%s}", e->model, max_tokens,
-	                       stream ? ",\"stream\":true" : "");
-}
-
 /* The error event of a failed stream, and that no [DONE] follows. */
 static void
 assert_stream_error(const struct sim_reply *r, const char *code)
@@ -69,7 +61,7 @@ test_retry_503(void)
 		return;
 	/* Least-loaded ties go to the lowest id: sim-0 is tried first. */
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_rate\":1,\"error_status\":503}"), ==, 200);
-	body = body_for(&e, 4, FALSE);
+	body = serve_completion_body(&e, 4, FALSE);
 	serve_post(&e, "/v1/completions", body, hdr, 10000, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	rid = sim_reply_header(&r, "X-Request-Id");
@@ -162,7 +154,7 @@ test_death_mid_stream(void)
 	                 "\"engine\":{\"decode_read_timeout_s\":30}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"die_after_tokens\":3}"), ==, 200);
-	body = body_for(&e, 10, TRUE);
+	body = serve_completion_body(&e, 10, TRUE);
 	serve_post(&e, "/v1/completions", body, hdr, 10000, &r);
 	g_test_message("curl %d after %.3f s: %s", r.curl_code, r.seconds, r.body->str);
 	/* Narwhal ends the stream properly: the client's transfer is whole. */
@@ -213,7 +205,7 @@ test_hung_prefill(void)
 	                 "\"prefill_timeout_s\":0.3,\"retry_base_s\":0.01,\"retry_cap_s\":0.02}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = body_for(&e, 3, FALSE);
+	body = serve_completion_body(&e, 3, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	g_assert_cmpfloat(r.seconds, >=, 0.3);
@@ -239,7 +231,7 @@ test_first_token_timeout(void)
 	if (!serve_start(&e, args, "pd", "{\"engine\":{\"first_token_timeout_s\":0.3}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = body_for(&e, 3, TRUE);
+	body = serve_completion_body(&e, 3, TRUE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	assert_stream_error(&r, "first_token_timeout");
 	g_assert_cmpfloat(r.seconds, >=, 0.3);
@@ -266,10 +258,10 @@ test_handoff_expired(void)
 	                 "\"handoff_timeout_s\":0.3}}"))
 		return;
 	/* One long decode holds the only decode slot. */
-	long_body = body_for(&e, 400, FALSE);
+	long_body = serve_completion_body(&e, 400, FALSE);
 	hold = serve_post_async(&e, "/v1/completions", long_body, 20000);
 	g_assert_true(serve_wait_stat(&e, 1, "running", 1, 3000));
-	body = body_for(&e, 2, FALSE);
+	body = serve_completion_body(&e, 2, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	serve_assert_error(&r, 504, "handoff_expired");
 	sim_reply_clear(&r);
@@ -301,7 +293,7 @@ test_retry_budget(void)
 	                 "\"retry_cap_s\":0}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_rate\":1,\"error_status\":502}"), ==, 200);
-	body = body_for(&e, 2, FALSE);
+	body = serve_completion_body(&e, 2, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	serve_assert_error(&r, 502, "engine_error");
 	g_assert_nonnull(strstr(r.body->str, "retry budget"));
@@ -329,7 +321,7 @@ test_permanent_error(void)
 	               "400 reaches the client as 400 context_length_exceeded, without retry");
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_attempts\":3,\"handoff_timeout_s\":5}}"))
 		return;
-	body = body_for(&e, 500, FALSE);
+	body = serve_completion_body(&e, 500, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	serve_assert_error(&r, 400, "context_length_exceeded");
 	g_assert_nonnull(strstr(r.body->str, "context length"));
@@ -352,7 +344,7 @@ test_ceiling(void)
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_connections\":2,\"queue_capacity\":0}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = body_for(&e, 2, FALSE);
+	body = serve_completion_body(&e, 2, FALSE);
 	for (int i = 0; i < 2; i++)
 		a[i] = serve_post_async(&e, "/v1/completions", body, 10000);
 	g_assert_true(serve_wait_stat(&e, 0, "active_requests", 2, 3000));
@@ -393,7 +385,7 @@ test_queue_timeout(void)
 	                 "\"decode_concurrency\":4,\"handoff_timeout_s\":5}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = body_for(&e, 2, FALSE);
+	body = serve_completion_body(&e, 2, FALSE);
 	a = serve_post_async(&e, "/v1/completions", body, 10000);
 	g_assert_true(serve_wait_stat(&e, 0, "active_requests", 1, 3000));
 	serve_post(&e, "/v1/completions", body, NULL, 5000, &r);
@@ -418,7 +410,7 @@ test_queue_timeout(void)
 static void
 assert_served_in_order(struct serve_env *e)
 {
-	g_autofree char *body = body_for(e, 300, FALSE);
+	g_autofree char *body = serve_completion_body(e, 300, FALSE);
 	g_autofree char *log = NULL;
 	struct sim_reply r[3];
 	struct serve_async *a[3];
@@ -510,7 +502,7 @@ test_deadline_mid_stream(void)
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"request_timeout_s\":0.6,"
 	                 "\"prefill_timeout_s\":0.5}}"))
 		return;
-	body = body_for(&e, 1000, TRUE);
+	body = serve_completion_body(&e, 1000, TRUE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	assert_stream_error(&r, "expired");
 	g_assert_nonnull(strstr(r.body->str, "\"text\""));
@@ -536,7 +528,7 @@ test_client_disconnect(void)
 	               "mid-stream gets its engine request aborted within 100 ms");
 	if (!serve_start(&e, args, "pd", NULL))
 		return;
-	body = body_for(&e, 1000, TRUE);
+	body = serve_completion_body(&e, 1000, TRUE);
 	fd = serve_raw_post(e.port, "/v1/completions", body, 0);
 	g_assert_cmpint(fd, >=, 0);
 	g_assert_true(serve_raw_read_until(fd, got, "\"text\"", 5000));
@@ -569,7 +561,7 @@ test_backpressure(void)
 	               "is closed once the relay buffer is full, and the engine leg cancelled");
 	if (!serve_start(&e, args, "pd", NULL))
 		return;
-	body = body_for(&e, 100000, TRUE);
+	body = serve_completion_body(&e, 100000, TRUE);
 	fd = serve_raw_post(e.port, "/v1/completions", body, 4096);
 	g_assert_cmpint(fd, >=, 0);
 	if (!serve_raw_read_until(fd, got, "data:", 5000))
@@ -599,11 +591,11 @@ test_shutdown_in_flight(void)
 	if (!serve_start(&e, args, "pd", NULL))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = body_for(&e, 2, FALSE);
+	body = serve_completion_body(&e, 2, FALSE);
 	a = serve_post_async(&e, "/v1/completions", body, 10000);
 	g_assert_true(serve_wait_stat(&e, 0, "active_requests", 1, 3000));
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":false}"), ==, 200);
-	stream = body_for(&e, 1000, TRUE);
+	stream = serve_completion_body(&e, 1000, TRUE);
 	fd = serve_raw_post(e.port, "/v1/completions", stream, 0);
 	g_assert_true(serve_raw_read_until(fd, got, "\"text\"", 5000));
 	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);

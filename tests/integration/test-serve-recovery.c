@@ -19,14 +19,6 @@
 
 #include "integration/test-serve-common.h"
 
-static char *
-body_for(const struct serve_env *e, unsigned max_tokens, gboolean stream)
-{
-	return g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"Tell me about whales\","
-	                       "\"max_tokens\":%u%s}", e->model, max_tokens,
-	                       stream ? ",\"stream\":true" : "");
-}
-
 static void
 assert_status(struct serve_env *e, const struct sim_reply *r, long status)
 {
@@ -58,7 +50,7 @@ test_hung_prefill_under_handoff_cap(void)
 	                 "\"retry_base_s\":0.01,\"retry_cap_s\":0.02}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = body_for(&e, 3, FALSE);
+	body = serve_completion_body(&e, 3, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	assert_status(&e, &r, 200);
 	g_assert_cmpfloat(r.seconds, >=, 0.2);
@@ -94,11 +86,11 @@ test_stream_retried_after_decode_wait(void)
 	 * leaves (after 0.7 s): the stream's first handoff expires waiting,
 	 * the second attempt gets the slot. */
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\":true}"), ==, 200);
-	hold_body = body_for(&e, 4, FALSE);
+	hold_body = serve_completion_body(&e, 4, FALSE);
 	hold = serve_post_async(&e, "/v1/completions", hold_body, 700);
 	g_assert_true(serve_wait_stat(&e, 1, "active_requests", 1, 3000));
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\":false}"), ==, 200);
-	body = body_for(&e, 4, TRUE);
+	body = serve_completion_body(&e, 4, TRUE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	assert_status(&e, &r, 200);
 	events = sim_sse_events(r.body->str);
@@ -141,7 +133,7 @@ test_exclusion_yields_to_free_slot(void)
 	for (unsigned i = 0; i < 2; i++)
 		g_assert_cmpint(sim_set_faults(&e.sim, i, "{\"hang_before_first_token\":true}"),
 		                ==, 200);
-	body = body_for(&e, 3, FALSE);
+	body = serve_completion_body(&e, 3, FALSE);
 	hold = serve_post_async(&e, "/v1/completions", body, 4000);
 	held = serve_wait_stat(&e, 0, "active_requests", 1, 3000) ? 0 : 1;
 	other = 1 - held;
@@ -211,7 +203,7 @@ test_stream_keeps_engine_connection(void)
 	}
 	if (!serve_start(&e, args, NULL, NULL))
 		return;
-	body = body_for(&e, 3, TRUE);
+	body = serve_completion_body(&e, 3, TRUE);
 	for (int i = 0; i < 10; i++) {
 		GPtrArray *events;
 
@@ -259,7 +251,7 @@ test_error_event_on_resume(void)
 	if (!serve_start(&e, args, NULL, NULL))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_after_tokens\":1500}"), ==, 200);
-	body = body_for(&e, 100000, TRUE);
+	body = serve_completion_body(&e, 100000, TRUE);
 	for (int i = 0; i < N; i++) {
 		got[i] = g_string_new(NULL);
 		fd[i] = serve_raw_post(e.port, "/v1/completions", body, 4096);
@@ -306,7 +298,7 @@ test_error_event_on_resume(void)
 	/* Still serving. */
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_after_tokens\":null}"), ==, 200);
 	g_free(body);
-	body = body_for(&e, 3, FALSE);
+	body = serve_completion_body(&e, 3, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	assert_status(&e, &r, 200);
 	sim_reply_clear(&r);

@@ -16,13 +16,6 @@
 
 #define PROMPT "Tell me about the narwhal's tusk"
 
-static char *
-completion_body(const struct serve_env *e, unsigned max_tokens)
-{
-	return g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":%u}",
-	                       e->model, max_tokens);
-}
-
 /* The first choice of a completion answer (borrowed from doc). */
 static json_t *
 first_choice(json_t *doc)
@@ -54,7 +47,7 @@ test_same_as_engine(void)
 	               "answers: same text, finish reason and usage");
 	if (!serve_start(&e, args, "pd", NULL))
 		return;
-	body = completion_body(&e, 7);
+	body = serve_completion_body(&e, 7, FALSE);
 	/* The simulator's text depends only on the prompt. */
 	sim_http(e.sim.ports[1], "POST", "/v1/completions", body, NULL, 10000, &direct);
 	g_assert_cmpint(direct.status, ==, 200);
@@ -139,7 +132,7 @@ test_first_token_timeout_retried(void)
 		return;
 	/* Ties go to the lower instance ID: engine 1 gets the first decode. */
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\":true}"), ==, 200);
-	body = completion_body(&e, 4);
+	body = serve_completion_body(&e, 4, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	g_assert_cmpfloat(r.seconds, >=, 0.3);
@@ -172,7 +165,7 @@ test_read_gap(void)
 	/* Every step of the decode engine takes 50 times as long: a few
 	 * hundred milliseconds between tokens. */
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"latency_multiplier\":50}"), ==, 200);
-	body = completion_body(&e, 20);
+	body = serve_completion_body(&e, 20, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 30000, &r);
 	serve_assert_error(&r, 504, "read_timeout");
 	g_assert_cmpfloat(r.seconds, <, 15.0);
@@ -198,7 +191,7 @@ check_retried_clean(const char *fault, const char *summary)
 	if (!serve_start(&e, args, "pdd", "{\"serving\":{\"max_attempts\":2,\"handoff_timeout_s\":5,"
 	                 "\"retry_base_s\":0.01,\"retry_cap_s\":0.02}}"))
 		return;
-	body = completion_body(&e, 6);
+	body = serve_completion_body(&e, 6, FALSE);
 	sim_http(e.sim.ports[2], "POST", "/v1/completions", body, NULL, 10000, &direct);
 	g_assert_cmpint(direct.status, ==, 200);
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, fault), ==, 200);
@@ -249,13 +242,13 @@ test_response_bound(void)
 	               "beyond it, 502 response_too_large");
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_response_bytes\":2000}}"))
 		return;
-	body = completion_body(&e, 40);
+	body = serve_completion_body(&e, 40, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	serve_assert_error(&r, 502, "response_too_large");
 	sim_reply_clear(&r);
 	/* A short answer fits. */
 	g_free(body);
-	body = completion_body(&e, 2);
+	body = serve_completion_body(&e, 2, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	sim_reply_clear(&r);
@@ -279,7 +272,7 @@ test_stream_decode_off(void)
 	                 "\"first_token_timeout_s\":0.2},"
 	                 "\"serving\":{\"request_timeout_s\":1.5}}"))
 		return;
-	body = completion_body(&e, 5);
+	body = serve_completion_body(&e, 5, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	doc = sim_json(r.body->str);
