@@ -2,382 +2,16 @@
 
 #include "net/upstream.h"
 
-#include <string.h>
-#include <sys/epoll.h>
-#include <unistd.h>
-
-#include <glib-unix.h>
 #include <glib.h>
 
-#include "core/log.h"
-#include "net/loop.h"
-
-/* What we know of one of curl's sockets. */
-struct sock {
-	curl_socket_t fd;
-	uint32_t events;  /* registered epoll events; 0 when not in the set */
-	bool watched;     /* curl wants events; false after CURL_POLL_REMOVE */
-};
+#include "net/upstream-backend.h"
 
 struct nw_upstream {
 	char *name;
-	CURLM *multi;
-	int epfd;
-	GSource *io;
-	GSource *timer;
-	GHashTable *socks;    /* fd -> struct sock * */
-	GQueue idle_easy;     /* pooled easy handles */
-	GHashTable *calls;    /* running calls */
-	GPtrArray *reap;      /* calls cancelled from inside curl */
-	unsigned in_curl;     /* depth of socket_action calls */
+	unsigned max_connections;
+	struct nw_h1_pool *h1;
+	struct nw_curl_pool *tls;  /* made on the first https call */
 };
-
-struct nw_upstream_call {
-	struct nw_upstream *up;
-	CURL *easy;
-	struct curl_slist *headers;
-	char *body;
-	struct nw_upstream_handlers handlers;
-	void *data;
-	bool responded;
-	bool cancelled;
-	char errbuf[CURL_ERROR_SIZE];
-};
-
-static void drive(struct nw_upstream *up, curl_socket_t fd, int ev_bitmask);
-
-/* --- sockets -------------------------------------------------------- */
-
-static int
-on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-	struct nw_upstream *up = userp;
-	struct sock *s = g_hash_table_lookup(up->socks, GINT_TO_POINTER(fd));
-	uint32_t want = 0;
-
-	if (s == NULL) {
-		s = g_new0(struct sock, 1);
-		s->fd = fd;
-		g_hash_table_insert(up->socks, GINT_TO_POINTER(fd), s);
-	}
-	if (what == CURL_POLL_REMOVE) {
-		/* C4: keep an idle connection's fd in the set (reading only) and
-		 * drop it if the engine closes it; reuse then costs nothing. */
-		s->watched = false;
-		if (s->events & EPOLLOUT) {
-			struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
-
-			if (epoll_ctl(up->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
-				s->events = EPOLLIN;
-		}
-		return 0;
-	}
-	if (what & CURL_POLL_IN)
-		want |= EPOLLIN;
-	if (what & CURL_POLL_OUT)
-		want |= EPOLLOUT;
-	s->watched = true;
-	if (want != s->events) {
-		struct epoll_event ev = { .events = want, .data.fd = fd };
-		int op = s->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-
-		if (epoll_ctl(up->epfd, op, fd, &ev) == 0)
-			s->events = want;
-	}
-	return 0;
-}
-
-static int
-on_curl_close_socket(void *clientp, curl_socket_t fd)
-{
-	struct nw_upstream *up = clientp;
-
-	/* Forget the fd before its number can be reused by a new socket. */
-	if (g_hash_table_remove(up->socks, GINT_TO_POINTER(fd)))
-		epoll_ctl(up->epfd, EPOLL_CTL_DEL, fd, NULL);
-	return close(fd);
-}
-
-static int
-on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
-{
-	struct nw_upstream *up = userp;
-
-	/* C1: only record; the deadline source drives curl. */
-	if (timeout_ms < 0)
-		nw_deadline_source_set(up->timer, -1);
-	else
-		nw_deadline_source_set_in(up->timer, (int64_t)timeout_ms * 1000);
-	return 0;
-}
-
-static gboolean
-on_epoll_ready(gint epfd, GIOCondition cond, gpointer data)
-{
-	struct nw_upstream *up = data;
-	struct epoll_event events[128];
-	int n;
-
-	do {
-		n = epoll_wait(up->epfd, events, G_N_ELEMENTS(events), 0);
-		for (int i = 0; i < n; i++) {
-			curl_socket_t fd = events[i].data.fd;
-			struct sock *s = g_hash_table_lookup(up->socks, GINT_TO_POINTER(fd));
-			int mask = 0;
-
-			if (s == NULL)
-				continue;
-			if (!s->watched) {
-				/* An idle connection was closed by the engine. */
-				epoll_ctl(up->epfd, EPOLL_CTL_DEL, fd, NULL);
-				s->events = 0;
-				continue;
-			}
-			if (events[i].events & EPOLLIN)
-				mask |= CURL_CSELECT_IN;
-			if (events[i].events & EPOLLOUT)
-				mask |= CURL_CSELECT_OUT;
-			if (events[i].events & (EPOLLERR | EPOLLHUP))
-				mask |= CURL_CSELECT_ERR;
-			drive(up, fd, mask);
-		}
-	} while (n == (int)G_N_ELEMENTS(events));
-	return G_SOURCE_CONTINUE;
-}
-
-static void
-on_timer(void *data)
-{
-	drive(data, CURL_SOCKET_TIMEOUT, 0);
-}
-
-/* --- calls ---------------------------------------------------------- */
-
-static void
-call_release(struct nw_upstream_call *call)
-{
-	struct nw_upstream *up = call->up;
-
-	curl_multi_remove_handle(up->multi, call->easy);
-	g_queue_push_head(&up->idle_easy, call->easy);
-	g_hash_table_remove(up->calls, call);
-	curl_slist_free_all(call->headers);
-	g_free(call->body);
-	g_free(call);
-}
-
-static void
-finish_done_transfers(struct nw_upstream *up)
-{
-	CURLMsg *msg;
-	int left;
-
-	while ((msg = curl_multi_info_read(up->multi, &left)) != NULL) {
-		struct nw_upstream_call *call = NULL;
-		struct nw_upstream_result res = { 0 };
-
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
-		if (call == NULL || call->cancelled)
-			continue; /* reaped below */
-		res.code = msg->data.result;
-		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &res.status);
-		res.error = res.code == CURLE_OK ? NULL
-		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(res.code));
-		call->handlers.on_done(call->data, &res);
-		call_release(call);
-	}
-}
-
-/* After leaving curl: release calls cancelled from inside its callbacks,
- * then report finished transfers. Only at the outermost level. */
-static void
-reap(struct nw_upstream *up)
-{
-	if (up->in_curl > 0)
-		return;
-	for (guint i = 0; i < up->reap->len; i++)
-		call_release(g_ptr_array_index(up->reap, i));
-	g_ptr_array_set_size(up->reap, 0);
-	finish_done_transfers(up);
-}
-
-static void
-drive(struct nw_upstream *up, curl_socket_t fd, int ev_bitmask)
-{
-	int running;
-
-	up->in_curl++;
-	curl_multi_socket_action(up->multi, fd, ev_bitmask, &running);
-	up->in_curl--;
-	reap(up);
-}
-
-static size_t
-on_curl_header(char *line, size_t size, size_t n, void *userp)
-{
-	struct nw_upstream_call *call = userp;
-	size_t len = size * n;
-	long status = 0;
-
-	if (call->cancelled)
-		return 0;
-	/* The blank line ends a header block; skip interim 1xx blocks. */
-	if (len <= 2 && (line[0] == '\r' || line[0] == '\n')) {
-		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
-		if (status >= 200 && !call->responded) {
-			call->responded = true;
-			if (call->handlers.on_response)
-				call->handlers.on_response(call->data, status);
-		}
-	}
-	return call->cancelled ? 0 : len;
-}
-
-static size_t
-on_curl_write(char *bytes, size_t size, size_t n, void *userp)
-{
-	struct nw_upstream_call *call = userp;
-	size_t len = size * n;
-
-	if (call->cancelled)
-		return 0;
-	if (call->handlers.on_data && !call->handlers.on_data(call->data, bytes, len))
-		return call->cancelled ? 0 : CURL_WRITEFUNC_PAUSE;
-	return call->cancelled ? 0 : len;
-}
-
-static CURL *
-easy_get(struct nw_upstream *up)
-{
-	CURL *easy = g_queue_pop_head(&up->idle_easy);
-
-	if (easy != NULL)
-		return easy;
-	easy = curl_easy_init();
-	if (easy == NULL)
-		return NULL;
-	/* Options that never change are set once (C8). */
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_curl_header);
-	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_curl_write);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close_socket);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, up);
-	return easy;
-}
-
-struct nw_upstream_call *
-nw_upstream_start(struct nw_upstream *up, const struct nw_upstream_request *req,
-                  const struct nw_upstream_handlers *handlers, void *data)
-{
-	struct nw_upstream_call *call;
-	CURL *easy = easy_get(up);
-
-	if (easy == NULL) {
-		free(req->owned_body);
-		return NULL;
-	}
-	call = g_new0(struct nw_upstream_call, 1);
-	call->up = up;
-	call->easy = easy;
-	call->handlers = *handlers;
-	call->data = data;
-
-	/* An empty Expect: stops curl waiting for 100-continue on big bodies. */
-	call->headers = curl_slist_append(NULL, "Expect:");
-	if (req->request_id) {
-		char *h = g_strdup_printf("X-Request-Id: %s", req->request_id);
-		call->headers = curl_slist_append(call->headers, h);
-		g_free(h);
-	}
-	curl_easy_setopt(easy, CURLOPT_URL, req->url);
-	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
-	curl_easy_setopt(easy, CURLOPT_HEADERDATA, call);
-	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
-	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
-	if (req->owned_body != NULL || req->body != NULL) {
-		/* An owned body is used as it is: no copy per call. */
-		call->body = req->owned_body ? req->owned_body : g_memdup2(req->body, req->body_len);
-		call->headers = curl_slist_append(call->headers, "Content-Type: application/json");
-		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
-		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
-		curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST,
-		                 g_strcmp0(req->method, "POST") == 0 ? NULL : req->method);
-	} else {
-		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-		curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST,
-		                 g_strcmp0(req->method, "GET") == 0 ? NULL : req->method);
-	}
-	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
-
-	g_hash_table_add(up->calls, call);
-	if (curl_multi_add_handle(up->multi, easy) != CURLM_OK) {
-		g_hash_table_remove(up->calls, call);
-		g_queue_push_head(&up->idle_easy, easy);
-		curl_slist_free_all(call->headers);
-		g_free(call->body);
-		g_free(call);
-		return NULL;
-	}
-	return call;
-}
-
-void
-nw_upstream_cancel(struct nw_upstream_call *call)
-{
-	struct nw_upstream *up;
-
-	if (call == NULL || call->cancelled)
-		return;
-	up = call->up;
-	call->cancelled = true;
-	if (up->in_curl > 0)
-		g_ptr_array_add(up->reap, call); /* removing inside curl is not allowed */
-	else
-		call_release(call);
-}
-
-void
-nw_upstream_unpause(struct nw_upstream_call *call)
-{
-	struct nw_upstream *up;
-
-	if (call == NULL || call->cancelled)
-		return;
-	up = call->up;
-	/* curl may deliver the held data to on_data right here (C7); a handler
-	 * that cancels must not free the call while curl still uses it, so
-	 * count this as being inside curl and reap afterwards. */
-	up->in_curl++;
-	curl_easy_pause(call->easy, CURLPAUSE_CONT);
-	up->in_curl--;
-	reap(up);
-}
-
-const char *
-nw_upstream_header(struct nw_upstream_call *call, const char *name)
-{
-	struct curl_header *h = NULL;
-
-	if (call == NULL || call->cancelled)
-		return NULL;
-	/* request -1: the last response, past any 1xx interim ones. */
-	if (curl_easy_header(call->easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
-		return NULL;
-	return h->value;
-}
-
-unsigned
-nw_upstream_active(const struct nw_upstream *up)
-{
-	return g_hash_table_size(up->calls);
-}
 
 struct nw_upstream *
 nw_upstream_new(const struct nw_upstream_options *opts)
@@ -385,59 +19,65 @@ nw_upstream_new(const struct nw_upstream_options *opts)
 	struct nw_upstream *up = g_new0(struct nw_upstream, 1);
 
 	up->name = g_strdup(opts->name);
-	up->multi = curl_multi_init();
-	up->epfd = epoll_create1(EPOLL_CLOEXEC);
-	up->socks = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
-	up->calls = g_hash_table_new(g_direct_hash, g_direct_equal);
-	up->reap = g_ptr_array_new();
-	g_queue_init(&up->idle_easy);
-
-	curl_multi_setopt(up->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-	curl_multi_setopt(up->multi, CURLMOPT_SOCKETDATA, up);
-	curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-	curl_multi_setopt(up->multi, CURLMOPT_TIMERDATA, up);
-	curl_multi_setopt(up->multi, CURLMOPT_MAXCONNECTS, 4096L);
-	curl_multi_setopt(up->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)opts->max_connections);
-
-	up->io = g_unix_fd_source_new(up->epfd, G_IO_IN);
-	g_source_set_callback(up->io, (GSourceFunc)(void (*)(void))on_epoll_ready, up, NULL);
-	g_source_set_can_recurse(up->io, TRUE);
-	g_source_set_name(up->io, "narwhal-upstream-io");
-	g_source_attach(up->io, NULL);
-	up->timer = nw_deadline_source_new("narwhal-upstream-timer", on_timer, up);
+	up->max_connections = opts->max_connections;
+	up->h1 = nw_h1_pool_new(opts->max_connections);
 	return up;
 }
 
 void
 nw_upstream_free(struct nw_upstream *up)
 {
-	GHashTableIter it;
-	gpointer call;
-	CURL *easy;
-
 	if (up == NULL)
 		return;
-	g_hash_table_iter_init(&it, up->calls);
-	while (g_hash_table_iter_next(&it, &call, NULL)) {
-		struct nw_upstream_call *c = call;
-
-		curl_multi_remove_handle(up->multi, c->easy);
-		curl_easy_cleanup(c->easy);
-		curl_slist_free_all(c->headers);
-		g_free(c->body);
-		g_free(c);
-	}
-	g_hash_table_destroy(up->calls);
-	while ((easy = g_queue_pop_head(&up->idle_easy)) != NULL)
-		curl_easy_cleanup(easy);
-	/* Closes cached connections through the close-socket callback. */
-	curl_multi_cleanup(up->multi);
-	g_source_destroy(up->io);
-	g_source_unref(up->io);
-	nw_deadline_source_destroy(up->timer);
-	close(up->epfd);
-	g_hash_table_destroy(up->socks);
-	g_ptr_array_free(up->reap, TRUE);
+	nw_h1_pool_free(up->h1);
+	nw_curl_pool_free(up->tls);
 	g_free(up->name);
 	g_free(up);
+}
+
+struct nw_upstream_call *
+nw_upstream_start(struct nw_upstream *up, const struct nw_upstream_request *req,
+                  const struct nw_upstream_handlers *handlers, void *data)
+{
+	if (g_ascii_strncasecmp(req->url, "http://", 7) == 0)
+		return nw_h1_start(up->h1, req, handlers, data);
+	if (up->tls == NULL)
+		up->tls = nw_curl_pool_new(up->name, up->max_connections);
+	return nw_curl_start(up->tls, req, handlers, data);
+}
+
+void
+nw_upstream_cancel(struct nw_upstream_call *call)
+{
+	if (call == NULL)
+		return;
+	if (call->tls)
+		nw_curl_cancel(call);
+	else
+		nw_h1_cancel(call);
+}
+
+void
+nw_upstream_unpause(struct nw_upstream_call *call)
+{
+	if (call == NULL)
+		return;
+	if (call->tls)
+		nw_curl_unpause(call);
+	else
+		nw_h1_unpause(call);
+}
+
+const char *
+nw_upstream_header(struct nw_upstream_call *call, const char *name)
+{
+	if (call == NULL)
+		return NULL;
+	return call->tls ? nw_curl_header(call, name) : nw_h1_header(call, name);
+}
+
+unsigned
+nw_upstream_active(const struct nw_upstream *up)
+{
+	return nw_h1_active(up->h1) + (up->tls ? nw_curl_active(up->tls) : 0);
 }

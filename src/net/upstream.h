@@ -1,13 +1,10 @@
 /*
- * Engine HTTP client: one libcurl multi handle per connection pool (the
- * serving pool and the control pool), bound to the GLib loop.
- *
- * - curl's sockets live in one private epoll set behind a single GLib fd
- *   source, with lazy deregistration (event-loop-notes C3, C4).
- * - curl's timer callback only records a deadline; the deadline source
- *   drives curl (C1, C2).
- * - Easy handles are pooled and reused, aborted ones included (C8).
- * - CURLMOPT_MAXCONNECTS is raised so bursts do not churn connections (C5).
+ * Engine HTTP client: one pool per purpose (the serving pool, the control
+ * pool), bound to the GLib loop. Plain-http engines are served by
+ * Narwhal's own HTTP/1.1 client (net/http1-client.c), https engines by
+ * libcurl (net/upstream-curl.c); both report through these types. Failures
+ * are reported with libcurl's error codes either way, so callers need not
+ * know which client served a call.
  */
 #ifndef NW_UPSTREAM_H
 #define NW_UPSTREAM_H
@@ -22,7 +19,9 @@ struct nw_upstream_call;
 
 struct nw_upstream_options {
 	const char *name;         /* "serving" or "control", for logs */
-	unsigned max_connections; /* pool size: total connections to engines */
+	unsigned max_connections; /* pool size: total connections to engines,
+	                           * for each of the two clients; calls beyond
+	                           * it wait for a connection in arrival order */
 };
 
 struct nw_upstream_request {
@@ -33,21 +32,22 @@ struct nw_upstream_request {
 	size_t body_len;
 	char *owned_body;         /* instead of body: malloc'd, the call takes it
 	                           * (freed even when the start fails) */
-	long connect_timeout_ms;  /* 0: curl's default */
+	long connect_timeout_ms;  /* 0: 300 s, curl's default */
 	long timeout_ms;          /* whole transfer; 0: none */
 };
 
 struct nw_upstream_result {
 	CURLcode code;            /* CURLE_OK when the transfer completed */
 	long status;              /* HTTP status, 0 when none arrived */
-	const char *error;        /* curl's description when code != CURLE_OK */
+	const char *error;        /* what failed, when code != CURLE_OK */
 };
 
 struct nw_upstream_handlers {
 	/* The response headers are complete (optional). */
 	void (*on_response)(void *data, long status);
-	/* Body bytes. Return true to take them, false to pause the transfer:
-	 * curl hands the same bytes back after nw_upstream_unpause (C7). */
+	/* Body bytes (chunked framing removed). Return true to take them,
+	 * false to pause the transfer: the same bytes come back after
+	 * nw_upstream_unpause (C7). */
 	bool (*on_data)(void *data, const char *bytes, size_t len);
 	/* The call ended (required); not called after nw_upstream_cancel. The
 	 * call is freed right after this returns. */
@@ -68,9 +68,8 @@ struct nw_upstream_call *nw_upstream_start(struct nw_upstream *up,
  * Safe from any callback, including the call's own. */
 void nw_upstream_cancel(struct nw_upstream_call *call);
 
-/* Continue a call paused by on_data returning false. curl may hand the
- * held bytes to on_data before this returns, and on_data may cancel the
- * call then: the call is released once curl is left, as in the loop. */
+/* Continue a call paused by on_data returning false. The held bytes may
+ * reach on_data before this returns, and on_data may cancel the call then. */
 void nw_upstream_unpause(struct nw_upstream_call *call);
 
 unsigned nw_upstream_active(const struct nw_upstream *up);

@@ -1,0 +1,1154 @@
+/*
+ * Narwhal's own HTTP/1.1 client for plain-http engines.
+ *
+ * Why not libcurl here: on the serving path libcurl 7.88 spends two poll()
+ * calls per transfer (a liveness check of the pooled connection, a
+ * readiness check after sending) and about as much CPU again in its own
+ * bookkeeping, which together were a third of a proxied request's cost.
+ * What engines speak is small: one request at a time per connection,
+ * responses framed by Content-Length, chunked or close.
+ *
+ * - Each connection joins the pool's epoll set once, edge-triggered, when
+ *   it is opened; a request costs one sendmsg and, usually, one recv.
+ * - A socket is read until a recv returns less than the room it was given
+ *   (the kernel had no more), so no read ends in EAGAIN.
+ * - Idle connections stay in the set; the engine closing one is noticed and
+ *   the connection dropped. One that dies just as it is reused (nothing came
+ *   back) gets the request again on a fresh connection, once.
+ * - Calls beyond max_connections wait in arrival order.
+ * - Connections and calls ended from inside an event batch are freed when
+ *   the batch is over, so no event reaches freed memory.
+ */
+#include "build-config.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gio/gio.h>
+#include <glib-unix.h>
+#include <glib.h>
+
+#include "net/http1-parse.h"
+#include "net/loop.h"
+#include "net/upstream-backend.h"
+
+#define READ_BUFFER (16u * 1024u)
+#define DEFAULT_CONNECT_TIMEOUT_MS 300000L
+#define TARGET_CACHE_MAX 4096u
+
+struct origin {
+	char *host;             /* as in the URL, without IPv6 brackets */
+	guint16 port;
+	char *authority;        /* the Host header */
+	GQueue idle;            /* struct conn, most recently used first */
+	GSocketAddress *literal; /* the address when host is an IP literal */
+};
+
+/* A URL seen before: where it goes. */
+struct target {
+	struct origin *origin;
+	char *path;             /* path and query */
+};
+
+enum conn_state { CONN_RESOLVING, CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_DEAD };
+
+struct resolve_ticket {
+	struct conn *conn;      /* NULL once the connection is gone */
+};
+
+struct conn {
+	struct nw_h1_pool *pool;
+	struct origin *origin;
+	enum conn_state state;
+	int fd;
+	struct h1_call *call;   /* while resolving, connecting or busy */
+	GList idle_link;        /* in origin->idle */
+	bool reused;            /* has carried a request before this one */
+	bool peer_closed;       /* the engine has closed its side */
+	char *in;               /* read buffer */
+	size_t in_off, in_len, in_cap;
+	struct resolve_ticket *ticket;
+	GList *addrs;           /* resolved addresses (GInetAddress), owned */
+	GList *next_addr;       /* the one to try next */
+};
+
+enum call_phase {
+	CALL_WAITING,     /* for a connection */
+	CALL_CONNECTING,
+	CALL_SENDING,
+	CALL_RECEIVING,
+	CALL_FAILED,      /* failed where its handler may not run yet */
+};
+
+struct h1_call {
+	struct nw_upstream_call base;  /* tls = false */
+	struct nw_h1_pool *pool;
+	struct target *target;
+	struct conn *conn;
+	enum call_phase phase;
+	struct nw_upstream_handlers handlers;
+	void *data;
+	GList wait_link;        /* in pool->waiting */
+
+	char *head_out;         /* the request head */
+	size_t head_out_len;
+	char *body;
+	size_t body_len;
+	size_t sent;            /* of head and body */
+	bool head_request;
+
+	long connect_timeout_ms, timeout_ms;
+	int64_t started_us, connect_started_us;
+	int64_t deadline_us;    /* the nearest of the two limits; 0: none */
+	int heap_index;         /* in pool->deadlines, -1 when not there */
+
+	bool have_head, paused, cancelled, retried, got_bytes;
+	CURLcode failed_code;   /* with CALL_FAILED */
+	struct nw_h1_head head;
+	char *resp_head;        /* status line and headers, for look-ups */
+	size_t resp_head_len;
+	struct nw_h1_body body_state;
+	size_t received;
+	char error[160];
+	GPtrArray *header_values; /* values handed out by nw_h1_header */
+};
+
+struct nw_h1_pool {
+	unsigned max_connections;
+	unsigned connections;   /* open or opening */
+	unsigned active;        /* calls not yet ended */
+	int epfd;
+	GSource *io;
+	GSource *timer;
+	GHashTable *origins;    /* "host:port" -> struct origin */
+	GHashTable *targets;    /* URL -> struct target */
+	GQueue waiting;         /* calls waiting for a connection */
+	GPtrArray *deadlines;   /* binary min-heap of calls by deadline_us */
+	GPtrArray *graveyard;   /* conns and calls to free after the batch */
+	GHashTable *calls;      /* every call not yet freed, for pool_free */
+	unsigned depth;         /* nesting of entry points */
+	unsigned defer;         /* >0: failures are reported from the timer */
+	bool dispatching;
+	GResolver *resolver;
+};
+
+static void call_pump(struct h1_call *call, bool try_read, bool until_empty);
+static void call_send(struct h1_call *call);
+static void conn_connect_next(struct conn *c);
+static void pool_dispatch(struct nw_h1_pool *pool);
+
+/* --- deadlines: a binary heap of calls ----------------------------------- */
+
+static bool
+heap_less(GPtrArray *h, guint a, guint b)
+{
+	return ((struct h1_call *)h->pdata[a])->deadline_us <
+	       ((struct h1_call *)h->pdata[b])->deadline_us;
+}
+
+static void
+heap_swap(GPtrArray *h, guint a, guint b)
+{
+	gpointer t = h->pdata[a];
+
+	h->pdata[a] = h->pdata[b];
+	h->pdata[b] = t;
+	((struct h1_call *)h->pdata[a])->heap_index = (int)a;
+	((struct h1_call *)h->pdata[b])->heap_index = (int)b;
+}
+
+static void
+heap_fix(GPtrArray *h, guint i)
+{
+	while (i > 0 && heap_less(h, i, (i - 1) / 2)) {
+		heap_swap(h, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	for (;;) {
+		guint l = 2 * i + 1, r = l + 1, m = i;
+
+		if (l < h->len && heap_less(h, l, m))
+			m = l;
+		if (r < h->len && heap_less(h, r, m))
+			m = r;
+		if (m == i)
+			return;
+		heap_swap(h, i, m);
+		i = m;
+	}
+}
+
+static void
+heap_remove(GPtrArray *h, struct h1_call *call)
+{
+	guint i = (guint)call->heap_index, last = h->len - 1;
+
+	if (call->heap_index < 0)
+		return;
+	if (i != last)
+		heap_swap(h, i, last);
+	g_ptr_array_set_size(h, (gint)last);
+	call->heap_index = -1;
+	if (i < h->len)
+		heap_fix(h, i);
+}
+
+static void
+arm_timer(struct nw_h1_pool *pool)
+{
+	struct h1_call *first = pool->deadlines->len ? pool->deadlines->pdata[0] : NULL;
+
+	nw_deadline_source_set(pool->timer, first ? first->deadline_us : -1);
+}
+
+/* Puts the call in the heap at deadline d (0: takes it out). */
+static void
+call_set_deadline(struct h1_call *call, int64_t d)
+{
+	struct nw_h1_pool *pool = call->pool;
+
+	if (d == call->deadline_us && (d == 0) == (call->heap_index < 0))
+		return;
+	call->deadline_us = d;
+	if (d == 0) {
+		heap_remove(pool->deadlines, call);
+	} else if (call->heap_index < 0) {
+		call->heap_index = (int)pool->deadlines->len;
+		g_ptr_array_add(pool->deadlines, call);
+		heap_fix(pool->deadlines, (guint)call->heap_index);
+	} else {
+		heap_fix(pool->deadlines, (guint)call->heap_index);
+	}
+	arm_timer(pool);
+}
+
+/* Recomputes the call's nearest limit. */
+static void
+call_update_deadline(struct h1_call *call)
+{
+	int64_t d = call->timeout_ms > 0 ? call->started_us + call->timeout_ms * 1000 : 0;
+
+	if (call->phase == CALL_CONNECTING) {
+		int64_t c = call->connect_started_us + call->connect_timeout_ms * 1000;
+
+		d = d == 0 ? c : MIN(d, c);
+	}
+	call_set_deadline(call, d);
+}
+
+/* --- entry and exit ------------------------------------------------------ */
+
+static void
+conn_free(struct conn *c)
+{
+	if (c->ticket != NULL)
+		c->ticket->conn = NULL;
+	g_list_free_full(c->addrs, g_object_unref);
+	g_free(c->in);
+	g_free(c);
+}
+
+static void
+call_free(struct h1_call *call)
+{
+	g_hash_table_remove(call->pool->calls, call);
+	g_free(call->head_out);
+	g_free(call->body);
+	g_free(call->resp_head);
+	if (call->header_values != NULL)
+		g_ptr_array_free(call->header_values, TRUE);
+	g_free(call);
+}
+
+static void
+enter(struct nw_h1_pool *pool)
+{
+	pool->depth++;
+}
+
+/* Leaving the outermost entry point frees what the batch ended. */
+static void
+leave(struct nw_h1_pool *pool)
+{
+	if (--pool->depth > 0)
+		return;
+	for (guint i = 0; i < pool->graveyard->len; i++) {
+		gpointer p = pool->graveyard->pdata[i];
+
+		if (g_hash_table_contains(pool->calls, p))
+			call_free(p);
+		else
+			conn_free(p);
+	}
+	g_ptr_array_set_size(pool->graveyard, 0);
+}
+
+/* --- connections ---------------------------------------------------------- */
+
+static void
+conn_close(struct conn *c)
+{
+	struct nw_h1_pool *pool = c->pool;
+
+	if (c->state == CONN_DEAD)
+		return;
+	if (c->state == CONN_IDLE)
+		g_queue_unlink(&c->origin->idle, &c->idle_link);
+	if (c->fd >= 0) {
+		/* Explicitly: a forked child may briefly share the socket, and
+		 * close() alone would then leave it in the set. */
+		epoll_ctl(pool->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+	}
+	c->fd = -1;
+	c->state = CONN_DEAD;
+	c->call = NULL;
+	pool->connections--;
+	g_ptr_array_add(pool->graveyard, c);
+}
+
+static void
+conn_make_idle(struct conn *c)
+{
+	c->state = CONN_IDLE;
+	c->call = NULL;
+	c->reused = true;
+	c->in_off = c->in_len = 0;
+	g_queue_push_head_link(&c->origin->idle, &c->idle_link);
+}
+
+/* --- ending calls --------------------------------------------------------- */
+
+/* Detaches the call from everything but the graveyard-bound memory. */
+static void
+call_detach(struct h1_call *call)
+{
+	struct nw_h1_pool *pool = call->pool;
+
+	heap_remove(pool->deadlines, call);
+	if (call->phase == CALL_WAITING && call->wait_link.data != NULL) {
+		g_queue_unlink(&pool->waiting, &call->wait_link);
+		call->wait_link.data = NULL;
+	}
+	if (call->conn != NULL) {
+		call->conn->call = NULL;
+		call->conn = NULL;
+	}
+	pool->active--;
+	g_ptr_array_add(pool->graveyard, call);
+}
+
+static void
+call_finish(struct h1_call *call, CURLcode code, const char *error)
+{
+	struct nw_upstream_result res = {
+		.code = code,
+		.status = call->have_head ? call->head.status : 0,
+		.error = code == CURLE_OK ? NULL : error,
+	};
+
+	if (call->conn != NULL && call->conn->state != CONN_IDLE)
+		conn_close(call->conn);
+	call_detach(call);
+	call->cancelled = true; /* no callback after this one */
+	call->handlers.on_done(call->data, &res);
+	pool_dispatch(call->pool);
+}
+
+static void
+call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
+
+/* Inside nw_h1_start, nw_h1_cancel or a dispatch, the failure is reported
+ * from the timer: a handler must never run before nw_upstream_start has
+ * returned, nor deep inside another call's teardown. */
+static void
+call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
+{
+	struct nw_h1_pool *pool = call->pool;
+	va_list ap;
+
+	va_start(ap, fmt);
+	g_vsnprintf(call->error, sizeof call->error, fmt, ap);
+	va_end(ap);
+	if (pool->defer == 0) {
+		call_finish(call, code, call->error);
+		return;
+	}
+	if (call->conn != NULL) {
+		if (call->conn->state != CONN_IDLE)
+			conn_close(call->conn);
+		call->conn->call = NULL;
+		call->conn = NULL;
+	}
+	if (call->phase == CALL_WAITING && call->wait_link.data != NULL) {
+		g_queue_unlink(&pool->waiting, &call->wait_link);
+		call->wait_link.data = NULL;
+	}
+	call->phase = CALL_FAILED;
+	call->failed_code = code;
+	call_set_deadline(call, 1); /* long past */
+}
+
+/* Runs a handler; false when the call was cancelled meanwhile. */
+#define CALLBACK(call, expr) ((expr), !(call)->cancelled)
+
+/* --- sending -------------------------------------------------------------- */
+
+static bool
+call_uses(struct h1_call *call, struct conn *c)
+{
+	call->conn = c;
+	c->call = call;
+	return true;
+}
+
+/* Starts the request on a connected connection. */
+static void
+call_begin_exchange(struct h1_call *call)
+{
+	call->phase = CALL_SENDING;
+	call->sent = 0;
+	call_update_deadline(call);
+	call_send(call);
+}
+
+/* The connection failed before the engine sent anything back. A reused
+ * connection may simply have been closed by the engine as we reused it:
+ * send again on a new one, once. */
+static bool
+call_retry_fresh(struct h1_call *call)
+{
+	struct conn *c = call->conn;
+
+	if (c == NULL || !c->reused || call->got_bytes || call->retried)
+		return false;
+	call->retried = true;
+	conn_close(c);
+	call->conn = NULL;
+	c->call = NULL;
+	call->phase = CALL_WAITING;
+	g_queue_push_head_link(&call->pool->waiting, &call->wait_link);
+	call->wait_link.data = call;
+	pool_dispatch(call->pool);
+	return true;
+}
+
+static void
+call_send(struct h1_call *call)
+{
+	struct conn *c = call->conn;
+
+	while (call->sent < call->head_out_len + call->body_len) {
+		struct iovec iov[2];
+		struct msghdr msg = { .msg_iov = iov };
+		ssize_t n;
+
+		if (call->sent < call->head_out_len) {
+			iov[0].iov_base = call->head_out + call->sent;
+			iov[0].iov_len = call->head_out_len - call->sent;
+			iov[1].iov_base = call->body;
+			iov[1].iov_len = call->body_len;
+			msg.msg_iovlen = call->body_len ? 2 : 1;
+		} else {
+			iov[0].iov_base = call->body + (call->sent - call->head_out_len);
+			iov[0].iov_len = call->body_len - (call->sent - call->head_out_len);
+			msg.msg_iovlen = 1;
+		}
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		if (n >= 0) {
+			call->sent += (size_t)n;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return; /* EPOLLOUT comes when there is room */
+		if (!call_retry_fresh(call))
+			call_fail(call, CURLE_SEND_ERROR, "Send failure: %s", g_strerror(errno));
+		return;
+	}
+	call->phase = CALL_RECEIVING;
+}
+
+/* --- receiving ------------------------------------------------------------ */
+
+enum progress { NEED_BYTES, STOPPED };
+
+/* Parses and hands on what the buffer holds. STOPPED: the call ended,
+ * was cancelled or paused; the caller must not touch it again. */
+static enum progress
+call_consume(struct h1_call *call)
+{
+	struct conn *c = call->conn;
+
+	while (!call->have_head) {
+		ssize_t n = nw_h1_parse_head(c->in + c->in_off, c->in_len - c->in_off,
+		                             call->head_request, &call->head);
+
+		if (n == 0)
+			return NEED_BYTES;
+		if (n < 0 || call->head.status == 101) {
+			call_fail(call, CURLE_WEIRD_SERVER_REPLY, "The engine's response head is malformed");
+			return STOPPED;
+		}
+		if (call->head.status < 200) { /* an interim response */
+			c->in_off += (size_t)n;
+			continue;
+		}
+		call->have_head = true;
+		call->resp_head = g_strndup(c->in + c->in_off, (gsize)n);
+		call->resp_head_len = (size_t)n;
+		c->in_off += (size_t)n;
+		nw_h1_body_init(&call->body_state, &call->head);
+		if (call->handlers.on_response != NULL &&
+		    !CALLBACK(call, call->handlers.on_response(call->data, call->head.status)))
+			return STOPPED;
+	}
+	for (;;) {
+		struct nw_h1_step st;
+		bool taken = true;
+
+		nw_h1_body_step(&call->body_state, c->in + c->in_off, c->in_len - c->in_off, &st);
+		switch (st.kind) {
+		case NW_H1_MORE:
+			return NEED_BYTES;
+		case NW_H1_INVALID:
+			call_fail(call, CURLE_RECV_ERROR, "The engine's chunked body is malformed");
+			return STOPPED;
+		case NW_H1_DATA:
+			if (call->handlers.on_data != NULL &&
+			    !CALLBACK(call, taken = call->handlers.on_data(
+			                  call->data, c->in + c->in_off + st.data_off, st.data_len)))
+				return STOPPED;
+			if (!taken) {
+				call->paused = true;
+				return STOPPED;
+			}
+			call->received += st.data_len;
+			break;
+		case NW_H1_FRAMING:
+			break;
+		case NW_H1_DONE: {
+			bool keep = !call->head.close && !c->peer_closed &&
+			            call->phase == CALL_RECEIVING && c->in_off + st.used == c->in_len;
+
+			if (keep)
+				conn_make_idle(c);
+			call_finish(call, CURLE_OK, NULL);
+			return STOPPED;
+		}
+		}
+		c->in_off += st.used;
+		call->body_state = st.next;
+	}
+}
+
+static void
+call_eof(struct h1_call *call)
+{
+	if (call->have_head && call->body_state.framing == NW_H1_UNTIL_CLOSE) {
+		call_finish(call, CURLE_OK, NULL);
+	} else if (!call->got_bytes) {
+		if (!call_retry_fresh(call))
+			call_fail(call, CURLE_GOT_NOTHING, "Empty reply from the engine");
+	} else {
+		call_fail(call, CURLE_PARTIAL_FILE,
+		          "The engine closed the connection before its response ended");
+	}
+}
+
+/* Room to read into: the unread bytes move to the front, and the buffer
+ * grows only while a head does not fit. */
+static size_t
+conn_room(struct conn *c, bool reading_head)
+{
+	if (c->in_off > 0 && (c->in_off == c->in_len || c->in_cap - c->in_len < 2048)) {
+		memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+		c->in_len -= c->in_off;
+		c->in_off = 0;
+	}
+	if (c->in_len == c->in_cap && reading_head && c->in_cap < NW_H1_MAX_HEAD + READ_BUFFER) {
+		c->in_cap *= 2;
+		c->in = g_realloc(c->in, c->in_cap);
+	}
+	return c->in_cap - c->in_len;
+}
+
+/* Hands on buffered bytes, then reads while the socket may hold more.
+ * try_read: read at least once. until_empty: read until EOF or EAGAIN,
+ * because the engine has closed its side and no further edge will come. */
+static void
+call_pump(struct h1_call *call, bool try_read, bool until_empty)
+{
+	bool more = try_read;
+
+	for (;;) {
+		struct conn *c = call->conn;
+		size_t room;
+		ssize_t n;
+
+		if (call_consume(call) == STOPPED)
+			return;
+		if (!more)
+			return;
+		room = conn_room(c, !call->have_head);
+		if (room == 0) {
+			call_fail(call, CURLE_WEIRD_SERVER_REPLY, "The engine's response head is too large");
+			return;
+		}
+		n = recv(c->fd, c->in + c->in_len, room, 0);
+		if (n > 0) {
+			c->in_len += (size_t)n;
+			call->got_bytes = true;
+			/* Less than asked: the socket is empty for now. */
+			more = until_empty || (size_t)n == room;
+			continue;
+		}
+		if (n == 0) {
+			call_eof(call);
+			return;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return;
+		if (call->got_bytes || !call_retry_fresh(call))
+			call_fail(call, CURLE_RECV_ERROR, "Recv failure: %s", g_strerror(errno));
+		return;
+	}
+}
+
+/* --- connecting ----------------------------------------------------------- */
+
+static void
+conn_connected(struct conn *c)
+{
+	struct h1_call *call = c->call;
+
+	c->state = CONN_BUSY;
+	if (call != NULL)
+		call_begin_exchange(call);
+	else
+		conn_make_idle(c); /* its call went away while it connected */
+}
+
+static void
+conn_connect_failed(struct conn *c, int err)
+{
+	struct h1_call *call = c->call;
+
+	if (c->fd >= 0) {
+		epoll_ctl(c->pool->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+		c->fd = -1;
+	}
+	if (c->next_addr != NULL) {
+		conn_connect_next(c);
+		return;
+	}
+	if (call == NULL) {
+		conn_close(c);
+		pool_dispatch(c->pool);
+		return;
+	}
+	call_fail(call, err == ENOENT ? CURLE_COULDNT_RESOLVE_HOST : CURLE_COULDNT_CONNECT,
+	          "Failed to connect to %s port %u: %s", c->origin->host, c->origin->port,
+	          err == ENOENT ? "could not resolve the host" : g_strerror(err));
+}
+
+static void
+conn_connect_to(struct conn *c, GSocketAddress *addr)
+{
+	struct sockaddr_storage ss;
+	int one = 1;
+	int family = g_socket_address_get_family(addr) == G_SOCKET_FAMILY_IPV6 ? AF_INET6 : AF_INET;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c };
+
+	c->state = CONN_CONNECTING;
+	c->fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd < 0 || !g_socket_address_to_native(addr, &ss, sizeof ss, NULL)) {
+		conn_connect_failed(c, c->fd < 0 ? errno : EINVAL);
+		return;
+	}
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(c->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	if (connect(c->fd, (struct sockaddr *)&ss, (socklen_t)g_socket_address_get_native_size(addr)) != 0 &&
+	    errno != EINPROGRESS) {
+		conn_connect_failed(c, errno);
+		return;
+	}
+	/* Joined after connect(), so readiness is reported whether or not it
+	 * completed at once: edges are never missed. */
+	if (epoll_ctl(c->pool->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
+		conn_connect_failed(c, errno);
+}
+
+static void
+conn_connect_next(struct conn *c)
+{
+	GInetAddress *a = c->next_addr->data;
+	GSocketAddress *sa = g_inet_socket_address_new(a, c->origin->port);
+
+	c->next_addr = c->next_addr->next;
+	conn_connect_to(c, sa);
+	g_object_unref(sa);
+}
+
+static void
+on_resolved(GObject *source, GAsyncResult *res, gpointer data)
+{
+	struct resolve_ticket *ticket = data;
+	struct conn *c = ticket->conn;
+	GList *addrs = g_resolver_lookup_by_name_finish(G_RESOLVER(source), res, NULL);
+
+	g_free(ticket);
+	if (c == NULL) { /* the connection was dropped meanwhile */
+		g_resolver_free_addresses(addrs);
+		return;
+	}
+	c->ticket = NULL;
+	enter(c->pool);
+	c->addrs = addrs;
+	c->next_addr = addrs;
+	if (addrs == NULL)
+		conn_connect_failed(c, ENOENT);
+	else
+		conn_connect_next(c);
+	leave(c->pool);
+}
+
+/* A new connection for the call. */
+static void
+call_open_connection(struct h1_call *call)
+{
+	struct nw_h1_pool *pool = call->pool;
+	struct conn *c = g_new0(struct conn, 1);
+	struct origin *o = call->target->origin;
+
+	c->pool = pool;
+	c->origin = o;
+	c->fd = -1;
+	c->in_cap = READ_BUFFER;
+	c->in = g_malloc(c->in_cap);
+	c->idle_link.data = c;
+	pool->connections++;
+	call_uses(call, c);
+	call->phase = CALL_CONNECTING;
+	call->connect_started_us = g_get_monotonic_time();
+	call_update_deadline(call);
+	if (o->literal != NULL) {
+		conn_connect_to(c, o->literal);
+	} else {
+		c->state = CONN_RESOLVING;
+		c->ticket = g_new0(struct resolve_ticket, 1);
+		c->ticket->conn = c;
+		g_resolver_lookup_by_name_async(pool->resolver, o->host, NULL, on_resolved, c->ticket);
+	}
+}
+
+/* Gives waiting calls connections, in arrival order, while there is room:
+ * an idle one to their engine, a new one, or a new one in place of an idle
+ * one to another engine. */
+static void
+pool_dispatch(struct nw_h1_pool *pool)
+{
+	struct h1_call *call;
+
+	if (pool->dispatching)
+		return; /* the outer loop carries on */
+	pool->dispatching = true;
+	pool->defer++;
+	while ((call = g_queue_peek_head(&pool->waiting)) != NULL) {
+		struct origin *o = call->target->origin;
+		struct conn *idle = g_queue_peek_head(&o->idle);
+
+		if (idle != NULL && call->retried) {
+			/* It may be as stale as the one that just failed. */
+			conn_close(idle);
+			idle = NULL;
+		}
+		if (idle == NULL && pool->connections >= pool->max_connections) {
+			GHashTableIter it;
+			gpointer value;
+
+			g_hash_table_iter_init(&it, pool->origins);
+			while (idle == NULL && g_hash_table_iter_next(&it, NULL, &value))
+				idle = g_queue_peek_tail(&((struct origin *)value)->idle);
+			if (idle == NULL)
+				break;
+			conn_close(idle);
+			idle = NULL;
+		}
+		g_queue_unlink(&pool->waiting, &call->wait_link);
+		call->wait_link.data = NULL;
+		if (idle != NULL) {
+			g_queue_unlink(&o->idle, &idle->idle_link);
+			idle->state = CONN_BUSY;
+			call_uses(call, idle);
+			call_begin_exchange(call);
+		} else {
+			call_open_connection(call);
+		}
+	}
+	pool->defer--;
+	pool->dispatching = false;
+}
+
+/* --- events --------------------------------------------------------------- */
+
+static void
+conn_event(struct conn *c, uint32_t events)
+{
+	struct h1_call *call = c->call;
+
+	switch (c->state) {
+	case CONN_CONNECTING:
+		if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) {
+			int err = 0;
+			socklen_t len = sizeof err;
+
+			if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+				err = errno;
+			if (err == 0 && !(events & EPOLLHUP))
+				conn_connected(c);
+			else
+				conn_connect_failed(c, err ? err : ECONNREFUSED);
+		}
+		return;
+	case CONN_IDLE:
+		/* The engine closed it, or sent what nobody asked for. */
+		if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			conn_close(c);
+		return;
+	case CONN_BUSY:
+		if (call == NULL)
+			return;
+		/* A close that came with the answer has no edge of its own. */
+		if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			c->peer_closed = true;
+		if ((events & EPOLLOUT) && call->phase == CALL_SENDING) {
+			call_send(call);
+			if (call->cancelled || call->conn != c)
+				return;
+		}
+		if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !call->paused)
+			call_pump(call, true, (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
+		return;
+	default:
+		return;
+	}
+}
+
+static gboolean
+on_epoll_ready(gint fd, GIOCondition cond, gpointer data)
+{
+	struct nw_h1_pool *pool = data;
+	struct epoll_event events[128];
+	int n;
+
+	enter(pool);
+	do {
+		n = epoll_wait(pool->epfd, events, G_N_ELEMENTS(events), 0);
+		for (int i = 0; i < n; i++) {
+			struct conn *c = events[i].data.ptr;
+
+			if (c->state != CONN_DEAD)
+				conn_event(c, events[i].events);
+		}
+	} while (n == (int)G_N_ELEMENTS(events));
+	leave(pool);
+	return G_SOURCE_CONTINUE;
+}
+
+static void
+on_timer(void *data)
+{
+	struct nw_h1_pool *pool = data;
+	int64_t now = g_get_monotonic_time();
+
+	enter(pool);
+	while (pool->deadlines->len > 0) {
+		struct h1_call *call = pool->deadlines->pdata[0];
+
+		if (call->deadline_us > now)
+			break;
+		if (call->phase == CALL_FAILED)
+			call_finish(call, call->failed_code, call->error);
+		else if (call->phase == CALL_CONNECTING &&
+		    now >= call->connect_started_us + call->connect_timeout_ms * 1000)
+			call_fail(call, CURLE_OPERATION_TIMEDOUT, "Connection timed out after %ld milliseconds",
+			          (long)((now - call->connect_started_us) / 1000));
+		else
+			call_fail(call, CURLE_OPERATION_TIMEDOUT,
+			          "Operation timed out after %ld milliseconds with %zu bytes received",
+			          (long)((now - call->started_us) / 1000), call->received);
+	}
+	arm_timer(pool);
+	leave(pool);
+}
+
+/* --- targets -------------------------------------------------------------- */
+
+static void
+origin_free(gpointer p)
+{
+	struct origin *o = p;
+
+	g_free(o->host);
+	g_free(o->authority);
+	g_clear_object(&o->literal);
+	g_free(o);
+}
+
+static void
+target_free(gpointer p)
+{
+	struct target *t = p;
+
+	g_free(t->path);
+	g_free(t);
+}
+
+/* Where a URL goes, parsed once per distinct URL. NULL when it is not a
+ * usable http URL. */
+static struct target *
+target_get(struct nw_h1_pool *pool, const char *url)
+{
+	struct target *t = g_hash_table_lookup(pool->targets, url);
+	char *host = NULL, *path = NULL, *query = NULL, *key;
+	gint port = -1;
+	struct origin *o;
+
+	if (t != NULL)
+		return t;
+	if (!g_uri_split(url, G_URI_FLAGS_ENCODED, NULL, NULL, &host, &port, &path, &query, NULL,
+	                 NULL) ||
+	    host == NULL || *host == '\0') {
+		g_free(host);
+		g_free(path);
+		g_free(query);
+		return NULL;
+	}
+	if (port < 0)
+		port = 80;
+	key = g_strdup_printf("%s:%d", host, port);
+	o = g_hash_table_lookup(pool->origins, key);
+	if (o == NULL) {
+		bool v6 = strchr(host, ':') != NULL;
+
+		o = g_new0(struct origin, 1);
+		o->host = g_strdup(host);
+		o->port = (guint16)port;
+		o->authority = port == 80 ? g_strdup_printf(v6 ? "[%s]" : "%s", host)
+		                          : g_strdup_printf(v6 ? "[%s]:%d" : "%s:%d", host, port);
+		if (g_hostname_is_ip_address(host))
+			o->literal = g_inet_socket_address_new_from_string(host, (guint)port);
+		g_hash_table_insert(pool->origins, key, o);
+	} else {
+		g_free(key);
+	}
+	if (g_hash_table_size(pool->targets) >= TARGET_CACHE_MAX)
+		g_hash_table_remove_all(pool->targets);
+	t = g_new0(struct target, 1);
+	t->origin = o;
+	t->path = g_strconcat(*path ? path : "/", query ? "?" : "", query ? query : "", NULL);
+	g_hash_table_insert(pool->targets, g_strdup(url), t);
+	g_free(host);
+	g_free(path);
+	g_free(query);
+	return t;
+}
+
+/* --- the backend API ------------------------------------------------------ */
+
+struct nw_upstream_call *
+nw_h1_start(struct nw_h1_pool *pool, const struct nw_upstream_request *req,
+            const struct nw_upstream_handlers *handlers, void *data)
+{
+	struct target *t = target_get(pool, req->url);
+	struct h1_call *call;
+	GString *head;
+
+	if (t == NULL) {
+		free(req->owned_body);
+		return NULL;
+	}
+	call = g_new0(struct h1_call, 1);
+	call->pool = pool;
+	call->target = t;
+	call->handlers = *handlers;
+	call->data = data;
+	call->heap_index = -1;
+	call->started_us = g_get_monotonic_time();
+	call->timeout_ms = req->timeout_ms;
+	call->connect_timeout_ms = req->connect_timeout_ms > 0 ? req->connect_timeout_ms
+	                                                       : DEFAULT_CONNECT_TIMEOUT_MS;
+	call->head_request = g_strcmp0(req->method, "HEAD") == 0;
+	if (req->owned_body != NULL || req->body != NULL) {
+		call->body = req->owned_body ? req->owned_body : g_memdup2(req->body, req->body_len);
+		call->body_len = req->body_len;
+	}
+
+	head = g_string_sized_new(160 + (req->request_id ? strlen(req->request_id) : 0));
+	g_string_append_printf(head, "%s %s HTTP/1.1\r\nHost: %s\r\n", req->method, t->path,
+	                       t->origin->authority);
+	if (req->request_id != NULL)
+		g_string_append_printf(head, "X-Request-Id: %s\r\n", req->request_id);
+	if (call->body != NULL)
+		g_string_append_printf(head, "Content-Type: application/json\r\nContent-Length: %zu\r\n",
+		                       call->body_len);
+	g_string_append(head, "\r\n");
+	call->head_out_len = head->len;
+	call->head_out = g_string_free(head, FALSE);
+
+	g_hash_table_add(pool->calls, call);
+	pool->active++;
+	enter(pool);
+	pool->defer++;
+	call->phase = CALL_WAITING;
+	call->wait_link.data = call;
+	g_queue_push_tail_link(&pool->waiting, &call->wait_link);
+	call_update_deadline(call);
+	pool_dispatch(pool);
+	pool->defer--;
+	leave(pool);
+	return &call->base;
+}
+
+void
+nw_h1_cancel(struct nw_upstream_call *base)
+{
+	struct h1_call *call = (struct h1_call *)base;
+	struct nw_h1_pool *pool;
+
+	if (call->cancelled)
+		return;
+	pool = call->pool;
+	enter(pool);
+	pool->defer++;
+	call->cancelled = true;
+	if (call->conn != NULL)
+		conn_close(call->conn);
+	call_detach(call);
+	pool_dispatch(pool);
+	pool->defer--;
+	leave(pool);
+}
+
+void
+nw_h1_unpause(struct nw_upstream_call *base)
+{
+	struct h1_call *call = (struct h1_call *)base;
+	struct nw_h1_pool *pool = call->pool;
+
+	if (call->cancelled || !call->paused)
+		return;
+	enter(pool);
+	call->paused = false;
+	/* Edges that came while paused were not acted on: read as well. */
+	call_pump(call, true, true);
+	leave(pool);
+}
+
+const char *
+nw_h1_header(struct nw_upstream_call *base, const char *name)
+{
+	struct h1_call *call = (struct h1_call *)base;
+	const char *v;
+	size_t len;
+
+	if (call->resp_head == NULL)
+		return NULL;
+	v = nw_h1_find_header(call->resp_head, call->resp_head_len, name, &len);
+	if (v == NULL)
+		return NULL;
+	/* Kept until the call is freed, as the API promises. */
+	if (call->header_values == NULL)
+		call->header_values = g_ptr_array_new_with_free_func(g_free);
+	g_ptr_array_add(call->header_values, g_strndup(v, len));
+	return g_ptr_array_index(call->header_values, call->header_values->len - 1);
+}
+
+unsigned
+nw_h1_active(const struct nw_h1_pool *pool)
+{
+	return pool->active;
+}
+
+unsigned
+nw_h1_connections(const struct nw_h1_pool *pool)
+{
+	return pool->connections;
+}
+
+struct nw_h1_pool *
+nw_h1_pool_new(unsigned max_connections)
+{
+	struct nw_h1_pool *pool = g_new0(struct nw_h1_pool, 1);
+
+	pool->max_connections = MAX(max_connections, 1u);
+	pool->epfd = epoll_create1(EPOLL_CLOEXEC);
+	pool->origins = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, origin_free);
+	pool->targets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, target_free);
+	pool->deadlines = g_ptr_array_new();
+	pool->graveyard = g_ptr_array_new();
+	pool->calls = g_hash_table_new(g_direct_hash, g_direct_equal);
+	pool->resolver = g_resolver_get_default();
+	g_queue_init(&pool->waiting);
+
+	pool->io = g_unix_fd_source_new(pool->epfd, G_IO_IN);
+	g_source_set_callback(pool->io, (GSourceFunc)(void (*)(void))on_epoll_ready, pool, NULL);
+	g_source_set_can_recurse(pool->io, TRUE);
+	g_source_set_name(pool->io, "narwhal-http1-io");
+	g_source_attach(pool->io, NULL);
+	pool->timer = nw_deadline_source_new("narwhal-http1-timer", on_timer, pool);
+	return pool;
+}
+
+void
+nw_h1_pool_free(struct nw_h1_pool *pool)
+{
+	GHashTableIter it;
+	gpointer p;
+
+	if (pool == NULL)
+		return;
+	enter(pool);
+	/* Every call still running ends without a callback, and every
+	 * connection closes. */
+	g_hash_table_iter_init(&it, pool->calls);
+	while (g_hash_table_iter_next(&it, &p, NULL)) {
+		struct h1_call *call = p;
+
+		if (!call->cancelled) {
+			call->cancelled = true;
+			if (call->conn != NULL)
+				conn_close(call->conn);
+			call_detach(call);
+		}
+	}
+	g_hash_table_iter_init(&it, pool->origins);
+	while (g_hash_table_iter_next(&it, NULL, &p)) {
+		struct conn *c;
+
+		while ((c = g_queue_peek_head(&((struct origin *)p)->idle)) != NULL)
+			conn_close(c);
+	}
+	leave(pool);
+	g_source_destroy(pool->io);
+	g_source_unref(pool->io);
+	nw_deadline_source_destroy(pool->timer);
+	close(pool->epfd);
+	g_hash_table_destroy(pool->targets);
+	g_hash_table_destroy(pool->origins);
+	g_hash_table_destroy(pool->calls);
+	g_ptr_array_free(pool->deadlines, TRUE);
+	g_ptr_array_free(pool->graveyard, TRUE);
+	g_object_unref(pool->resolver);
+	g_free(pool);
+}

@@ -1,0 +1,727 @@
+/*
+ * The engine client's HTTP/1.1 layer: the response parser on its own
+ * (RFC 9112 framing), then the client (net/http1-client.c, through
+ * net/upstream.h) against a scripted loopback server that misbehaves in
+ * the ways engines and their proxies do: closing kept-alive connections,
+ * answering in small pieces, truncating, sending no length, sending junk.
+ */
+#include "build-config.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <glib-unix.h>
+#include <glib.h>
+
+#include "net/http1-parse.h"
+#include "net/upstream.h"
+
+/* --- the parser ----------------------------------------------------------- */
+
+/* Decodes a whole response, fed `step` bytes at a time. Returns the body,
+ * or NULL when the response is malformed or incomplete. */
+static GString *
+decode_all(const char *resp, size_t step, struct nw_h1_head *head)
+{
+	size_t size = strlen(resp), avail = MIN(step, size), off = 0;
+	struct nw_h1_body body;
+	GString *out = g_string_new(NULL);
+	bool have_head = false;
+
+	for (;;) {
+		struct nw_h1_step st;
+
+		if (!have_head) {
+			ssize_t n = nw_h1_parse_head(resp + off, avail - off, false, head);
+
+			if (n < 0)
+				break;
+			if (n > 0) {
+				off += (size_t)n;
+				if (head->status >= 200) {
+					have_head = true;
+					nw_h1_body_init(&body, head);
+				}
+				continue;
+			}
+		} else {
+			nw_h1_body_step(&body, resp + off, avail - off, &st);
+			if (st.kind == NW_H1_DONE)
+				return out;
+			if (st.kind == NW_H1_INVALID)
+				break;
+			if (st.kind != NW_H1_MORE) {
+				if (st.kind == NW_H1_DATA)
+					g_string_append_len(out, resp + off + st.data_off, (gssize)st.data_len);
+				off += st.used;
+				body = st.next;
+				continue;
+			}
+		}
+		if (avail == size) {
+			if (have_head && body.framing == NW_H1_UNTIL_CLOSE)
+				return out; /* EOF ends it */
+			break;
+		}
+		avail = MIN(avail + step, size);
+	}
+	g_string_free(out, TRUE);
+	return NULL;
+}
+
+static void
+assert_body(const char *resp, const char *want, long status, enum nw_h1_framing framing,
+            bool close)
+{
+	/* Every way of cutting the bytes gives the same answer. */
+	for (size_t step = 1; step <= strlen(resp); step++) {
+		struct nw_h1_head head;
+		GString *got = decode_all(resp, step, &head);
+
+		g_assert_nonnull(got);
+		g_assert_cmpstr(got->str, ==, want);
+		g_assert_cmpint(head.status, ==, status);
+		g_assert_cmpint(head.framing, ==, framing);
+		g_assert_cmpint(head.close, ==, close);
+		g_string_free(got, TRUE);
+	}
+}
+
+static void
+assert_invalid(const char *resp)
+{
+	struct nw_h1_head head;
+	GString *got = decode_all(resp, strlen(resp), &head);
+
+	if (got != NULL)
+		g_error("accepted: %s", resp);
+}
+
+static void
+test_parse_length(void)
+{
+	g_test_summary("RFC 9112 6.3: a Content-Length body ends after its length; the "
+	               "connection stays open for another request");
+	assert_body("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+	            "content-length:  11 \r\n\r\n{\"ok\":true}",
+	            "{\"ok\":true}", 200, NW_H1_LENGTH, false);
+	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "", 200, NW_H1_LENGTH, false);
+	/* Bare LF line ends are read too. */
+	assert_body("HTTP/1.1 429 Too Many\nContent-Length: 2\n\nno", "no", 429, NW_H1_LENGTH, false);
+}
+
+static void
+test_parse_chunked(void)
+{
+	g_test_summary("RFC 9112 7.1: chunked bodies with extensions and trailers are "
+	               "decoded, whatever the cuts");
+	assert_body("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+	            "6;name=value\r\ndata: \r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n"
+	            "0\r\nX-Trailer: yes\r\n\r\n",
+	            "data: abcdefghijklmnopqrstuvwxyz", 200, NW_H1_CHUNKED, false);
+	/* A length next to chunked is ignored, and the connection not trusted. */
+	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+	            "2\r\nok\r\n0\r\n\r\n",
+	            "ok", 200, NW_H1_CHUNKED, true);
+}
+
+static void
+test_parse_close_and_empty(void)
+{
+	g_test_summary("RFC 9112 6.3: no length means the body runs to EOF; 1xx, 204 and 304 "
+	               "have none; HTTP/1.0 and Connection: close end the connection");
+	assert_body("HTTP/1.1 200 OK\r\n\r\nuntil close", "until close", 200, NW_H1_UNTIL_CLOSE, true);
+	assert_body("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", "hi", 200, NW_H1_LENGTH, true);
+	assert_body("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\nhi", "hi",
+	            200, NW_H1_LENGTH, false);
+	assert_body("HTTP/1.1 200 OK\r\nConnection: foo, close\r\nContent-Length: 2\r\n\r\nhi", "hi",
+	            200, NW_H1_LENGTH, true);
+	assert_body("HTTP/1.1 204 No Content\r\n\r\n", "", 204, NW_H1_NO_BODY, false);
+	assert_body("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+	            "", 304, NW_H1_NO_BODY, false);
+}
+
+static void
+test_parse_invalid(void)
+{
+	GString *big = g_string_new("HTTP/1.1 200 OK\r\n");
+
+	g_test_summary("Malformed heads and chunk syntax are refused, never guessed at");
+	assert_invalid("HTTP/2 200 OK\r\n\r\n");
+	assert_invalid("HTTP/1.1 20 OK\r\n\r\n");
+	assert_invalid("HTTP/1.1 200OK\r\n\r\n");
+	assert_invalid(" HTTP/1.1 200 OK\r\n\r\n");
+	assert_invalid("HTTP/1.1 099 Low\r\n\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab");
+	assert_invalid("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\n\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nNo colon\r\n\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n0\r\n\r\n");
+	/* A head that never ends within the limit. */
+	while (big->len <= NW_H1_MAX_HEAD)
+		g_string_append(big, "X-Padding: 0123456789abcdef0123456789abcdef\r\n");
+	assert_invalid(big->str);
+	g_string_free(big, TRUE);
+}
+
+static void
+test_find_header(void)
+{
+	const char *head = "HTTP/1.1 503 Busy\r\nRetry-After:   7 \r\nx-request-id: abc\r\n\r\n";
+	size_t len;
+	const char *v;
+
+	g_test_summary("Header look-ups ignore case and surrounding blanks");
+	v = nw_h1_find_header(head, strlen(head), "retry-after", &len);
+	g_assert_nonnull(v);
+	g_assert_cmpmem(v, len, "7", 1);
+	v = nw_h1_find_header(head, strlen(head), "X-Request-Id", &len);
+	g_assert_cmpmem(v, len, "abc", 3);
+	g_assert_null(nw_h1_find_header(head, strlen(head), "Retry", &len));
+}
+
+/* --- a scripted loopback server -------------------------------------------- */
+
+/* What the server does with the n-th request it reads (over all
+ * connections). */
+struct action {
+	const char *reply;    /* written back; NULL: nothing */
+	size_t piece;         /* write in pieces this long, 2 ms apart; 0: at once */
+	bool close;           /* close the connection after the reply */
+};
+
+struct server {
+	int fd;
+	guint16 port;
+	const struct action *script;
+	unsigned n_script;
+	unsigned requests;    /* read so far */
+	unsigned accepted;
+	GString *last_request;
+	GPtrArray *peers;     /* connections still open */
+};
+
+struct peer {
+	struct server *srv;
+	int fd;
+	GString *in;
+	guint watch;
+	/* the reply being written */
+	const struct action *act;
+	size_t written;
+};
+
+static void peer_free(struct peer *p);
+
+static gboolean
+write_piece(gpointer data)
+{
+	struct peer *p = data;
+	size_t len = strlen(p->act->reply) - p->written;
+
+	if (p->act->piece && len > p->act->piece)
+		len = p->act->piece;
+	if (len > 0 && write(p->fd, p->act->reply + p->written, len) > 0)
+		p->written += len;
+	if (p->written < strlen(p->act->reply))
+		return G_SOURCE_CONTINUE;
+	if (p->act->close) {
+		peer_free(p);
+	} else {
+		p->act = NULL;
+	}
+	return G_SOURCE_REMOVE;
+}
+
+/* A request is whole once its head and Content-Length body are in. */
+static bool
+take_request(struct peer *p)
+{
+	const char *end = strstr(p->in->str, "\r\n\r\n");
+	const char *cl;
+	size_t need;
+
+	if (end == NULL)
+		return false;
+	cl = g_strstr_len(p->in->str, end - p->in->str, "Content-Length: ");
+	need = (size_t)(end + 4 - p->in->str) + (cl ? strtoul(cl + 16, NULL, 10) : 0);
+	if (p->in->len < need)
+		return false;
+	g_string_assign(p->srv->last_request, "");
+	g_string_append_len(p->srv->last_request, p->in->str, (gssize)need);
+	g_string_erase(p->in, 0, (gssize)need);
+	return true;
+}
+
+static gboolean
+on_peer(gint fd, GIOCondition cond, gpointer data)
+{
+	struct peer *p = data;
+	struct server *srv = p->srv;
+	char buf[4096];
+	ssize_t n = read(fd, buf, sizeof buf);
+
+	if (n <= 0) {
+		p->watch = 0;
+		peer_free(p);
+		return G_SOURCE_REMOVE;
+	}
+	g_string_append_len(p->in, buf, n);
+	while (p->act == NULL && take_request(p)) {
+		const struct action *a = &srv->script[MIN(srv->requests, srv->n_script - 1)];
+
+		srv->requests++;
+		if (a->reply == NULL) {
+			if (a->close) {
+				p->watch = 0;
+				peer_free(p);
+				return G_SOURCE_REMOVE;
+			}
+			continue;
+		}
+		p->act = a;
+		p->written = 0;
+		if (a->piece)
+			g_timeout_add(2, write_piece, p);
+		else if (write_piece(p) == G_SOURCE_REMOVE && a->close)
+			return G_SOURCE_REMOVE; /* p is gone */
+	}
+	return G_SOURCE_CONTINUE;
+}
+
+static void
+peer_free(struct peer *p)
+{
+	if (p->watch)
+		g_source_remove(p->watch);
+	while (g_source_remove_by_user_data(p)) /* a pending write_piece */
+		;
+	g_ptr_array_remove_fast(p->srv->peers, p);
+	close(p->fd);
+	g_string_free(p->in, TRUE);
+	g_free(p);
+}
+
+static gboolean
+on_accept(gint fd, GIOCondition cond, gpointer data)
+{
+	struct server *srv = data;
+	struct peer *p = g_new0(struct peer, 1);
+
+	p->srv = srv;
+	p->fd = accept(fd, NULL, NULL);
+	g_assert_cmpint(p->fd, >=, 0);
+	p->in = g_string_new(NULL);
+	p->watch = g_unix_fd_add(p->fd, G_IO_IN | G_IO_HUP, on_peer, p);
+	srv->accepted++;
+	g_ptr_array_add(srv->peers, p);
+	return G_SOURCE_CONTINUE;
+}
+
+static void
+server_start(struct server *srv, const struct action *script, unsigned n)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+
+	memset(srv, 0, sizeof *srv);
+	srv->script = script;
+	srv->n_script = n;
+	srv->last_request = g_string_new(NULL);
+	srv->peers = g_ptr_array_new();
+	srv->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	g_assert_cmpint(bind(srv->fd, (struct sockaddr *)&a, sizeof a), ==, 0);
+	g_assert_cmpint(listen(srv->fd, 16), ==, 0);
+	getsockname(srv->fd, (struct sockaddr *)&a, &len);
+	srv->port = ntohs(a.sin_port);
+	g_unix_fd_add(srv->fd, G_IO_IN, on_accept, srv);
+}
+
+static void
+server_stop(struct server *srv)
+{
+	g_source_remove_by_user_data(srv);
+	while (srv->peers->len > 0)
+		peer_free(srv->peers->pdata[0]);
+	g_ptr_array_free(srv->peers, TRUE);
+	close(srv->fd);
+	g_string_free(srv->last_request, TRUE);
+}
+
+/* --- the client ------------------------------------------------------------ */
+
+struct result {
+	bool done;
+	CURLcode code;
+	long status;
+	GString *body;
+	struct nw_upstream_call *call; /* set: look headers up in on_done */
+	char *retry_after;
+	bool started;         /* nw_upstream_start has returned */
+	bool early;           /* on_done ran before that */
+};
+
+static bool
+on_body(void *data, const char *bytes, size_t len)
+{
+	struct result *r = data;
+
+	g_string_append_len(r->body, bytes, (gssize)len);
+	return true;
+}
+
+static void
+on_done(void *data, const struct nw_upstream_result *res)
+{
+	struct result *r = data;
+
+	r->done = true;
+	r->early = !r->started;
+	r->code = res->code;
+	r->status = res->status;
+	if (r->call != NULL) {
+		r->retry_after = g_strdup(nw_upstream_header(r->call, "Retry-After"));
+		g_assert_cmpstr(nw_upstream_header(r->call, "RETRY-AFTER"), ==, r->retry_after);
+		g_assert_null(nw_upstream_header(r->call, "X-Missing"));
+	}
+}
+
+static const struct nw_upstream_handlers handlers = {
+	.on_data = on_body, .on_done = on_done,
+};
+
+static void
+call(struct nw_upstream *up, const char *url, long timeout_ms, struct result *r)
+{
+	struct nw_upstream_request req = {
+		.method = "POST", .url = url, .request_id = "rid-1",
+		.body = "{\"a\":1}", .body_len = 7, .connect_timeout_ms = 2000, .timeout_ms = timeout_ms,
+	};
+	struct nw_upstream_call *c;
+
+	memset(r, 0, sizeof *r);
+	r->body = g_string_new(NULL);
+	c = nw_upstream_start(up, &req, &handlers, r);
+	g_assert_nonnull(c);
+	r->started = true;
+	g_assert_false(r->early);
+}
+
+static void
+wait_done(struct result *r)
+{
+	gint64 deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+
+	while (!r->done && g_get_monotonic_time() < deadline)
+		g_main_context_iteration(NULL, TRUE);
+	g_assert_true(r->done);
+	g_assert_false(r->early);
+}
+
+static void
+settle(unsigned ms)
+{
+	gint64 until = g_get_monotonic_time() + ms * 1000;
+
+	while (g_get_monotonic_time() < until)
+		g_main_context_iteration(NULL, FALSE), g_usleep(500);
+}
+
+static void
+result_clear(struct result *r)
+{
+	g_string_free(r->body, TRUE);
+	g_free(r->retry_after);
+}
+
+static char *
+url_of(struct server *srv, const char *host)
+{
+	return g_strdup_printf("http://%s:%u/v1/completions?x=1", host, srv->port);
+}
+
+#define OK_REPLY "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+static void
+test_keep_alive_and_request(void)
+{
+	static const struct action script[] = { { OK_REPLY, 0, false } };
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r;
+	g_autofree char *url = NULL;
+
+	g_test_summary("Requests carry the method, path and query, Host, X-Request-Id, JSON "
+	               "type and length; sequential calls share one kept-alive connection");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+	for (int i = 0; i < 5; i++) {
+		call(up, url, 0, &r);
+		wait_done(&r);
+		g_assert_cmpint(r.code, ==, CURLE_OK);
+		g_assert_cmpint(r.status, ==, 200);
+		g_assert_cmpstr(r.body->str, ==, "hello");
+		result_clear(&r);
+	}
+	g_assert_cmpuint(srv.accepted, ==, 1);
+	g_assert_true(g_str_has_prefix(srv.last_request->str, "POST /v1/completions?x=1 HTTP/1.1\r\n"));
+	g_assert_nonnull(strstr(srv.last_request->str, "\r\nX-Request-Id: rid-1\r\n"));
+	g_assert_nonnull(strstr(srv.last_request->str, "\r\nContent-Type: application/json\r\n"));
+	g_assert_nonnull(strstr(srv.last_request->str, "\r\nContent-Length: 7\r\n"));
+	g_assert_true(g_str_has_suffix(srv.last_request->str, "\r\n\r\n{\"a\":1}"));
+	g_assert_cmpuint(nw_upstream_active(up), ==, 0);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+static void
+test_engine_closes_idle(void)
+{
+	/* The first reply closes after it without saying so; the second
+	 * request then finds the connection dead as it reuses it, or finds it
+	 * already dropped. */
+	static const struct action script[] = {
+		{ OK_REPLY, 0, true },
+		{ NULL, 0, true },     /* reads the request, closes, answers nothing */
+		{ OK_REPLY, 0, false },
+	};
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r;
+	g_autofree char *url = NULL;
+
+	g_test_summary("A kept-alive connection the engine closes is not a failure: the "
+	               "request goes again on a fresh connection, once");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	result_clear(&r);
+	settle(20);
+	/* Request 2 is read and dropped on its fresh connection: that is a
+	 * real failure (nothing came back, and the connection was new). */
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_GOT_NOTHING);
+	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpstr(r.body->str, ==, "hello");
+	result_clear(&r);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+static void
+test_stale_reuse_retried(void)
+{
+	static const struct action script[] = {
+		{ OK_REPLY, 0, false },
+		{ NULL, 0, true },     /* on the reused connection: dropped unanswered */
+		{ OK_REPLY, 0, false },
+	};
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r;
+	g_autofree char *url = NULL;
+
+	g_test_summary("A reused connection that dies with nothing read gets the request again "
+	               "on a new connection, and the caller sees one clean answer");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+	call(up, url, 0, &r);
+	wait_done(&r);
+	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpstr(r.body->str, ==, "hello");
+	g_assert_cmpuint(srv.requests, ==, 3);
+	g_assert_cmpuint(srv.accepted, ==, 2);
+	result_clear(&r);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+static void
+test_framings_over_the_wire(void)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		  "5\r\ndata:\r\n6\r\n token\r\n0\r\n\r\n", 3, false },
+		{ "HTTP/1.1 503 Busy\r\nRetry-After: 3\r\nContent-Length: 4\r\n\r\nbusy", 0, false },
+		{ "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end", 4, true },
+	};
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r;
+	g_autofree char *url = NULL;
+
+	g_test_summary("Chunked answers in 3-byte pieces, error statuses with their bodies, and "
+	               "bodies that end at EOF all arrive whole");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpstr(r.body->str, ==, "data: token");
+	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpint(r.status, ==, 503);
+	g_assert_cmpstr(r.body->str, ==, "busy");
+	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpstr(r.body->str, ==, "to the end");
+	result_clear(&r);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+static void
+test_header_lookup(void)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 429 Slow Down\r\nretry-after:  12 \r\nContent-Length: 0\r\n\r\n", 0, false },
+	};
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r = { 0 };
+	struct nw_upstream_request req = { .method = "GET", .connect_timeout_ms = 2000 };
+	g_autofree char *url = NULL;
+
+	g_test_summary("Response headers can be looked up by any case until the call ends");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+	req.url = url;
+	r.body = g_string_new(NULL);
+	r.call = nw_upstream_start(up, &req, &handlers, &r);
+	r.started = true;
+	wait_done(&r);
+	g_assert_cmpstr(r.retry_after, ==, "12");
+	g_assert_cmpint(r.status, ==, 429);
+	g_assert_true(g_str_has_prefix(srv.last_request->str, "GET /v1/completions?x=1 HTTP/1.1\r\n"));
+	g_assert_null(strstr(srv.last_request->str, "Content-Length"));
+	result_clear(&r);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+static void
+test_failures(void)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", 0, true },
+		{ "SMTP ready\r\n\r\n", 0, true },
+		{ NULL, 0, false },    /* never answers */
+	};
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r;
+	g_autofree char *url = NULL, *closed = NULL;
+	int fd;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+
+	g_test_summary("Truncated bodies, junk heads, silence past the timeout and refused "
+	               "connections fail with their own codes, never before start returns");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_PARTIAL_FILE);
+	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_WEIRD_SERVER_REPLY);
+	result_clear(&r);
+	call(up, url, 150, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OPERATION_TIMEDOUT);
+	result_clear(&r);
+
+	/* A port nobody listens on (bound, never listening). */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	g_assert_cmpint(bind(fd, (struct sockaddr *)&a, sizeof a), ==, 0);
+	getsockname(fd, (struct sockaddr *)&a, &len);
+	closed = g_strdup_printf("http://127.0.0.1:%u/", ntohs(a.sin_port));
+	call(up, closed, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_COULDNT_CONNECT);
+	result_clear(&r);
+	close(fd);
+	g_assert_cmpuint(nw_upstream_active(up), ==, 0);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+static void
+test_pool_limit_and_names(void)
+{
+	static const struct action script[] = { { OK_REPLY, 1, false } };
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 1 };
+	struct nw_upstream *up;
+	struct result r[4];
+	g_autofree char *url = NULL;
+
+	g_test_summary("Calls beyond max_connections wait for the connection in turn; a host "
+	               "name is resolved (localhost: every address is tried)");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "localhost");
+	for (int i = 0; i < 4; i++)
+		call(up, url, 0, &r[i]);
+	for (int i = 0; i < 4; i++) {
+		wait_done(&r[i]);
+		g_assert_cmpint(r[i].code, ==, CURLE_OK);
+		g_assert_cmpstr(r[i].body->str, ==, "hello");
+		result_clear(&r[i]);
+	}
+	g_assert_cmpuint(srv.accepted, ==, 1);
+	g_assert_cmpuint(srv.requests, ==, 4);
+	nw_upstream_free(up);
+	server_stop(&srv);
+}
+
+int
+main(int argc, char **argv)
+{
+	g_test_init(&argc, &argv, NULL);
+	g_test_add_func("/http1/parse/length", test_parse_length);
+	g_test_add_func("/http1/parse/chunked", test_parse_chunked);
+	g_test_add_func("/http1/parse/close-and-empty", test_parse_close_and_empty);
+	g_test_add_func("/http1/parse/invalid", test_parse_invalid);
+	g_test_add_func("/http1/parse/find-header", test_find_header);
+	g_test_add_func("/http1/client/keep-alive-and-request", test_keep_alive_and_request);
+	g_test_add_func("/http1/client/engine-closes-idle", test_engine_closes_idle);
+	g_test_add_func("/http1/client/stale-reuse-retried", test_stale_reuse_retried);
+	g_test_add_func("/http1/client/framings", test_framings_over_the_wire);
+	g_test_add_func("/http1/client/header-lookup", test_header_lookup);
+	g_test_add_func("/http1/client/failures", test_failures);
+	g_test_add_func("/http1/client/pool-limit-and-names", test_pool_limit_and_names);
+	return g_test_run();
+}
