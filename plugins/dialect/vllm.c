@@ -116,13 +116,15 @@ set_call(struct narwhal_http_call *out, const char *method, const char *path, js
 	out->body = body;
 }
 
-/* A deep copy of the client body that an engine may see: the router owns
+/* A copy of the client body that an engine may see: the router owns
  * kv_transfer_params, so a client's value never gets through. NULL when out
- * of memory. */
+ * of memory. The copy is shallow: the legs only set top-level keys, and
+ * the host serialises the body and drops it, never changing what is
+ * nested. */
 static json_t *
 engine_body(const json_t *client_body)
 {
-	json_t *body = json_deep_copy(client_body);
+	json_t *body = json_copy((json_t *)client_body);
 
 	if (body != NULL)
 		json_object_del(body, KV_PARAMS);
