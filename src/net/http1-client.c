@@ -33,27 +33,13 @@
 #include <glib-unix.h>
 #include <glib.h>
 
+#include "net/http1-origin.h"
 #include "net/http1-parse.h"
-#include "net/loop.h"
+#include "net/timers.h"
 #include "net/upstream-backend.h"
 
 #define READ_BUFFER (16u * 1024u)
 #define DEFAULT_CONNECT_TIMEOUT_MS 300000L
-#define TARGET_CACHE_MAX 4096u
-
-struct origin {
-	char *host;             /* as in the URL, without IPv6 brackets */
-	guint16 port;
-	char *authority;        /* the Host header */
-	GQueue idle;            /* struct conn, most recently used first */
-	GSocketAddress *literal; /* the address when host is an IP literal */
-};
-
-/* A URL seen before: where it goes. */
-struct target {
-	struct origin *origin;
-	char *path;             /* path and query */
-};
 
 enum conn_state { CONN_RESOLVING, CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_DEAD };
 
@@ -63,7 +49,7 @@ struct resolve_ticket {
 
 struct conn {
 	struct nw_h1_pool *pool;
-	struct origin *origin;
+	struct nw_h1_origin *origin;
 	enum conn_state state;
 	int fd;
 	struct h1_call *call;   /* while resolving, connecting or busy */
@@ -88,7 +74,7 @@ enum call_phase {
 struct h1_call {
 	struct nw_upstream_call base;  /* tls = false */
 	struct nw_h1_pool *pool;
-	struct target *target;
+	struct nw_h1_target *target;
 	struct conn *conn;
 	enum call_phase phase;
 	struct nw_upstream_handlers handlers;
@@ -104,8 +90,7 @@ struct h1_call {
 
 	long connect_timeout_ms, timeout_ms;
 	int64_t started_us, connect_started_us;
-	int64_t deadline_us;    /* the nearest of the two limits; 0: none */
-	int heap_index;         /* in pool->deadlines, -1 when not there */
+	struct nw_timer deadline; /* the nearest limit, or a failure to report */
 
 	bool have_head, paused, cancelled, retried, got_bytes;
 	CURLcode failed_code;   /* with CALL_FAILED */
@@ -124,11 +109,9 @@ struct nw_h1_pool {
 	unsigned active;        /* calls not yet ended */
 	int epfd;
 	GSource *io;
-	GSource *timer;
-	GHashTable *origins;    /* "host:port" -> struct origin */
-	GHashTable *targets;    /* URL -> struct target */
+	struct nw_timers *timers;
+	struct nw_h1_targets *targets;
 	GQueue waiting;         /* calls waiting for a connection */
-	GPtrArray *deadlines;   /* binary min-heap of calls by deadline_us */
 	GPtrArray *graveyard;   /* conns and calls to free after the batch */
 	GHashTable *calls;      /* every call not yet freed, for pool_free */
 	unsigned depth;         /* nesting of entry points */
@@ -142,103 +125,21 @@ static void call_send(struct h1_call *call);
 static void conn_connect_next(struct conn *c);
 static void pool_dispatch(struct nw_h1_pool *pool);
 
-/* --- deadlines: a binary heap of calls ----------------------------------- */
+/* --- deadlines ----------------------------------------------------------- */
 
-static bool
-heap_less(GPtrArray *h, guint a, guint b)
-{
-	return ((struct h1_call *)h->pdata[a])->deadline_us <
-	       ((struct h1_call *)h->pdata[b])->deadline_us;
-}
-
-static void
-heap_swap(GPtrArray *h, guint a, guint b)
-{
-	gpointer t = h->pdata[a];
-
-	h->pdata[a] = h->pdata[b];
-	h->pdata[b] = t;
-	((struct h1_call *)h->pdata[a])->heap_index = (int)a;
-	((struct h1_call *)h->pdata[b])->heap_index = (int)b;
-}
-
-static void
-heap_fix(GPtrArray *h, guint i)
-{
-	while (i > 0 && heap_less(h, i, (i - 1) / 2)) {
-		heap_swap(h, i, (i - 1) / 2);
-		i = (i - 1) / 2;
-	}
-	for (;;) {
-		guint l = 2 * i + 1, r = l + 1, m = i;
-
-		if (l < h->len && heap_less(h, l, m))
-			m = l;
-		if (r < h->len && heap_less(h, r, m))
-			m = r;
-		if (m == i)
-			return;
-		heap_swap(h, i, m);
-		i = m;
-	}
-}
-
-static void
-heap_remove(GPtrArray *h, struct h1_call *call)
-{
-	guint i = (guint)call->heap_index, last = h->len - 1;
-
-	if (call->heap_index < 0)
-		return;
-	if (i != last)
-		heap_swap(h, i, last);
-	g_ptr_array_set_size(h, (gint)last);
-	call->heap_index = -1;
-	if (i < h->len)
-		heap_fix(h, i);
-}
-
-static void
-arm_timer(struct nw_h1_pool *pool)
-{
-	struct h1_call *first = pool->deadlines->len ? pool->deadlines->pdata[0] : NULL;
-
-	nw_deadline_source_set(pool->timer, first ? first->deadline_us : -1);
-}
-
-/* Puts the call in the heap at deadline d (0: takes it out). */
-static void
-call_set_deadline(struct h1_call *call, int64_t d)
-{
-	struct nw_h1_pool *pool = call->pool;
-
-	if (d == call->deadline_us && (d == 0) == (call->heap_index < 0))
-		return;
-	call->deadline_us = d;
-	if (d == 0) {
-		heap_remove(pool->deadlines, call);
-	} else if (call->heap_index < 0) {
-		call->heap_index = (int)pool->deadlines->len;
-		g_ptr_array_add(pool->deadlines, call);
-		heap_fix(pool->deadlines, (guint)call->heap_index);
-	} else {
-		heap_fix(pool->deadlines, (guint)call->heap_index);
-	}
-	arm_timer(pool);
-}
-
-/* Recomputes the call's nearest limit. */
+/* The call's nearest limit: the whole transfer's, and the connect's while
+ * it connects. */
 static void
 call_update_deadline(struct h1_call *call)
 {
-	int64_t d = call->timeout_ms > 0 ? call->started_us + call->timeout_ms * 1000 : 0;
+	int64_t d = call->timeout_ms > 0 ? call->started_us + call->timeout_ms * 1000 : -1;
 
 	if (call->phase == CALL_CONNECTING) {
 		int64_t c = call->connect_started_us + call->connect_timeout_ms * 1000;
 
-		d = d == 0 ? c : MIN(d, c);
+		d = d < 0 ? c : MIN(d, c);
 	}
-	call_set_deadline(call, d);
+	nw_timer_set(call->pool->timers, &call->deadline, d);
 }
 
 /* --- entry and exit ------------------------------------------------------ */
@@ -330,7 +231,7 @@ call_detach(struct h1_call *call)
 {
 	struct nw_h1_pool *pool = call->pool;
 
-	heap_remove(pool->deadlines, call);
+	nw_timer_cancel(pool->timers, &call->deadline);
 	if (call->phase == CALL_WAITING && call->wait_link.data != NULL) {
 		g_queue_unlink(&pool->waiting, &call->wait_link);
 		call->wait_link.data = NULL;
@@ -391,7 +292,7 @@ call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
 	}
 	call->phase = CALL_FAILED;
 	call->failed_code = code;
-	call_set_deadline(call, 1); /* long past */
+	nw_timer_set(pool->timers, &call->deadline, 0); /* long past */
 }
 
 /* Runs a handler; false when the call was cancelled meanwhile. */
@@ -728,7 +629,7 @@ call_open_connection(struct h1_call *call)
 {
 	struct nw_h1_pool *pool = call->pool;
 	struct conn *c = g_new0(struct conn, 1);
-	struct origin *o = call->target->origin;
+	struct nw_h1_origin *o = call->target->origin;
 
 	c->pool = pool;
 	c->origin = o;
@@ -764,7 +665,7 @@ pool_dispatch(struct nw_h1_pool *pool)
 	pool->dispatching = true;
 	pool->defer++;
 	while ((call = g_queue_peek_head(&pool->waiting)) != NULL) {
-		struct origin *o = call->target->origin;
+		struct nw_h1_origin *o = call->target->origin;
 		struct conn *idle = g_queue_peek_head(&o->idle);
 
 		if (idle != NULL && call->retried) {
@@ -773,16 +674,11 @@ pool_dispatch(struct nw_h1_pool *pool)
 			idle = NULL;
 		}
 		if (idle == NULL && pool->connections >= pool->max_connections) {
-			GHashTableIter it;
-			gpointer value;
+			struct nw_h1_origin *other = nw_h1_targets_any_idle(pool->targets);
 
-			g_hash_table_iter_init(&it, pool->origins);
-			while (idle == NULL && g_hash_table_iter_next(&it, NULL, &value))
-				idle = g_queue_peek_tail(&((struct origin *)value)->idle);
-			if (idle == NULL)
+			if (other == NULL)
 				break;
-			conn_close(idle);
-			idle = NULL;
+			conn_close(g_queue_peek_tail(&other->idle));
 		}
 		g_queue_unlink(&pool->waiting, &call->wait_link);
 		call->wait_link.data = NULL;
@@ -866,102 +762,24 @@ on_epoll_ready(gint fd, GIOCondition cond, gpointer data)
 }
 
 static void
-on_timer(void *data)
+on_deadline(void *data)
 {
-	struct nw_h1_pool *pool = data;
+	struct h1_call *call = data;
+	struct nw_h1_pool *pool = call->pool;
 	int64_t now = g_get_monotonic_time();
 
 	enter(pool);
-	while (pool->deadlines->len > 0) {
-		struct h1_call *call = pool->deadlines->pdata[0];
-
-		if (call->deadline_us > now)
-			break;
-		if (call->phase == CALL_FAILED)
-			call_finish(call, call->failed_code, call->error);
-		else if (call->phase == CALL_CONNECTING &&
-		    now >= call->connect_started_us + call->connect_timeout_ms * 1000)
-			call_fail(call, CURLE_OPERATION_TIMEDOUT, "Connection timed out after %ld milliseconds",
-			          (long)((now - call->connect_started_us) / 1000));
-		else
-			call_fail(call, CURLE_OPERATION_TIMEDOUT,
-			          "Operation timed out after %ld milliseconds with %zu bytes received",
-			          (long)((now - call->started_us) / 1000), call->received);
-	}
-	arm_timer(pool);
+	if (call->phase == CALL_FAILED)
+		call_finish(call, call->failed_code, call->error);
+	else if (call->phase == CALL_CONNECTING &&
+	         now >= call->connect_started_us + call->connect_timeout_ms * 1000)
+		call_fail(call, CURLE_OPERATION_TIMEDOUT, "Connection timed out after %ld milliseconds",
+		          (long)((now - call->connect_started_us) / 1000));
+	else
+		call_fail(call, CURLE_OPERATION_TIMEDOUT,
+		          "Operation timed out after %ld milliseconds with %zu bytes received",
+		          (long)((now - call->started_us) / 1000), call->received);
 	leave(pool);
-}
-
-/* --- targets -------------------------------------------------------------- */
-
-static void
-origin_free(gpointer p)
-{
-	struct origin *o = p;
-
-	g_free(o->host);
-	g_free(o->authority);
-	g_clear_object(&o->literal);
-	g_free(o);
-}
-
-static void
-target_free(gpointer p)
-{
-	struct target *t = p;
-
-	g_free(t->path);
-	g_free(t);
-}
-
-/* Where a URL goes, parsed once per distinct URL. NULL when it is not a
- * usable http URL. */
-static struct target *
-target_get(struct nw_h1_pool *pool, const char *url)
-{
-	struct target *t = g_hash_table_lookup(pool->targets, url);
-	char *host = NULL, *path = NULL, *query = NULL, *key;
-	gint port = -1;
-	struct origin *o;
-
-	if (t != NULL)
-		return t;
-	if (!g_uri_split(url, G_URI_FLAGS_ENCODED, NULL, NULL, &host, &port, &path, &query, NULL,
-	                 NULL) ||
-	    host == NULL || *host == '\0') {
-		g_free(host);
-		g_free(path);
-		g_free(query);
-		return NULL;
-	}
-	if (port < 0)
-		port = 80;
-	key = g_strdup_printf("%s:%d", host, port);
-	o = g_hash_table_lookup(pool->origins, key);
-	if (o == NULL) {
-		bool v6 = strchr(host, ':') != NULL;
-
-		o = g_new0(struct origin, 1);
-		o->host = g_strdup(host);
-		o->port = (guint16)port;
-		o->authority = port == 80 ? g_strdup_printf(v6 ? "[%s]" : "%s", host)
-		                          : g_strdup_printf(v6 ? "[%s]:%d" : "%s:%d", host, port);
-		if (g_hostname_is_ip_address(host))
-			o->literal = g_inet_socket_address_new_from_string(host, (guint)port);
-		g_hash_table_insert(pool->origins, key, o);
-	} else {
-		g_free(key);
-	}
-	if (g_hash_table_size(pool->targets) >= TARGET_CACHE_MAX)
-		g_hash_table_remove_all(pool->targets);
-	t = g_new0(struct target, 1);
-	t->origin = o;
-	t->path = g_strconcat(*path ? path : "/", query ? "?" : "", query ? query : "", NULL);
-	g_hash_table_insert(pool->targets, g_strdup(url), t);
-	g_free(host);
-	g_free(path);
-	g_free(query);
-	return t;
 }
 
 /* --- the backend API ------------------------------------------------------ */
@@ -970,7 +788,7 @@ struct nw_upstream_call *
 nw_h1_start(struct nw_h1_pool *pool, const struct nw_upstream_request *req,
             const struct nw_upstream_handlers *handlers, void *data)
 {
-	struct target *t = target_get(pool, req->url);
+	struct nw_h1_target *t = nw_h1_target_get(pool->targets, req->url);
 	struct h1_call *call;
 	GString *head;
 
@@ -983,7 +801,7 @@ nw_h1_start(struct nw_h1_pool *pool, const struct nw_upstream_request *req,
 	call->target = t;
 	call->handlers = *handlers;
 	call->data = data;
-	call->heap_index = -1;
+	nw_timer_init(&call->deadline, on_deadline, call);
 	call->started_us = g_get_monotonic_time();
 	call->timeout_ms = req->timeout_ms;
 	call->connect_timeout_ms = req->connect_timeout_ms > 0 ? req->connect_timeout_ms
@@ -1093,9 +911,8 @@ nw_h1_pool_new(unsigned max_connections)
 
 	pool->max_connections = MAX(max_connections, 1u);
 	pool->epfd = epoll_create1(EPOLL_CLOEXEC);
-	pool->origins = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, origin_free);
-	pool->targets = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, target_free);
-	pool->deadlines = g_ptr_array_new();
+	pool->targets = nw_h1_targets_new();
+	pool->timers = nw_timers_new(true);
 	pool->graveyard = g_ptr_array_new();
 	pool->calls = g_hash_table_new(g_direct_hash, g_direct_equal);
 	pool->resolver = g_resolver_get_default();
@@ -1106,13 +923,13 @@ nw_h1_pool_new(unsigned max_connections)
 	g_source_set_can_recurse(pool->io, TRUE);
 	g_source_set_name(pool->io, "narwhal-http1-io");
 	g_source_attach(pool->io, NULL);
-	pool->timer = nw_deadline_source_new("narwhal-http1-timer", on_timer, pool);
 	return pool;
 }
 
 void
 nw_h1_pool_free(struct nw_h1_pool *pool)
 {
+	struct nw_h1_origin *o;
 	GHashTableIter it;
 	gpointer p;
 
@@ -1132,22 +949,15 @@ nw_h1_pool_free(struct nw_h1_pool *pool)
 			call_detach(call);
 		}
 	}
-	g_hash_table_iter_init(&it, pool->origins);
-	while (g_hash_table_iter_next(&it, NULL, &p)) {
-		struct conn *c;
-
-		while ((c = g_queue_peek_head(&((struct origin *)p)->idle)) != NULL)
-			conn_close(c);
-	}
+	while ((o = nw_h1_targets_any_idle(pool->targets)) != NULL)
+		conn_close(g_queue_peek_head(&o->idle));
 	leave(pool);
 	g_source_destroy(pool->io);
 	g_source_unref(pool->io);
-	nw_deadline_source_destroy(pool->timer);
+	nw_timers_free(pool->timers);
 	close(pool->epfd);
-	g_hash_table_destroy(pool->targets);
-	g_hash_table_destroy(pool->origins);
+	nw_h1_targets_free(pool->targets);
 	g_hash_table_destroy(pool->calls);
-	g_ptr_array_free(pool->deadlines, TRUE);
 	g_ptr_array_free(pool->graveyard, TRUE);
 	g_object_unref(pool->resolver);
 	g_free(pool);

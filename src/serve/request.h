@@ -39,7 +39,7 @@
 #include "serve/request-parse.h"
 #include "serve/retry.h"
 #include "serve/slots.h"
-#include "serve/timers.h"
+#include "net/timers.h"
 
 struct nw_request;
 

@@ -10,7 +10,7 @@
 #include "serve/request-id.h"
 #include "serve/serve.h"
 #include "serve/slots.h"
-#include "serve/timers.h"
+#include "net/timers.h"
 
 /* Waiters that record their name when granted or kicked. */
 struct named {

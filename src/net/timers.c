@@ -1,6 +1,6 @@
 #include "build-config.h"
 
-#include "serve/timers.h"
+#include "net/timers.h"
 
 #include "net/loop.h"
 
@@ -29,7 +29,7 @@ nw_timers_new(bool attach)
 
 	t->heap = g_ptr_array_new();
 	if (attach)
-		t->source = nw_deadline_source_new("narwhal-request-timers", on_source, t);
+		t->source = nw_deadline_source_new("narwhal-timers", on_source, t);
 	return t;
 }
 

@@ -1,11 +1,11 @@
 /*
- * Request timers: one binary heap of deadlines behind one loop deadline
- * source. Each request owns exactly one entry, armed to the earliest of
- * its deadlines; re-arming is O(log n) and costs no system call. One
- * GSource per request would make every loop iteration poll them all.
+ * Timers: one binary heap of deadlines behind one loop deadline source.
+ * The owner of a timer (a request, an engine call) arms it to the earliest
+ * of its deadlines; re-arming is O(log n) and costs no system call. One
+ * GSource per timer would make every loop iteration poll them all.
  */
-#ifndef NW_SERVE_TIMERS_H
-#define NW_SERVE_TIMERS_H
+#ifndef NW_NET_TIMERS_H
+#define NW_NET_TIMERS_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,4 +41,4 @@ void nw_timers_run(struct nw_timers *t, int64_t now_us);
 int64_t nw_timers_next(const struct nw_timers *t);
 unsigned nw_timers_count(const struct nw_timers *t);
 
-#endif /* NW_SERVE_TIMERS_H */
+#endif /* NW_NET_TIMERS_H */
