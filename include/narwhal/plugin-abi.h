@@ -333,7 +333,9 @@ struct narwhal_sse_event {
 };
 
 /* An outgoing engine call. path is static or owned by the instance; body is
- * (transfer full) to the host, NULL for a bodiless GET. */
+ * (transfer full) to the host, NULL for a bodiless GET. The host only
+ * serialises the body; a body that is the client body itself (with its own
+ * reference) is sent as the client's bytes as they came. */
 struct narwhal_http_call {
 	uint32_t struct_size;
 	const char *method;

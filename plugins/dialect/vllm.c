@@ -318,7 +318,12 @@ vllm_build_aggregate(void *instance, narwhal_route route, const json_t *client_b
 
 	if (path == NULL)
 		return -EINVAL;
-	body = engine_body(client_body);
+	/* Unchanged: the client body itself, which the host then sends as the
+	 * client's bytes, with no re-encoding. */
+	if (json_object_get(client_body, KV_PARAMS) == NULL)
+		body = json_incref((json_t *)client_body);
+	else
+		body = engine_body(client_body);
 	if (body == NULL)
 		return -ENOMEM;
 	set_call(out, "POST", path, body);

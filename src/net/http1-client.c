@@ -80,6 +80,7 @@ struct h1_call {
 	struct nw_upstream_handlers handlers;
 	void *data;
 	GList wait_link;        /* in pool->waiting */
+	GList live_link;        /* in pool->live until ended */
 
 	char *head_out;         /* the request head */
 	size_t head_out_len;
@@ -106,14 +107,14 @@ struct h1_call {
 struct nw_h1_pool {
 	unsigned max_connections;
 	unsigned connections;   /* open or opening */
-	unsigned active;        /* calls not yet ended */
 	int epfd;
 	GSource *io;
 	struct nw_timers *timers;
 	struct nw_h1_targets *targets;
 	GQueue waiting;         /* calls waiting for a connection */
-	GPtrArray *graveyard;   /* conns and calls to free after the batch */
-	GHashTable *calls;      /* every call not yet freed, for pool_free */
+	GQueue live;            /* calls not yet ended */
+	GPtrArray *dead_calls;  /* ended calls and closed connections, freed */
+	GPtrArray *dead_conns;  /* when the outermost entry point is left */
 	unsigned depth;         /* nesting of entry points */
 	unsigned defer;         /* >0: failures are reported from the timer */
 	bool dispatching;
@@ -157,7 +158,6 @@ conn_free(struct conn *c)
 static void
 call_free(struct h1_call *call)
 {
-	g_hash_table_remove(call->pool->calls, call);
 	g_free(call->head_out);
 	g_free(call->body);
 	g_free(call->resp_head);
@@ -178,15 +178,12 @@ leave(struct nw_h1_pool *pool)
 {
 	if (--pool->depth > 0)
 		return;
-	for (guint i = 0; i < pool->graveyard->len; i++) {
-		gpointer p = pool->graveyard->pdata[i];
-
-		if (g_hash_table_contains(pool->calls, p))
-			call_free(p);
-		else
-			conn_free(p);
-	}
-	g_ptr_array_set_size(pool->graveyard, 0);
+	for (guint i = 0; i < pool->dead_calls->len; i++)
+		call_free(pool->dead_calls->pdata[i]);
+	g_ptr_array_set_size(pool->dead_calls, 0);
+	for (guint i = 0; i < pool->dead_conns->len; i++)
+		conn_free(pool->dead_conns->pdata[i]);
+	g_ptr_array_set_size(pool->dead_conns, 0);
 }
 
 /* --- connections ---------------------------------------------------------- */
@@ -210,7 +207,7 @@ conn_close(struct conn *c)
 	c->state = CONN_DEAD;
 	c->call = NULL;
 	pool->connections--;
-	g_ptr_array_add(pool->graveyard, c);
+	g_ptr_array_add(pool->dead_conns, c);
 }
 
 static void
@@ -225,7 +222,7 @@ conn_make_idle(struct conn *c)
 
 /* --- ending calls --------------------------------------------------------- */
 
-/* Detaches the call from everything but the graveyard-bound memory. */
+/* Detaches the call from everything but the memory freed on leaving. */
 static void
 call_detach(struct h1_call *call)
 {
@@ -240,8 +237,8 @@ call_detach(struct h1_call *call)
 		call->conn->call = NULL;
 		call->conn = NULL;
 	}
-	pool->active--;
-	g_ptr_array_add(pool->graveyard, call);
+	g_queue_unlink(&pool->live, &call->live_link);
+	g_ptr_array_add(pool->dead_calls, call);
 }
 
 static void
@@ -812,20 +809,33 @@ nw_h1_start(struct nw_h1_pool *pool, const struct nw_upstream_request *req,
 		call->body_len = req->body_len;
 	}
 
-	head = g_string_sized_new(160 + (req->request_id ? strlen(req->request_id) : 0));
-	g_string_append_printf(head, "%s %s HTTP/1.1\r\nHost: %s\r\n", req->method, t->path,
-	                       t->origin->authority);
-	if (req->request_id != NULL)
-		g_string_append_printf(head, "X-Request-Id: %s\r\n", req->request_id);
-	if (call->body != NULL)
-		g_string_append_printf(head, "Content-Type: application/json\r\nContent-Length: %zu\r\n",
-		                       call->body_len);
-	g_string_append(head, "\r\n");
+	/* Plain appends: a printf per call showed in the profile. */
+	head = g_string_sized_new(200 + (req->request_id ? strlen(req->request_id) : 0));
+	g_string_append(head, req->method);
+	g_string_append_c(head, ' ');
+	g_string_append(head, t->path);
+	g_string_append(head, " HTTP/1.1\r\nHost: ");
+	g_string_append(head, t->origin->authority);
+	if (req->request_id != NULL) {
+		g_string_append(head, "\r\nX-Request-Id: ");
+		g_string_append(head, req->request_id);
+	}
+	if (call->body != NULL) {
+		char digits[24];
+		size_t n = sizeof digits, len = call->body_len;
+
+		do
+			digits[--n] = (char)('0' + len % 10);
+		while ((len /= 10) > 0);
+		g_string_append(head, "\r\nContent-Type: application/json\r\nContent-Length: ");
+		g_string_append_len(head, digits + n, (gssize)(sizeof digits - n));
+	}
+	g_string_append(head, "\r\n\r\n");
 	call->head_out_len = head->len;
 	call->head_out = g_string_free(head, FALSE);
 
-	g_hash_table_add(pool->calls, call);
-	pool->active++;
+	call->live_link.data = call;
+	g_queue_push_tail_link(&pool->live, &call->live_link);
 	enter(pool);
 	pool->defer++;
 	call->phase = CALL_WAITING;
@@ -895,7 +905,7 @@ nw_h1_header(struct nw_upstream_call *base, const char *name)
 unsigned
 nw_h1_active(const struct nw_h1_pool *pool)
 {
-	return pool->active;
+	return pool->live.length;
 }
 
 unsigned
@@ -913,8 +923,9 @@ nw_h1_pool_new(unsigned max_connections)
 	pool->epfd = epoll_create1(EPOLL_CLOEXEC);
 	pool->targets = nw_h1_targets_new();
 	pool->timers = nw_timers_new(true);
-	pool->graveyard = g_ptr_array_new();
-	pool->calls = g_hash_table_new(g_direct_hash, g_direct_equal);
+	pool->dead_calls = g_ptr_array_new();
+	pool->dead_conns = g_ptr_array_new();
+	g_queue_init(&pool->live);
 	pool->resolver = g_resolver_get_default();
 	g_queue_init(&pool->waiting);
 
@@ -930,24 +941,18 @@ void
 nw_h1_pool_free(struct nw_h1_pool *pool)
 {
 	struct nw_h1_origin *o;
-	GHashTableIter it;
-	gpointer p;
+	struct h1_call *call;
 
 	if (pool == NULL)
 		return;
 	enter(pool);
 	/* Every call still running ends without a callback, and every
 	 * connection closes. */
-	g_hash_table_iter_init(&it, pool->calls);
-	while (g_hash_table_iter_next(&it, &p, NULL)) {
-		struct h1_call *call = p;
-
-		if (!call->cancelled) {
-			call->cancelled = true;
-			if (call->conn != NULL)
-				conn_close(call->conn);
-			call_detach(call);
-		}
+	while ((call = g_queue_peek_head(&pool->live)) != NULL) {
+		call->cancelled = true;
+		if (call->conn != NULL)
+			conn_close(call->conn);
+		call_detach(call);
 	}
 	while ((o = nw_h1_targets_any_idle(pool->targets)) != NULL)
 		conn_close(g_queue_peek_head(&o->idle));
@@ -957,8 +962,8 @@ nw_h1_pool_free(struct nw_h1_pool *pool)
 	nw_timers_free(pool->timers);
 	close(pool->epfd);
 	nw_h1_targets_free(pool->targets);
-	g_hash_table_destroy(pool->calls);
-	g_ptr_array_free(pool->graveyard, TRUE);
+	g_ptr_array_free(pool->dead_calls, TRUE);
+	g_ptr_array_free(pool->dead_conns, TRUE);
 	g_object_unref(pool->resolver);
 	g_free(pool);
 }

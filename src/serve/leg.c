@@ -179,7 +179,13 @@ nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
 		leg->collected = g_string_sized_new(255);
 	g_string_truncate(leg->collected, 0);
 	leg->url = g_strconcat(base, call->path, NULL);
-	if (call->body != NULL) {
+	if (call->body != NULL && call->body == r->parsed.body) {
+		/* The dialect kept the client's body: its bytes as they came. */
+		leg->body = g_memdup2(r->body_in->str, r->body_in->len);
+		leg->body_len = r->body_in->len;
+		json_decref(call->body);
+		call->body = NULL;
+	} else if (call->body != NULL) {
 		leg->body = json_dumps(call->body, JSON_COMPACT);
 		leg->body_len = leg->body ? strlen(leg->body) : 0;
 		json_decref(call->body);

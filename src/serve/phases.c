@@ -40,9 +40,8 @@ nw_phase_begin(struct nw_request *r)
 		answer_client_error(r, &err);
 		return;
 	}
-	/* The body is parsed and kept; its text is no longer needed. */
-	g_string_free(r->body_in, TRUE);
-	r->body_in = g_string_new(NULL);
+	/* The text stays too: an engine leg whose body is the client's own
+	 * sends these bytes instead of encoding the tree again (leg.c). */
 	if (s->model != NULL && strcmp(r->parsed.model, s->model) != 0) {
 		nw_client_error_model_not_found(&err, r->parsed.model, s->model);
 		answer_client_error(r, &err);

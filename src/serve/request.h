@@ -177,7 +177,7 @@ struct nw_request {
 	char id[NW_REQUEST_ID_MAX + 1];
 	narwhal_route route;
 
-	GString *body_in;
+	GString *body_in;       /* the client's body as it came, kept after parsing */
 	struct nw_client_request parsed;
 
 	int64_t arrival_us;
