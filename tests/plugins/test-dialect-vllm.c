@@ -542,6 +542,23 @@ test_aggregate(void)
 	            "{\"model\": \"m\", \"messages\": [], \"max_completion_tokens\": 4, "
 	            CLIENT_KV "}",
 	            NULL, "{\"model\": \"m\", \"messages\": [], \"max_completion_tokens\": 4}");
+	/* Unchanged, the body is the client's own, so the host can send the
+	 * client's bytes; with the client's kv_transfer_params it is a copy. */
+	{
+		json_t *client = json_pack("{s:s, s:s}", "model", "m", "prompt", "x");
+		struct narwhal_http_call call = poisoned_call();
+
+		g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), C, client, &call), ==, 0);
+		g_assert_true(call.body == client);
+		json_decref(call.body);
+		json_object_set_new(client, "kv_transfer_params", json_object());
+		call = poisoned_call();
+		g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), C, client, &call), ==, 0);
+		g_assert_true(call.body != client);
+		g_assert_null(json_object_get(call.body, "kv_transfer_params"));
+		json_decref(call.body);
+		json_decref(client);
+	}
 	nw_harness_free(h);
 }
 
