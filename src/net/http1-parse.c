@@ -171,7 +171,9 @@ nw_h1_parse_head(const char *buf, size_t len, bool head_request, struct nw_h1_he
 		}
 	}
 
-	if (head->minor == 0 && !keep_alive)
+	/* HTTP/1.0 keeps a connection only when asked, and never with a
+	 * Transfer-Encoding, which it does not have (RFC 9112 6.1). */
+	if (head->minor == 0 && (!keep_alive || te))
 		head->close = true;
 	if (head_request || head->status < 200 || head->status == 204 || head->status == 304) {
 		head->framing = NW_H1_NO_BODY;
@@ -224,22 +226,6 @@ nw_h1_body_init(struct nw_h1_body *body, const struct nw_h1_head *head)
 	body->state = CHUNK_SIZE;
 }
 
-bool
-nw_h1_body_complete(const struct nw_h1_body *body)
-{
-	switch (body->framing) {
-	case NW_H1_NO_BODY:
-		return true;
-	case NW_H1_LENGTH:
-		return body->left == 0;
-	case NW_H1_CHUNKED:
-		return body->state == CHUNK_DONE;
-	case NW_H1_UNTIL_CLOSE:
-	default:
-		return false;
-	}
-}
-
 /* A chunk-size line: hex digits, then optional extensions. */
 static void
 chunk_size_step(const struct nw_h1_body *body, const char *buf, size_t len,
@@ -247,21 +233,26 @@ chunk_size_step(const struct nw_h1_body *body, const char *buf, size_t len,
 {
 	const char *nl = memchr(buf, '\n', MIN(len, (size_t)MAX_CHUNK_LINE));
 	uint64_t size = 0;
-	size_t i = 0;
+	size_t i = 0, digits = 0;
 
 	if (nl == NULL) {
 		step->kind = len >= MAX_CHUNK_LINE ? NW_H1_INVALID : NW_H1_MORE;
 		return;
 	}
 	for (; buf + i < nl && g_ascii_isxdigit(buf[i]); i++) {
-		if (i >= 15) {
+		/* Leading zeros are allowed; a value over 15 hex digits is not. */
+		if (digits > 0 || buf[i] != '0')
+			digits++;
+		if (digits > 15) {
 			step->kind = NW_H1_INVALID;
 			return;
 		}
 		size = size * 16 + (uint64_t)g_ascii_xdigit_value(buf[i]);
 	}
+	/* After the digits: extensions, or the line's end (a CR only right
+	 * before the LF). */
 	if (i == 0 || (buf + i < nl && buf[i] != ';' && buf[i] != ' ' && buf[i] != '\t' &&
-	               buf[i] != '\r')) {
+	               !(buf[i] == '\r' && buf + i + 1 == nl))) {
 		step->kind = NW_H1_INVALID;
 		return;
 	}

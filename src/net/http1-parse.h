@@ -56,7 +56,7 @@ void nw_h1_body_init(struct nw_h1_body *body, const struct nw_h1_head *head);
 
 enum nw_h1_step_kind {
 	NW_H1_MORE,     /* nothing usable in buf: read more */
-	NW_H1_DATA,     /* body bytes at buf + data_off, data_len long */
+	NW_H1_DATA,     /* body bytes at the start of buf, data_len long */
 	NW_H1_FRAMING,  /* only chunk syntax: commit `used` bytes, no data */
 	NW_H1_DONE,     /* the body has ended after `used` bytes */
 	NW_H1_INVALID,  /* malformed chunk syntax */
@@ -64,7 +64,7 @@ enum nw_h1_step_kind {
 
 struct nw_h1_step {
 	enum nw_h1_step_kind kind;
-	size_t data_off, data_len;
+	size_t data_len;
 	size_t used;               /* bytes of buf this step accounts for */
 	struct nw_h1_body next;    /* the state once the step is committed */
 };
@@ -73,8 +73,5 @@ struct nw_h1_step {
  * NW_H1_UNTIL_CLOSE the body never ends here: the caller ends it at EOF. */
 void nw_h1_body_step(const struct nw_h1_body *body, const char *buf, size_t len,
                      struct nw_h1_step *step);
-
-/* True once the body has been read whole. */
-bool nw_h1_body_complete(const struct nw_h1_body *body);
 
 #endif /* NW_HTTP1_PARSE_H */

@@ -26,8 +26,6 @@ void nw_h1_cancel(struct nw_upstream_call *call);
 void nw_h1_unpause(struct nw_upstream_call *call);
 const char *nw_h1_header(struct nw_upstream_call *call, const char *name);
 unsigned nw_h1_active(const struct nw_h1_pool *pool);
-/* Connections open now, busy or idle (for tests). */
-unsigned nw_h1_connections(const struct nw_h1_pool *pool);
 
 struct nw_curl_pool *nw_curl_pool_new(const char *name, unsigned max_connections);
 void nw_curl_pool_free(struct nw_curl_pool *pool);

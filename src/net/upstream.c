@@ -20,7 +20,8 @@ nw_upstream_new(const struct nw_upstream_options *opts)
 
 	up->name = g_strdup(opts->name);
 	up->max_connections = opts->max_connections;
-	up->h1 = nw_h1_pool_new(opts->max_connections);
+	if (!opts->use_libcurl)
+		up->h1 = nw_h1_pool_new(opts->max_connections);
 	return up;
 }
 
@@ -39,7 +40,7 @@ struct nw_upstream_call *
 nw_upstream_start(struct nw_upstream *up, const struct nw_upstream_request *req,
                   const struct nw_upstream_handlers *handlers, void *data)
 {
-	if (g_ascii_strncasecmp(req->url, "http://", 7) == 0)
+	if (up->h1 != NULL && g_ascii_strncasecmp(req->url, "http://", 7) == 0)
 		return nw_h1_start(up->h1, req, handlers, data);
 	if (up->tls == NULL)
 		up->tls = nw_curl_pool_new(up->name, up->max_connections);
@@ -79,5 +80,5 @@ nw_upstream_header(struct nw_upstream_call *call, const char *name)
 unsigned
 nw_upstream_active(const struct nw_upstream *up)
 {
-	return nw_h1_active(up->h1) + (up->tls ? nw_curl_active(up->tls) : 0);
+	return (up->h1 ? nw_h1_active(up->h1) : 0) + (up->tls ? nw_curl_active(up->tls) : 0);
 }

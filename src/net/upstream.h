@@ -22,6 +22,7 @@ struct nw_upstream_options {
 	unsigned max_connections; /* pool size: total connections to engines,
 	                           * for each of the two clients; calls beyond
 	                           * it wait for a connection in arrival order */
+	bool use_libcurl;         /* libcurl for http URLs too (tests) */
 };
 
 struct nw_upstream_request {
@@ -56,7 +57,8 @@ struct nw_upstream_handlers {
 
 struct nw_upstream *nw_upstream_new(const struct nw_upstream_options *opts);
 
-/* Cancels every call still running, without callbacks. */
+/* Cancels every call still running, without callbacks. Not from inside a
+ * handler. */
 void nw_upstream_free(struct nw_upstream *up);
 
 struct nw_upstream_call *nw_upstream_start(struct nw_upstream *up,
@@ -68,8 +70,9 @@ struct nw_upstream_call *nw_upstream_start(struct nw_upstream *up,
  * Safe from any callback, including the call's own. */
 void nw_upstream_cancel(struct nw_upstream_call *call);
 
-/* Continue a call paused by on_data returning false. The held bytes may
- * reach on_data before this returns, and on_data may cancel the call then. */
+/* Continue a call paused by on_data returning false. The held bytes reach
+ * on_data again from the loop (with libcurl, possibly before this returns,
+ * and on_data may cancel the call then). */
 void nw_upstream_unpause(struct nw_upstream_call *call);
 
 unsigned nw_upstream_active(const struct nw_upstream *up);

@@ -224,8 +224,9 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 			rl->sent = rl->committed = 0;
 		}
 		if (rl->paused && unsent(rl) <= RELAY_BACKLOG_MAX / 2) {
-			/* The client drains: let the engine go on (C7: curl may hand
-			 * over bytes right here). */
+			/* The client drains: let the engine go on (C7: the held
+			 * bytes come back from the loop; libcurl may hand them
+			 * over right here). */
 			rl->paused = false;
 			r->stall_until_us = -1;
 			/* A paused engine is silent through no fault of its own. */

@@ -55,7 +55,7 @@ decode_all(const char *resp, size_t step, struct nw_h1_head *head)
 				break;
 			if (st.kind != NW_H1_MORE) {
 				if (st.kind == NW_H1_DATA)
-					g_string_append_len(out, resp + off + st.data_off, (gssize)st.data_len);
+					g_string_append_len(out, resp + off, (gssize)st.data_len);
 				off += st.used;
 				body = st.next;
 				continue;
@@ -126,6 +126,14 @@ test_parse_chunked(void)
 	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
 	            "2\r\nok\r\n0\r\n\r\n",
 	            "ok", 200, NW_H1_CHUNKED, true);
+	/* Leading zeros in a chunk size are allowed, however many. */
+	assert_body("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+	            "000000000000000000002\r\nok\r\n00\r\n\r\n",
+	            "ok", 200, NW_H1_CHUNKED, false);
+	/* HTTP/1.0 has no Transfer-Encoding: never kept, even when asked. */
+	assert_body("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+	            "2\r\nok\r\n0\r\n\r\n",
+	            "ok", 200, NW_H1_CHUNKED, true);
 }
 
 static void
@@ -163,6 +171,7 @@ test_parse_invalid(void)
 	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
 	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n");
 	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n0\r\n\r\n");
+	assert_invalid("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\rjunk\r\nok\r\n0\r\n\r\n");
 	/* A head that never ends within the limit. */
 	while (big->len <= NW_H1_MAX_HEAD)
 		g_string_append(big, "X-Padding: 0123456789abcdef0123456789abcdef\r\n");
@@ -365,6 +374,9 @@ struct result {
 	char *retry_after;
 	bool started;         /* nw_upstream_start has returned */
 	bool early;           /* on_done ran before that */
+	bool pause_next;      /* refuse the next body bytes (pausing) */
+	bool cancel_in_data;  /* cancel the call from inside on_data */
+	unsigned data_calls;
 };
 
 static bool
@@ -372,6 +384,15 @@ on_body(void *data, const char *bytes, size_t len)
 {
 	struct result *r = data;
 
+	r->data_calls++;
+	if (r->cancel_in_data) {
+		nw_upstream_cancel(r->call);
+		return false;
+	}
+	if (r->pause_next) {
+		r->pause_next = false;
+		return false;
+	}
 	g_string_append_len(r->body, bytes, (gssize)len);
 	return true;
 }
@@ -564,6 +585,7 @@ test_framings_over_the_wire(void)
 		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 		  "5\r\ndata:\r\n6\r\n token\r\n0\r\n\r\n", 3, false },
 		{ "HTTP/1.1 503 Busy\r\nRetry-After: 3\r\nContent-Length: 4\r\n\r\nbusy", 0, false },
+		{ "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", 0, false },
 		{ "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end", 4, true },
 	};
 	struct server srv;
@@ -572,8 +594,8 @@ test_framings_over_the_wire(void)
 	struct result r;
 	g_autofree char *url = NULL;
 
-	g_test_summary("Chunked answers in 3-byte pieces, error statuses with their bodies, and "
-	               "bodies that end at EOF all arrive whole");
+	g_test_summary("Chunked answers in 3-byte pieces, error statuses with their bodies, an "
+	               "interim 100 before a 204, and bodies that end at EOF all arrive whole");
 	server_start(&srv, script, G_N_ELEMENTS(script));
 	up = nw_upstream_new(&uo);
 	url = url_of(&srv, "127.0.0.1");
@@ -588,6 +610,13 @@ test_framings_over_the_wire(void)
 	g_assert_cmpint(r.status, ==, 503);
 	g_assert_cmpstr(r.body->str, ==, "busy");
 	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpint(r.status, ==, 204);
+	g_assert_cmpstr(r.body->str, ==, "");
+	result_clear(&r);
+	g_assert_cmpuint(srv.accepted, ==, 1); /* all on one connection so far */
 	call(up, url, 0, &r);
 	wait_done(&r);
 	g_assert_cmpint(r.code, ==, CURLE_OK);
@@ -707,6 +736,89 @@ test_pool_limit_and_names(void)
 	server_stop(&srv);
 }
 
+/* Starts a GET whose handle the test keeps in r->call. */
+static void
+call_get(struct nw_upstream *up, const char *url, struct result *r)
+{
+	struct nw_upstream_request req = { .method = "GET", .url = url, .connect_timeout_ms = 2000 };
+
+	r->call = nw_upstream_start(up, &req, &handlers, r);
+	g_assert_nonnull(r->call);
+	r->started = true;
+}
+
+static void
+test_pause_cancel_and_big_heads(void)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		  "3\r\none\r\n3\r\ntwo\r\n0\r\n\r\n", 0, false },
+		{ OK_REPLY, 0, false },
+		{ NULL, 0, false },    /* the big head, set below */
+		{ OK_REPLY, 0, false },
+	};
+	struct action acts[G_N_ELEMENTS(script)];
+	struct server srv;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream *up;
+	struct result r = { 0 };
+	g_autofree char *url = NULL;
+	GString *big = g_string_new("HTTP/1.1 200 OK\r\n");
+	unsigned before;
+
+	g_test_summary("A paused call gets the same bytes back from the loop after unpause, "
+	               "never inside it; a call cancelled from its own on_data ends silently; "
+	               "a 20 KiB head is read and its connection then serves on");
+	while (big->len < 20 * 1024)
+		g_string_append(big, "X-Padding: 0123456789abcdef0123456789abcdef\r\n");
+	g_string_append(big, "Content-Length: 2\r\n\r\nok");
+	memcpy(acts, script, sizeof acts);
+	acts[2].reply = big->str;
+	server_start(&srv, acts, G_N_ELEMENTS(acts));
+	up = nw_upstream_new(&uo);
+	url = url_of(&srv, "127.0.0.1");
+
+	r.body = g_string_new(NULL);
+	r.pause_next = true;
+	call_get(up, url, &r);
+	while (r.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	before = r.data_calls;
+	nw_upstream_unpause(r.call);
+	g_assert_cmpuint(r.data_calls, ==, before); /* nothing from inside */
+	g_assert_false(r.done);
+	r.call = NULL; /* not looked at in on_done */
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpstr(r.body->str, ==, "onetwo");
+	result_clear(&r);
+
+	memset(&r, 0, sizeof r);
+	r.body = g_string_new(NULL);
+	r.cancel_in_data = true;
+	call_get(up, url, &r);
+	while (r.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	settle(20);
+	g_assert_false(r.done);
+	g_assert_cmpuint(nw_upstream_active(up), ==, 0);
+	result_clear(&r);
+
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpstr(r.body->str, ==, "ok");
+	result_clear(&r);
+	call(up, url, 0, &r);
+	wait_done(&r);
+	g_assert_cmpstr(r.body->str, ==, "hello");
+	result_clear(&r);
+	g_assert_cmpuint(srv.accepted, ==, 2); /* the cancel closed the first */
+	nw_upstream_free(up);
+	server_stop(&srv);
+	g_string_free(big, TRUE);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -723,5 +835,6 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/client/header-lookup", test_header_lookup);
 	g_test_add_func("/http1/client/failures", test_failures);
 	g_test_add_func("/http1/client/pool-limit-and-names", test_pool_limit_and_names);
+	g_test_add_func("/http1/client/pause-cancel-big-head", test_pause_cancel_and_big_heads);
 	return g_test_run();
 }

@@ -4,6 +4,8 @@
  * connections that stall libmicrohttpd's internal epoll thread, notes M7),
  * suspend/resume without a lost wake-up (M2), hang-up detection for a
  * suspended client (M4), cancellation, pause/unpause, and connect errors.
+ * The client cases run on both engine clients: Narwhal's own HTTP/1.1
+ * client (http URLs) and libcurl (https URLs; forced here for http).
  */
 #include "build-config.h"
 
@@ -72,13 +74,17 @@ completed(void *data, struct MHD_Connection *conn, void **request,
 {
 }
 
+/* data: non-NULL runs the engine client through libcurl (the https path)
+ * instead of Narwhal's own HTTP/1.1 client. */
 static void
-setup(struct fixture *f, gconstpointer unused)
+setup(struct fixture *f, gconstpointer libcurl)
 {
 	struct nw_http_server_options opts = {
 		.host = "127.0.0.1", .port = 0, .connection_timeout_s = 10, .connection_limit = 2000,
 	};
-	struct nw_upstream_options uo = { .name = "test", .max_connections = 512 };
+	struct nw_upstream_options uo = {
+		.name = "test", .max_connections = 512, .use_libcurl = libcurl != NULL,
+	};
 	GError *error = NULL;
 
 	memset(f, 0, sizeof *f);
@@ -316,12 +322,23 @@ main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	g_test_add("/net/round-trip", struct fixture, NULL, setup, test_round_trip, teardown);
-	g_test_add("/net/300-concurrent", struct fixture, NULL, setup, test_many_concurrent, teardown);
+	/* Every client case runs on both engine clients. */
+	for (int libcurl = 0; libcurl < 2; libcurl++) {
+		const char *c = libcurl ? "libcurl" : "http1";
+		gconstpointer data = libcurl ? "libcurl" : NULL;
+		g_autofree char *p1 = g_strdup_printf("/net/%s/round-trip", c);
+		g_autofree char *p2 = g_strdup_printf("/net/%s/300-concurrent", c);
+		g_autofree char *p3 = g_strdup_printf("/net/%s/connect-error", c);
+		g_autofree char *p4 = g_strdup_printf("/net/%s/pause-unpause", c);
+		g_autofree char *p5 = g_strdup_printf("/net/%s/cancel-running", c);
+
+		g_test_add(p1, struct fixture, data, setup, test_round_trip, teardown);
+		g_test_add(p2, struct fixture, data, setup, test_many_concurrent, teardown);
+		g_test_add(p3, struct fixture, data, setup, test_connect_error, teardown);
+		g_test_add(p4, struct fixture, data, setup, test_pause_unpause, teardown);
+		g_test_add(p5, struct fixture, data, setup, test_cancel_running, teardown);
+	}
 	g_test_add("/net/suspend-resume", struct fixture, NULL, setup, test_suspend_resume, teardown);
-	g_test_add("/net/connect-error", struct fixture, NULL, setup, test_connect_error, teardown);
-	g_test_add("/net/pause-unpause", struct fixture, NULL, setup, test_pause_unpause, teardown);
-	g_test_add("/net/cancel-running", struct fixture, NULL, setup, test_cancel_running, teardown);
 	g_test_add("/net/hangup-detected", struct fixture, NULL, setup, test_hangup_detected, teardown);
 	int status = g_test_run();
 	curl_global_cleanup();
