@@ -467,82 +467,105 @@ url_of(struct server *srv, const char *host)
 	return g_strdup_printf("http://%s:%u/v1/completions?x=1", host, srv->port);
 }
 
+/* Starts a GET whose handle the test keeps in r->call. */
+static void
+call_get(struct nw_upstream *up, const char *url, struct result *r)
+{
+	struct nw_upstream_request req = { .method = "GET", .url = url, .connect_timeout_ms = 2000 };
+
+	r->call = nw_upstream_start(up, &req, &handlers, r);
+	g_assert_nonnull(r->call);
+	r->started = true;
+}
+
 #define OK_REPLY "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+/* A scripted server and a client pool in front of it. */
+struct env {
+	struct server srv;
+	struct nw_upstream *up;
+	char *url;
+};
+
+static void
+env_start(struct env *e, const struct action *script, unsigned n, unsigned max_connections,
+          const char *host)
+{
+	struct nw_upstream_options uo = { .name = "t", .max_connections = max_connections };
+
+	server_start(&e->srv, script, n);
+	e->up = nw_upstream_new(&uo);
+	e->url = url_of(&e->srv, host);
+}
+
+static void
+env_stop(struct env *e)
+{
+	g_assert_cmpuint(nw_upstream_active(e->up), ==, 0);
+	nw_upstream_free(e->up);
+	server_stop(&e->srv);
+	g_free(e->url);
+}
+
+/* One POST to its end: checks the outcome and, when given, the body;
+ * returns the status. */
+static long
+exchange(struct env *e, long timeout_ms, CURLcode code, const char *body)
+{
+	struct result r;
+	long status;
+
+	call(e->up, e->url, timeout_ms, &r);
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, code);
+	if (body != NULL)
+		g_assert_cmpstr(r.body->str, ==, body);
+	status = r.status;
+	result_clear(&r);
+	return status;
+}
 
 static void
 test_keep_alive_and_request(void)
 {
 	static const struct action script[] = { { OK_REPLY, 0, false } };
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
-	struct result r;
-	g_autofree char *url = NULL;
+	struct env e;
+	const char *sent;
 
 	g_test_summary("Requests carry the method, path and query, Host, X-Request-Id, JSON "
 	               "type and length; sequential calls share one kept-alive connection");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
-	for (int i = 0; i < 5; i++) {
-		call(up, url, 0, &r);
-		wait_done(&r);
-		g_assert_cmpint(r.code, ==, CURLE_OK);
-		g_assert_cmpint(r.status, ==, 200);
-		g_assert_cmpstr(r.body->str, ==, "hello");
-		result_clear(&r);
-	}
-	g_assert_cmpuint(srv.accepted, ==, 1);
-	g_assert_true(g_str_has_prefix(srv.last_request->str, "POST /v1/completions?x=1 HTTP/1.1\r\n"));
-	g_assert_nonnull(strstr(srv.last_request->str, "\r\nX-Request-Id: rid-1\r\n"));
-	g_assert_nonnull(strstr(srv.last_request->str, "\r\nContent-Type: application/json\r\n"));
-	g_assert_nonnull(strstr(srv.last_request->str, "\r\nContent-Length: 7\r\n"));
-	g_assert_true(g_str_has_suffix(srv.last_request->str, "\r\n\r\n{\"a\":1}"));
-	g_assert_cmpuint(nw_upstream_active(up), ==, 0);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	for (int i = 0; i < 5; i++)
+		g_assert_cmpint(exchange(&e, 0, CURLE_OK, "hello"), ==, 200);
+	g_assert_cmpuint(e.srv.accepted, ==, 1);
+	sent = e.srv.last_request->str;
+	g_assert_true(g_str_has_prefix(sent, "POST /v1/completions?x=1 HTTP/1.1\r\n"));
+	g_assert_nonnull(strstr(sent, "\r\nX-Request-Id: rid-1\r\n"));
+	g_assert_nonnull(strstr(sent, "\r\nContent-Type: application/json\r\n"));
+	g_assert_nonnull(strstr(sent, "\r\nContent-Length: 7\r\n"));
+	g_assert_true(g_str_has_suffix(sent, "\r\n\r\n{\"a\":1}"));
+	env_stop(&e);
 }
 
 static void
 test_engine_closes_idle(void)
 {
-	/* The first reply closes after it without saying so; the second
-	 * request then finds the connection dead as it reuses it, or finds it
-	 * already dropped. */
 	static const struct action script[] = {
-		{ OK_REPLY, 0, true },
+		{ OK_REPLY, 0, true }, /* closes after answering, without saying so */
 		{ NULL, 0, true },     /* reads the request, closes, answers nothing */
 		{ OK_REPLY, 0, false },
 	};
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
-	struct result r;
-	g_autofree char *url = NULL;
+	struct env e;
 
-	g_test_summary("A kept-alive connection the engine closes is not a failure: the "
-	               "request goes again on a fresh connection, once");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	result_clear(&r);
+	g_test_summary("An idle connection the engine closes is dropped, so the next request "
+	               "opens a new one; a new connection closed unanswered is a failure");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	exchange(&e, 0, CURLE_OK, "hello");
 	settle(20);
-	/* Request 2 is read and dropped on its fresh connection: that is a
-	 * real failure (nothing came back, and the connection was new). */
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_GOT_NOTHING);
-	result_clear(&r);
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpstr(r.body->str, ==, "hello");
-	result_clear(&r);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	exchange(&e, 0, CURLE_GOT_NOTHING, NULL);
+	exchange(&e, 0, CURLE_OK, "hello");
+	g_assert_cmpuint(e.srv.accepted, ==, 3);
+	env_stop(&e);
 }
 
 static void
@@ -553,29 +576,16 @@ test_stale_reuse_retried(void)
 		{ NULL, 0, true },     /* on the reused connection: dropped unanswered */
 		{ OK_REPLY, 0, false },
 	};
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
-	struct result r;
-	g_autofree char *url = NULL;
+	struct env e;
 
 	g_test_summary("A reused connection that dies with nothing read gets the request again "
 	               "on a new connection, and the caller sees one clean answer");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
-	call(up, url, 0, &r);
-	wait_done(&r);
-	result_clear(&r);
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpstr(r.body->str, ==, "hello");
-	g_assert_cmpuint(srv.requests, ==, 3);
-	g_assert_cmpuint(srv.accepted, ==, 2);
-	result_clear(&r);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, CURLE_OK, "hello");
+	g_assert_cmpuint(e.srv.requests, ==, 3);
+	g_assert_cmpuint(e.srv.accepted, ==, 2);
+	env_stop(&e);
 }
 
 static void
@@ -588,42 +598,17 @@ test_framings_over_the_wire(void)
 		{ "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", 0, false },
 		{ "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end", 4, true },
 	};
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
-	struct result r;
-	g_autofree char *url = NULL;
+	struct env e;
 
 	g_test_summary("Chunked answers in 3-byte pieces, error statuses with their bodies, an "
 	               "interim 100 before a 204, and bodies that end at EOF all arrive whole");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpstr(r.body->str, ==, "data: token");
-	result_clear(&r);
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpint(r.status, ==, 503);
-	g_assert_cmpstr(r.body->str, ==, "busy");
-	result_clear(&r);
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpint(r.status, ==, 204);
-	g_assert_cmpstr(r.body->str, ==, "");
-	result_clear(&r);
-	g_assert_cmpuint(srv.accepted, ==, 1); /* all on one connection so far */
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpstr(r.body->str, ==, "to the end");
-	result_clear(&r);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "data: token"), ==, 200);
+	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "busy"), ==, 503);
+	g_assert_cmpint(exchange(&e, 0, CURLE_OK, ""), ==, 204);
+	g_assert_cmpuint(e.srv.accepted, ==, 1); /* all on one connection so far */
+	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "to the end"), ==, 200);
+	env_stop(&e);
 }
 
 static void
@@ -632,29 +617,22 @@ test_header_lookup(void)
 	static const struct action script[] = {
 		{ "HTTP/1.1 429 Slow Down\r\nretry-after:  12 \r\nContent-Length: 0\r\n\r\n", 0, false },
 	};
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
+	struct env e;
 	struct result r = { 0 };
-	struct nw_upstream_request req = { .method = "GET", .connect_timeout_ms = 2000 };
-	g_autofree char *url = NULL;
 
-	g_test_summary("Response headers can be looked up by any case until the call ends");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
-	req.url = url;
+	g_test_summary("Response headers can be looked up by any case until the call ends; a "
+	               "GET has no body headers");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
 	r.body = g_string_new(NULL);
-	r.call = nw_upstream_start(up, &req, &handlers, &r);
-	r.started = true;
+	call_get(e.up, e.url, &r);
 	wait_done(&r);
 	g_assert_cmpstr(r.retry_after, ==, "12");
 	g_assert_cmpint(r.status, ==, 429);
-	g_assert_true(g_str_has_prefix(srv.last_request->str, "GET /v1/completions?x=1 HTTP/1.1\r\n"));
-	g_assert_null(strstr(srv.last_request->str, "Content-Length"));
+	g_assert_true(g_str_has_prefix(e.srv.last_request->str,
+	                               "GET /v1/completions?x=1 HTTP/1.1\r\n"));
+	g_assert_null(strstr(e.srv.last_request->str, "Content-Length"));
 	result_clear(&r);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	env_stop(&e);
 }
 
 static void
@@ -665,87 +643,52 @@ test_failures(void)
 		{ "SMTP ready\r\n\r\n", 0, true },
 		{ NULL, 0, false },    /* never answers */
 	};
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
-	struct result r;
-	g_autofree char *url = NULL, *closed = NULL;
-	int fd;
+	struct env e;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof a;
+	int fd;
 
 	g_test_summary("Truncated bodies, junk heads, silence past the timeout and refused "
 	               "connections fail with their own codes, never before start returns");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_PARTIAL_FILE);
-	result_clear(&r);
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_WEIRD_SERVER_REPLY);
-	result_clear(&r);
-	call(up, url, 150, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OPERATION_TIMEDOUT);
-	result_clear(&r);
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	exchange(&e, 0, CURLE_PARTIAL_FILE, NULL);
+	exchange(&e, 0, CURLE_WEIRD_SERVER_REPLY, NULL);
+	exchange(&e, 150, CURLE_OPERATION_TIMEDOUT, NULL);
 
 	/* A port nobody listens on (bound, never listening). */
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	g_assert_cmpint(bind(fd, (struct sockaddr *)&a, sizeof a), ==, 0);
 	getsockname(fd, (struct sockaddr *)&a, &len);
-	closed = g_strdup_printf("http://127.0.0.1:%u/", ntohs(a.sin_port));
-	call(up, closed, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_COULDNT_CONNECT);
-	result_clear(&r);
+	g_free(e.url);
+	e.url = g_strdup_printf("http://127.0.0.1:%u/", ntohs(a.sin_port));
+	exchange(&e, 0, CURLE_COULDNT_CONNECT, NULL);
 	close(fd);
-	g_assert_cmpuint(nw_upstream_active(up), ==, 0);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	env_stop(&e);
 }
 
 static void
 test_pool_limit_and_names(void)
 {
 	static const struct action script[] = { { OK_REPLY, 1, false } };
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 1 };
-	struct nw_upstream *up;
+	struct env e;
 	struct result r[4];
-	g_autofree char *url = NULL;
 
 	g_test_summary("Calls beyond max_connections wait for the connection in turn; a host "
 	               "name is resolved (localhost: every address is tried)");
-	server_start(&srv, script, G_N_ELEMENTS(script));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "localhost");
+	env_start(&e, script, G_N_ELEMENTS(script), 1, "localhost");
 	for (int i = 0; i < 4; i++)
-		call(up, url, 0, &r[i]);
+		call(e.up, e.url, 0, &r[i]);
 	for (int i = 0; i < 4; i++) {
 		wait_done(&r[i]);
 		g_assert_cmpint(r[i].code, ==, CURLE_OK);
 		g_assert_cmpstr(r[i].body->str, ==, "hello");
 		result_clear(&r[i]);
 	}
-	g_assert_cmpuint(srv.accepted, ==, 1);
-	g_assert_cmpuint(srv.requests, ==, 4);
-	nw_upstream_free(up);
-	server_stop(&srv);
+	g_assert_cmpuint(e.srv.accepted, ==, 1);
+	g_assert_cmpuint(e.srv.requests, ==, 4);
+	env_stop(&e);
 }
 
-/* Starts a GET whose handle the test keeps in r->call. */
-static void
-call_get(struct nw_upstream *up, const char *url, struct result *r)
-{
-	struct nw_upstream_request req = { .method = "GET", .url = url, .connect_timeout_ms = 2000 };
-
-	r->call = nw_upstream_start(up, &req, &handlers, r);
-	g_assert_nonnull(r->call);
-	r->started = true;
-}
 
 static void
 test_pause_cancel_and_big_heads(void)
@@ -758,11 +701,8 @@ test_pause_cancel_and_big_heads(void)
 		{ OK_REPLY, 0, false },
 	};
 	struct action acts[G_N_ELEMENTS(script)];
-	struct server srv;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
-	struct nw_upstream *up;
+	struct env e;
 	struct result r = { 0 };
-	g_autofree char *url = NULL;
 	GString *big = g_string_new("HTTP/1.1 200 OK\r\n");
 	unsigned before;
 
@@ -774,13 +714,11 @@ test_pause_cancel_and_big_heads(void)
 	g_string_append(big, "Content-Length: 2\r\n\r\nok");
 	memcpy(acts, script, sizeof acts);
 	acts[2].reply = big->str;
-	server_start(&srv, acts, G_N_ELEMENTS(acts));
-	up = nw_upstream_new(&uo);
-	url = url_of(&srv, "127.0.0.1");
+	env_start(&e, acts, G_N_ELEMENTS(acts), 4, "127.0.0.1");
 
 	r.body = g_string_new(NULL);
 	r.pause_next = true;
-	call_get(up, url, &r);
+	call_get(e.up, e.url, &r);
 	while (r.data_calls == 0)
 		g_main_context_iteration(NULL, TRUE);
 	before = r.data_calls;
@@ -796,26 +734,18 @@ test_pause_cancel_and_big_heads(void)
 	memset(&r, 0, sizeof r);
 	r.body = g_string_new(NULL);
 	r.cancel_in_data = true;
-	call_get(up, url, &r);
+	call_get(e.up, e.url, &r);
 	while (r.data_calls == 0)
 		g_main_context_iteration(NULL, TRUE);
 	settle(20);
 	g_assert_false(r.done);
-	g_assert_cmpuint(nw_upstream_active(up), ==, 0);
+	g_assert_cmpuint(nw_upstream_active(e.up), ==, 0);
 	result_clear(&r);
 
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
-	g_assert_cmpstr(r.body->str, ==, "ok");
-	result_clear(&r);
-	call(up, url, 0, &r);
-	wait_done(&r);
-	g_assert_cmpstr(r.body->str, ==, "hello");
-	result_clear(&r);
-	g_assert_cmpuint(srv.accepted, ==, 2); /* the cancel closed the first */
-	nw_upstream_free(up);
-	server_stop(&srv);
+	exchange(&e, 0, CURLE_OK, "ok");
+	exchange(&e, 0, CURLE_OK, "hello");
+	g_assert_cmpuint(e.srv.accepted, ==, 2); /* the cancel closed the first */
+	env_stop(&e);
 	g_string_free(big, TRUE);
 }
 
