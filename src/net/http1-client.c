@@ -168,6 +168,7 @@ nw_h1_call_begin_exchange(struct h1_call *call)
 {
 	call->phase = CALL_SENDING;
 	call->sent = 0;
+	nw_h1_conn_take_buffer(call->conn);
 	nw_h1_call_update_deadline(call);
 	call_send(call);
 }
@@ -641,6 +642,7 @@ nw_h1_pool_new(unsigned max_connections)
 	pool->timers = nw_timers_new(true);
 	pool->dead_calls = g_ptr_array_new();
 	pool->dead_conns = g_ptr_array_new();
+	pool->spare_buffers = g_ptr_array_new_with_free_func(g_free);
 	g_queue_init(&pool->live);
 	pool->resolver = g_resolver_get_default();
 	g_queue_init(&pool->waiting);
@@ -679,6 +681,7 @@ nw_h1_pool_free(struct nw_h1_pool *pool)
 	nw_h1_targets_free(pool->targets);
 	g_ptr_array_free(pool->dead_calls, TRUE);
 	g_ptr_array_free(pool->dead_conns, TRUE);
+	g_ptr_array_free(pool->spare_buffers, TRUE);
 	g_object_unref(pool->resolver);
 	g_free(pool);
 }

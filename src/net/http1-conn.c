@@ -56,12 +56,27 @@ nw_h1_conn_make_idle(struct h1_conn *c)
 	c->call = NULL;
 	c->reused = true;
 	c->in_off = c->in_len = 0;
-	/* A buffer grown for a long head goes back to its usual size. */
-	if (c->in_cap > NW_H1_READ_BUFFER) {
-		c->in_cap = NW_H1_READ_BUFFER;
-		c->in = g_realloc(c->in, c->in_cap);
-	}
+	/* Kept for the next busy connection, unless grown for a long head or
+	 * enough are kept already. */
+	if (c->in_cap == NW_H1_READ_BUFFER && c->pool->spare_buffers->len < NW_H1_SPARE_BUFFERS)
+		g_ptr_array_add(c->pool->spare_buffers, c->in);
+	else
+		g_free(c->in);
+	c->in = NULL;
+	c->in_cap = 0;
 	g_queue_push_head_link(&c->origin->idle, &c->idle_link);
+}
+
+void
+nw_h1_conn_take_buffer(struct h1_conn *c)
+{
+	GPtrArray *spares = c->pool->spare_buffers;
+
+	if (c->in != NULL)
+		return;
+	c->in_cap = NW_H1_READ_BUFFER;
+	c->in = spares->len > 0 ? g_ptr_array_steal_index_fast(spares, spares->len - 1)
+	                        : g_malloc(c->in_cap);
 }
 
 /* Room to read into: the unread bytes move to the front, and the buffer
@@ -180,8 +195,6 @@ nw_h1_conn_open(struct h1_call *call)
 	c->pool = pool;
 	c->origin = o;
 	c->fd = -1;
-	c->in_cap = NW_H1_READ_BUFFER;
-	c->in = g_malloc(c->in_cap);
 	c->idle_link.data = c;
 	pool->connections++;
 	h1_bind(call, c);

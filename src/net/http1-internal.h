@@ -20,6 +20,8 @@
 #include "net/upstream-backend.h"
 
 #define NW_H1_READ_BUFFER (16u * 1024u)
+/* Read buffers kept for reuse once their connections are parked. */
+#define NW_H1_SPARE_BUFFERS 64u
 
 enum conn_state { CONN_RESOLVING, CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_DEAD };
 
@@ -37,7 +39,7 @@ struct h1_conn {
 	bool reused;            /* has carried a request before this one */
 	bool peer_closed;       /* the engine has closed its side */
 	bool drained;           /* the last read emptied the socket */
-	char *in;               /* read buffer */
+	char *in;               /* read buffer, only while busy (NULL when idle) */
 	size_t in_off, in_len, in_cap;
 	struct resolve_ticket *ticket;
 	GList *addrs;           /* resolved addresses (GInetAddress), owned */
@@ -97,6 +99,7 @@ struct nw_h1_pool {
 	GQueue live;            /* calls not yet ended */
 	GPtrArray *dead_calls;  /* ended calls and closed connections, freed */
 	GPtrArray *dead_conns;  /* when the outermost entry point is left */
+	GPtrArray *spare_buffers; /* read buffers of parked connections, for reuse */
 	unsigned depth;         /* nesting of entry points */
 	unsigned defer;         /* >0: failures are reported from the timer */
 	bool dispatching;
@@ -127,7 +130,10 @@ void nw_h1_call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
 void nw_h1_conn_open(struct h1_call *call);
 /* An epoll event while connecting. */
 void nw_h1_conn_connecting_event(struct h1_conn *c, uint32_t events);
-/* Parks a connection that finished an exchange cleanly. */
+/* Gives a connection about to carry a call its read buffer. */
+void nw_h1_conn_take_buffer(struct h1_conn *c);
+/* Parks a connection that finished an exchange cleanly; its read buffer
+ * goes back to the pool, so parked connections cost no buffer. */
 void nw_h1_conn_make_idle(struct h1_conn *c);
 /* Closes at once; the memory is freed on leaving. */
 void nw_h1_conn_close(struct h1_conn *c);
