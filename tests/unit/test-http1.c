@@ -369,6 +369,7 @@ struct result {
 	bool done;
 	CURLcode code;
 	long status;
+	char *error;
 	GString *body;
 	struct nw_upstream_call *call; /* set: look headers up in on_done */
 	char *retry_after;
@@ -406,6 +407,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 	r->early = !r->started;
 	r->code = res->code;
 	r->status = res->status;
+	r->error = g_strdup(res->error);
 	if (r->call != NULL) {
 		r->retry_after = g_strdup(nw_upstream_header(r->call, "Retry-After"));
 		g_assert_cmpstr(nw_upstream_header(r->call, "RETRY-AFTER"), ==, r->retry_after);
@@ -459,6 +461,7 @@ result_clear(struct result *r)
 {
 	g_string_free(r->body, TRUE);
 	g_free(r->retry_after);
+	g_free(r->error);
 }
 
 static char *
@@ -667,6 +670,49 @@ test_failures(void)
 }
 
 static void
+test_connect_timeout(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream_request req = {
+		.method = "GET", .connect_timeout_ms = 200, .timeout_ms = 5000,
+	};
+	struct nw_upstream *up;
+	struct result r = { 0 };
+	g_autofree char *url = NULL;
+	int fillers[4];
+	int fd;
+
+	g_test_summary("A connection that never completes fails at connect_timeout_ms, not at "
+	               "the transfer's timeout (a loopback listener whose accept queue is full "
+	               "drops new SYNs)");
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	g_assert_cmpint(bind(fd, (struct sockaddr *)&a, sizeof a), ==, 0);
+	g_assert_cmpint(listen(fd, 0), ==, 0);
+	getsockname(fd, (struct sockaddr *)&a, &len);
+	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++) {
+		fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		(void)connect(fillers[i], (struct sockaddr *)&a, sizeof a);
+	}
+	settle(50);
+	url = g_strdup_printf("http://127.0.0.1:%u/", ntohs(a.sin_port));
+	req.url = url;
+	up = nw_upstream_new(&uo);
+	r.body = g_string_new(NULL);
+	g_assert_nonnull(nw_upstream_start(up, &req, &handlers, &r));
+	r.started = true;
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, CURLE_OPERATION_TIMEDOUT);
+	g_assert_true(g_str_has_prefix(r.error, "Connection timed out"));
+	result_clear(&r);
+	nw_upstream_free(up);
+	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++)
+		close(fillers[i]);
+	close(fd);
+}
+
+static void
 test_pool_limit_and_names(void)
 {
 	static const struct action script[] = { { OK_REPLY, 1, false } };
@@ -764,6 +810,7 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/client/framings", test_framings_over_the_wire);
 	g_test_add_func("/http1/client/header-lookup", test_header_lookup);
 	g_test_add_func("/http1/client/failures", test_failures);
+	g_test_add_func("/http1/client/connect-timeout", test_connect_timeout);
 	g_test_add_func("/http1/client/pool-limit-and-names", test_pool_limit_and_names);
 	g_test_add_func("/http1/client/pause-cancel-big-head", test_pause_cancel_and_big_heads);
 	return g_test_run();
