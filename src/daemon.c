@@ -351,10 +351,8 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 			goto fail;
 	}
 
-	pool.name = "serving";
 	pool.max_connections = cfg->serving.max_connections;
 	d->serving_pool = nw_upstream_new(&pool);
-	pool.name = "control";
 	pool.max_connections = nw_config_control_connections(cfg);
 	d->control_pool = nw_upstream_new(&pool);
 

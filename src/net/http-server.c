@@ -283,15 +283,12 @@ nw_http_server_suspend(struct nw_http_server *srv, struct MHD_Connection *conn,
 	w->suspended = true;
 	w->on_hangup = on_hangup;
 	w->data = data;
-	g_queue_push_tail_link(&srv->suspended, &w->link);
-	if (w->peer_closed && on_hangup != NULL) {
-		/* The peer left before this suspend: report it from the loop,
-		 * not from inside the caller's handler. */
-		g_queue_unlink(&srv->suspended, &w->link);
-		g_queue_push_tail_link(&srv->late_hangups, &w->link);
-		w->late = true;
+	/* A peer that left before this suspend is reported from the loop,
+	 * not from inside the caller's handler. */
+	w->late = w->peer_closed && on_hangup != NULL;
+	g_queue_push_tail_link(w->late ? &srv->late_hangups : &srv->suspended, &w->link);
+	if (w->late)
 		nw_deadline_source_set_in(srv->deadline, 0);
-	}
 }
 
 void

@@ -31,7 +31,6 @@ struct sock {
 };
 
 struct nw_curl_pool {
-	char *name;
 	CURLM *multi;
 	int epfd;
 	GSource *io;
@@ -396,11 +395,10 @@ nw_curl_active(const struct nw_curl_pool *up)
 }
 
 struct nw_curl_pool *
-nw_curl_pool_new(const char *name, unsigned max_connections)
+nw_curl_pool_new(unsigned max_connections)
 {
 	struct nw_curl_pool *up = g_new0(struct nw_curl_pool, 1);
 
-	up->name = g_strdup(name);
 	up->multi = curl_multi_init();
 	up->epfd = epoll_create1(EPOLL_CLOEXEC);
 	up->socks = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
@@ -454,6 +452,5 @@ nw_curl_pool_free(struct nw_curl_pool *up)
 	close(up->epfd);
 	g_hash_table_destroy(up->socks);
 	g_ptr_array_free(up->reap, TRUE);
-	g_free(up->name);
 	g_free(up);
 }

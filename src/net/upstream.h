@@ -18,7 +18,6 @@ struct nw_upstream;
 struct nw_upstream_call;
 
 struct nw_upstream_options {
-	const char *name;         /* "serving" or "control", for logs */
 	unsigned max_connections; /* pool size: total connections to engines,
 	                           * for each of the two clients; calls beyond
 	                           * it wait for a connection in arrival order */

@@ -107,11 +107,7 @@ on_event(void *data, const char *payload, size_t len)
 {
 	struct nw_request *r = data;
 	struct nw_collect *c = &r->collect;
-	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER,
-		.prompt_tokens = -1, .completion_tokens = -1,
-	};
+	struct narwhal_sse_event ev;
 	json_t *chunk;
 
 	c->taken += len;
@@ -120,13 +116,8 @@ on_event(void *data, const char *payload, size_t len)
 		                "serving.max_response_bytes");
 		return false;
 	}
-	/* As in the relay: after the first token only the terminator and
-	 * errors need the dialect. */
-	if (!c->first_token || nw_event_may_end(payload, len)) {
-		if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
-			ev.kind = NARWHAL_SSE_OTHER;
-	} else {
-		ev.kind = NARWHAL_SSE_TOKENS;
+	if (!nw_event_read(r, c->first_token, payload, len, &ev)) {
+		/* A token chunk: merged without a parse when it has the shape. */
 		g_string_truncate(c->text, 0);
 		if (nw_chunk_shape_match(&c->shape, payload, len, c->text) &&
 		    nw_assembly_add_text(c->assembly, c->shape_choice, c->text->str,

@@ -33,8 +33,6 @@
 
 static bool on_event(void *data, const char *payload, size_t len);
 
-/* After the first token only the terminator and errors matter: most events
- * are tokens, and asking the dialect (a JSON parse) for each is wasted. */
 static bool
 contains(const char *p, size_t len, const char *needle, size_t n)
 {
@@ -51,10 +49,28 @@ contains(const char *p, size_t len, const char *needle, size_t n)
 	return false;
 }
 
-bool
-nw_event_may_end(const char *payload, size_t len)
+static bool
+event_may_end(const char *payload, size_t len)
 {
 	return contains(payload, len, "[DONE]", 6) || contains(payload, len, "\"error\"", 7);
+}
+
+bool
+nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
+              struct narwhal_sse_event *ev)
+{
+	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
+
+	*ev = (struct narwhal_sse_event){
+		.struct_size = sizeof *ev, .kind = NARWHAL_SSE_TOKENS,
+		.prompt_tokens = -1, .completion_tokens = -1,
+	};
+	if (after_first_token && !event_may_end(payload, len))
+		return false;
+	ev->kind = NARWHAL_SSE_OTHER;
+	if (d->ops->parse_sse(d->ctx, payload, len, ev) != 0)
+		ev->kind = NARWHAL_SSE_OTHER; /* unreadable: the engine's own */
+	return true;
 }
 
 void
@@ -87,18 +103,12 @@ on_event(void *data, const char *payload, size_t len)
 {
 	struct nw_request *r = data;
 	struct nw_relay *rl = &r->relay;
-	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER,
-		.prompt_tokens = -1, .completion_tokens = -1,
-	};
+	struct narwhal_sse_event ev;
 
 	/* The event is released up to the blank line that ended it. */
 	rl->committed = rl->chunk_base + rl->sse.boundary;
-	if (rl->first_token && !nw_event_may_end(payload, len))
-		return true;
-	if (d->ops->parse_sse(d->ctx, payload, len, &ev) != 0)
-		ev.kind = NARWHAL_SSE_OTHER; /* unreadable: relay it, it is the engine's */
+	if (!nw_event_read(r, rl->first_token, payload, len, &ev))
+		return true; /* a token: relayed as it is */
 	switch (ev.kind) {
 	case NARWHAL_SSE_TOKENS:
 		if (!rl->first_token) {

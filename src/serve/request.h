@@ -31,6 +31,7 @@
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
 #include "net/sse.h"
+#include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/assemble.h"
 #include "serve/chunk-shape.h"
@@ -39,7 +40,6 @@
 #include "serve/request-parse.h"
 #include "serve/retry.h"
 #include "serve/slots.h"
-#include "net/timers.h"
 
 struct nw_request;
 
@@ -294,9 +294,12 @@ void nw_leg_release(struct nw_request *r);
 /* --- relay.c -------------------------------------------------------- */
 
 void nw_relay_init(struct nw_relay *rl, size_t max_event);
-/* Whether an event after the first token may be the terminator or an
- * error, and so needs the dialect's parse (relay and collector). */
-bool nw_event_may_end(const char *payload, size_t len);
+/* The dialect's reading of an engine event (relay and collector). After
+ * the first token only an event that may be the terminator or an error is
+ * parsed, since most are tokens and a JSON parse of each is wasted; the
+ * rest return false with ev->kind NARWHAL_SSE_TOKENS. */
+bool nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
+                   struct narwhal_sse_event *ev);
 void nw_relay_clear(struct nw_relay *rl);
 /* Engine bytes of a 2xx stream; false when the relay is full and the
  * transfer must pause (curl hands the same bytes back later). */

@@ -240,7 +240,7 @@ static bool
 fleet_start(struct sim_fleet *fleet, char **error)
 {
 	const struct sim_options *o = fleet->opts;
-	struct nw_upstream_options uo = { .name = "kv-pull", .max_connections = 1024 };
+	struct nw_upstream_options uo = { .max_connections = 1024 };
 	GError *gerror = NULL;
 
 	fleet->loop = g_main_loop_new(NULL, FALSE);

@@ -494,7 +494,7 @@ static void
 env_start(struct env *e, const struct action *script, unsigned n, unsigned max_connections,
           const char *host)
 {
-	struct nw_upstream_options uo = { .name = "t", .max_connections = max_connections };
+	struct nw_upstream_options uo = { .max_connections = max_connections };
 
 	server_start(&e->srv, script, n);
 	e->up = nw_upstream_new(&uo);
@@ -674,7 +674,7 @@ test_connect_timeout(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof a;
-	struct nw_upstream_options uo = { .name = "t", .max_connections = 4 };
+	struct nw_upstream_options uo = { .max_connections = 4 };
 	struct nw_upstream_request req = {
 		.method = "GET", .connect_timeout_ms = 200, .timeout_ms = 5000,
 	};

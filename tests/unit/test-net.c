@@ -83,7 +83,7 @@ setup(struct fixture *f, gconstpointer libcurl)
 		.host = "127.0.0.1", .port = 0, .connection_timeout_s = 10, .connection_limit = 2000,
 	};
 	struct nw_upstream_options uo = {
-		.name = "test", .max_connections = 512, .use_libcurl = libcurl != NULL,
+		.max_connections = 512, .use_libcurl = libcurl != NULL,
 	};
 	GError *error = NULL;
 

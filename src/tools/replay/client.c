@@ -402,7 +402,7 @@ bool
 rp_client_run(const struct rp_client_opts *o, const struct rp_schedule *s, struct rp_run *out,
               GError **error)
 {
-	struct nw_upstream_options uo = { .name = "replay", .max_connections = o->concurrency };
+	struct nw_upstream_options uo = { .max_connections = o->concurrency };
 	struct run run = { .o = o, .s = s };
 	size_t n = s->items->len;
 
@@ -509,7 +509,7 @@ ask_done(void *data, const struct nw_upstream_result *res)
 static json_t *
 ask(const char *endpoint, const char *body, double timeout_s, char **why)
 {
-	struct nw_upstream_options uo = { .name = "replay-setup", .max_connections = 1 };
+	struct nw_upstream_options uo = { .max_connections = 1 };
 	struct nw_upstream *up = nw_upstream_new(&uo);
 	struct ask a = { .loop = g_main_loop_new(NULL, FALSE), .body = g_string_new(NULL) };
 	static const struct nw_upstream_handlers handlers = {
