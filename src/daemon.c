@@ -364,7 +364,9 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	so.serving_pool = d->serving_pool;
 	so.control_pool = d->control_pool;
 	so.api_keys = d->api_keys;
-	d->serve = nw_serve_new(&so);
+	d->serve = nw_serve_new(&so, error);
+	if (d->serve == NULL)
+		goto fail;
 
 	http.host = cfg->server.host;
 	http.port = (uint16_t)cfg->server.port;

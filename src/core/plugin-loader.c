@@ -8,6 +8,9 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
 
 #ifndef NW_PLUGINDIR
 #error "NW_PLUGINDIR must name the installed plugin directory (set by Makefile.am)"
@@ -50,19 +53,37 @@ static const struct slot controller_required[] = {
 	SLOT(struct narwhal_controller_ops, propose),
 };
 
-/* build_tokenize and parse_tokenize are optional: without them the host
- * sizes requests with engine.chars_per_token. */
+/* Optional dialect slots are optional together: tokenise sizing needs both
+ * halves, model discovery too, and a handoff needs all three of its slots
+ * (whether an engine uses them is its capabilities' business, checked when
+ * the daemon starts). */
 static const struct slot dialect_required[] = {
 	SLOT(struct narwhal_dialect_ops, create),
 	SLOT(struct narwhal_dialect_ops, destroy),
 	SLOT(struct narwhal_dialect_ops, capabilities),
-	SLOT(struct narwhal_dialect_ops, build_prefill),
-	SLOT(struct narwhal_dialect_ops, build_decode),
 	SLOT(struct narwhal_dialect_ops, build_aggregate),
 	SLOT(struct narwhal_dialect_ops, build_health),
-	SLOT(struct narwhal_dialect_ops, parse_prefill),
 	SLOT(struct narwhal_dialect_ops, parse_sse),
-	SLOT(struct narwhal_dialect_ops, classify_error),
+	SLOT(struct narwhal_dialect_ops, parse_error),
+};
+
+#define MAX_GROUP 3
+
+/* Slots that are each optional but only work together: a table has all of
+ * a group or none. */
+struct slot_group {
+	struct slot slots[MAX_GROUP];
+	size_t n;
+};
+
+static const struct slot_group dialect_groups[] = {
+	{ { SLOT(struct narwhal_dialect_ops, build_tokenize),
+	    SLOT(struct narwhal_dialect_ops, parse_tokenize) }, 2 },
+	{ { SLOT(struct narwhal_dialect_ops, build_prefill),
+	    SLOT(struct narwhal_dialect_ops, build_decode),
+	    SLOT(struct narwhal_dialect_ops, parse_prefill) }, 3 },
+	{ { SLOT(struct narwhal_dialect_ops, build_models),
+	    SLOT(struct narwhal_dialect_ops, parse_models) }, 2 },
 };
 
 struct kind_info {
@@ -72,6 +93,8 @@ struct kind_info {
 	size_t ops_min;       /* end of the last required slot */
 	const struct slot *required;
 	size_t n_required;
+	const struct slot_group *groups;
+	size_t n_groups;
 };
 
 /* Indexed by narwhal_plugin_kind. */
@@ -79,8 +102,9 @@ static const struct kind_info kinds[] = {
 	[NARWHAL_KIND_DIALECT] = {
 		"dialect", "struct narwhal_dialect_ops",
 		sizeof(struct narwhal_dialect_ops),
-		END_OF(struct narwhal_dialect_ops, classify_error),
+		END_OF(struct narwhal_dialect_ops, parse_error),
 		dialect_required, G_N_ELEMENTS(dialect_required),
+		dialect_groups, G_N_ELEMENTS(dialect_groups),
 	},
 	[NARWHAL_KIND_ADMISSION] = {
 		"admission", "struct narwhal_admission_ops",
@@ -197,6 +221,43 @@ refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
 	}
 }
 
+/* Whether an ops slot (in the host's copy) holds a function. */
+static bool
+slot_set(const struct nw_plugin *p, const struct slot *s)
+{
+	void (*fn)(void);
+
+	memcpy(&fn, (const char *)&p->ops + s->offset, sizeof fn);
+	return fn != NULL;
+}
+
+/* A group of slots that only work together: all set, or none. */
+static bool
+check_group(const struct nw_plugin *p, const struct slot_group *group,
+            const struct kind_info *want, GError **error)
+{
+	g_autoptr(GString) names = g_string_new(NULL);
+	const char *missing = NULL;
+	size_t n_set = 0;
+
+	for (size_t i = 0; i < group->n; i++) {
+		g_string_append_printf(names, "%s%s", i == 0 ? "" : (i + 1 == group->n ? " and " : ", "),
+		                       group->slots[i].name);
+		if (slot_set(p, &group->slots[i]))
+			n_set++;
+		else if (missing == NULL)
+			missing = group->slots[i].name;
+	}
+	if (n_set == 0 || n_set == group->n)
+		return true;
+	g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_SLOT,
+	            "%s: incomplete %s slot group: %s work together, found %s NULL while "
+	            "another is set: implement %s() too, or set none of them in the "
+	            "plugin's %s",
+	            p->path, want->name, names->str, missing, missing, want->ops_type);
+	return false;
+}
+
 /* Every check the descriptor and ops must pass before the host calls into
  * the plugin, in a fixed order: the guard fields first, because nothing
  * after them has a known layout until they match. Fills p->ops. */
@@ -309,16 +370,59 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 
 	for (size_t i = 0; i < want->n_required; i++) {
 		const struct slot *s = &want->required[i];
-		void (*fn)(void);
 
-		memcpy(&fn, (const char *)&p->ops + s->offset, sizeof fn);
-		if (fn == NULL) {
+		if (!slot_set(p, s)) {
 			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_SLOT,
 			            "%s: required %s slot is NULL: expected a function in %s, "
 			            "found NULL: implement %s() and set it in the plugin's %s",
 			            file, want->name, s->name, s->name, want->ops_type);
 			return false;
 		}
+	}
+	for (size_t g = 0; g < want->n_groups; g++)
+		if (!check_group(p, &want->groups[g], want, error))
+			return false;
+	return true;
+}
+
+/* Who other than the path's owner (and root) could replace it: NULL when
+ * nobody. A directory counts too, since its writers can swap the file. */
+static const char *
+other_writers(const struct stat *st)
+{
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return "another user owns it";
+	if (st->st_mode & S_IWOTH)
+		return "every user can write it";
+	if ((st->st_mode & S_IWGRP) && st->st_gid != 0)
+		return "its group can write it";
+	return NULL;
+}
+
+/* Refuse (as root) or warn about a plugin file or directory that others
+ * can write: loading it runs their code with our privileges. */
+static bool
+check_writers(const char *file, GError **error)
+{
+	g_autofree char *dir = g_path_get_dirname(file);
+	const char *paths[] = { file, dir };
+
+	for (size_t i = 0; i < G_N_ELEMENTS(paths); i++) {
+		struct stat st;
+		const char *who;
+
+		if (stat(paths[i], &st) != 0 || (who = other_writers(&st)) == NULL)
+			continue;
+		if (geteuid() == 0) {
+			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_UNSAFE,
+			            "%s: refusing to load a plugin as root from a %s others can "
+			            "write: expected %s owned by root and writable by its owner "
+			            "only, found that %s: fix it with chown root and chmod go-w",
+			            file, i == 0 ? "file" : "directory", paths[i], who);
+			return false;
+		}
+		nw_log(NARWHAL_LOG_WARNING, "plugin_path_writable", "path", paths[i], "why", who,
+		       "plugin", file, NULL);
 	}
 	return true;
 }
@@ -341,6 +445,9 @@ nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GEr
 		refuse_not_found(error, file, kind, name);
 		return NULL;
 	}
+
+	if (!check_writers(file, error))
+		return NULL;
 
 	p = g_new0(struct nw_plugin, 1);
 	p->path = g_strdup(file);

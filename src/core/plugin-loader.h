@@ -19,6 +19,7 @@ GQuark nw_plugin_error_quark(void);
 /* Error codes, in the order the loader checks them. */
 typedef enum nw_plugin_error {
 	NW_PLUGIN_ERROR_NOT_FOUND,      /* no file for the name */
+	NW_PLUGIN_ERROR_UNSAFE,         /* as root: file or directory others can write */
 	NW_PLUGIN_ERROR_OPEN,           /* dlopen failed */
 	NW_PLUGIN_ERROR_NO_ENTRY,       /* no narwhal_plugin_entry symbol */
 	NW_PLUGIN_ERROR_NULL_DESCRIPTOR,/* entry returned NULL */
@@ -63,7 +64,10 @@ const char *nw_plugin_kind_name(narwhal_plugin_kind kind);
 char *nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
                         const char *dir);
 
-/* Load and check. name may be NULL to skip the name check (explicit path). */
+/* Load and check. name may be NULL to skip the name check (explicit path).
+ * A file, or its directory, that users other than its owner can write, or
+ * that another user owns, is refused when running as root and logged as a
+ * warning otherwise (docs/plugins.md, "Where plugins live"). */
 struct nw_plugin *nw_plugin_load(narwhal_plugin_kind kind, const char *name,
                                  const char *file, GError **error);
 void nw_plugin_free(struct nw_plugin *plugin);

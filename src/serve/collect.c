@@ -62,28 +62,19 @@ nw_collect_begin(struct nw_request *r)
 	c->done = false;
 }
 
-/* The message of an in-band error event, for the client. */
-static char *
-event_message(const char *payload, size_t len)
-{
-	json_t *doc = json_loadb(payload, len, 0, NULL);
-	json_t *err = json_object_get(doc, "error");
-	const char *msg = json_string_value(json_is_object(err) ? json_object_get(err, "message")
-	                                                        : err);
-	char *text = g_strdup(msg ? msg : "the engine sent an error event");
-
-	json_decref(doc);
-	return text;
-}
-
 static void
 fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev, const char *payload,
              size_t len)
 {
 	struct nw_serve *s = r->serve;
-	g_autofree char *msg = event_message(payload, len);
-	g_autofree char *text = g_strdup_printf("engine %s: %s",
-	                                        s->cfg->fleet.engines[r->leg.engine].id, msg);
+	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
+	struct narwhal_engine_error err;
+	g_autofree char *text = NULL;
+	const char *msg;
+
+	nw_dialect_read_error(d, 0, payload, len, &err);
+	msg = err.message[0] != '\0' ? err.message : "the engine sent an error event";
+	text = g_strdup_printf("engine %s: %s", d->ref.id, msg);
 
 	s->counters.stream_errors++;
 	switch (ev->error_class) {

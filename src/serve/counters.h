@@ -55,7 +55,9 @@
 	X(engine_status_2xx)             \
 	X(engine_status_4xx)             \
 	X(engine_status_5xx)             \
-	X(shutdown_aborts)               /* requests cut by a stop signal */
+	X(shutdown_aborts)               /* requests cut by a stop signal */ \
+	X(plugin_call_errors)            /* a plugin slot failed (logged) */ \
+	X(handoff_missing)               /* a 2xx prefill answer without a handoff */
 
 struct nw_serve_counters {
 #define NW_SERVE_COUNTER_FIELD(name) uint64_t name;

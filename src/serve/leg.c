@@ -179,8 +179,9 @@ nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
 		leg->collected = g_string_sized_new(255);
 	g_string_truncate(leg->collected, 0);
 	leg->url = g_strconcat(base, call->path, NULL);
-	if (call->body != NULL && call->body == r->parsed.body) {
-		/* The dialect kept the client's body: its bytes as they came. */
+	if ((call->flags & NARWHAL_CALL_CLIENT_BODY) && call->body == r->parsed.body) {
+		/* The dialect sends the client's body unchanged: its bytes as
+		 * they came. */
 		leg->body = g_memdup2(r->body_in->str, r->body_in->len);
 		leg->body_len = r->body_in->len;
 		json_decref(call->body);

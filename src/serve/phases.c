@@ -32,10 +32,11 @@ nw_phase_begin(struct nw_request *r)
 {
 	struct nw_serve *s = r->serve;
 	struct nw_client_error err;
+	const struct nw_parse_limits lim = { .router_keys = s->router_keys };
 	const char *ctype = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
 	                                                MHD_HTTP_HEADER_CONTENT_TYPE);
 
-	if (nw_request_parse(r->route, ctype, r->body_in->str, r->body_in->len, NULL, &r->parsed,
+	if (nw_request_parse(r->route, ctype, r->body_in->str, r->body_in->len, &lim, &r->parsed,
 	                     &err) != 0) {
 		answer_client_error(r, &err);
 		return;
@@ -77,6 +78,37 @@ nw_phase_size_by_chars(struct nw_request *r)
 	admission(r);
 }
 
+/* What a dialect call is built for: this request on engine, within the
+ * attempt's pair (prefill and decode engines, -1 when not placed). */
+static struct narwhal_dialect_target
+target_for(const struct nw_request *r, uint32_t engine, const json_t *body)
+{
+	const struct nw_serve *s = r->serve;
+
+	return (struct narwhal_dialect_target){
+		.struct_size = sizeof(struct narwhal_dialect_target),
+		.request = r->handle,
+		.request_id = r->id,
+		.attempt = r->attempt,
+		.route = r->route,
+		.client_body = body,
+		.engine = &s->dialects[engine].ref,
+		.prefill = r->prefill_pair >= 0 && !r->aggregate
+		                   ? &s->dialects[r->prefill_pair].ref : NULL,
+		.decode = r->decode_engine >= 0 && !r->aggregate
+		                  ? &s->dialects[r->decode_engine].ref : NULL,
+		.pair_id = r->aggregate ? 0 : (r->handle << 2) | (r->attempt & 3u),
+	};
+}
+
+/* A dialect slot failed: logged and counted, never silent. */
+static void
+dialect_failed(struct nw_request *r, const struct nw_dialect *d, const char *slot, int rc)
+{
+	r->serve->counters.plugin_call_errors++;
+	nw_dialect_log_failure(d, slot, rc, r->id);
+}
+
 static void
 start_sizing(struct nw_request *r)
 {
@@ -105,9 +137,22 @@ start_sizing(struct nw_request *r)
 	}
 	s->next_tokenize = (engine + 1) % MAX(n, 1);
 	d = found ? nw_serve_dialect(s, engine) : NULL;
-	rc = d != NULL ? d->ops->build_tokenize(d->ctx, r->route, r->parsed.body, &call) : -ENOENT;
+	/* A dialect without the tokenise pair sizes by characters. */
+	if (d == NULL || d->ops->build_tokenize == NULL) {
+		nw_phase_size_by_chars(r);
+		return;
+	}
+	{
+		struct narwhal_dialect_target target = target_for(r, engine, r->parsed.body);
+
+		rc = d->ops->build_tokenize(d->ctx, &target, &call);
+	}
 	if (rc != 0) {
 		json_decref(call.body);
+		/* -ENOTSUP and -EALREADY are answers, not failures (a prompt of
+		 * token IDs never gets here: its length is its count). */
+		if (rc != -ENOTSUP && rc != -EALREADY)
+			dialect_failed(r, d, "build_tokenize", rc);
 		nw_phase_size_by_chars(r);
 		return;
 	}
@@ -121,11 +166,12 @@ tokenize_done(struct nw_request *r, const struct nw_upstream_result *res)
 	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
 	json_t *doc = NULL;
 	uint64_t count = 0;
+	int rc = 0;
 
 	r->phase = NW_PT_NONE;
 	if (res->code == CURLE_OK && r->leg.status == 200)
 		doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
-	if (doc != NULL && d->ops->parse_tokenize(d->ctx, doc, &count) == 0) {
+	if (doc != NULL && (rc = d->ops->parse_tokenize(d->ctx, doc, &count)) == 0) {
 		json_decref(doc);
 		nw_leg_release(r);
 		r->prompt_tokens = count;
@@ -133,6 +179,8 @@ tokenize_done(struct nw_request *r, const struct nw_upstream_result *res)
 		admission(r);
 		return;
 	}
+	if (rc != 0)
+		dialect_failed(r, d, "parse_tokenize", rc);
 	json_decref(doc);
 	nw_leg_release(r);
 	nw_phase_size_by_chars(r);
@@ -174,6 +222,7 @@ admission(struct nw_request *r)
 	const struct narwhal_admission_ops *ops = &s->admission->plugin->ops.admission;
 	struct narwhal_admission_request req = {
 		.struct_size = sizeof req,
+		.request = r->handle,
 		.request_id = r->id,
 		.prompt_tokens = r->prompt_tokens,
 		.prompt_tokens_exact = r->prompt_tokens_exact,
@@ -186,12 +235,25 @@ admission(struct nw_request *r)
 		.queue_capacity = s->cfg->serving.queue_capacity,
 	};
 	struct narwhal_admission_decision dec = {
-		.struct_size = sizeof dec, .verdict = NARWHAL_ADMIT, .retry_after_s = 1.0,
+		.struct_size = sizeof dec, .verdict = NARWHAL_REFUSE, .retry_after_s = 1.0,
 		.projected_ttft_s = NAN, .reason = NULL,
 	};
+	int rc = ops->decide(s->admission->ctx, &req, &dec);
 
-	if (ops->decide(s->admission->ctx, &req, &dec) != 0)
-		dec.verdict = NARWHAL_ADMIT; /* a failing policy must not stop serving */
+	/* A failing policy refuses (plugin-abi.h): admitting what nobody
+	 * priced could break every admitted request's targets. */
+	if (rc != 0) {
+		char code[16];
+
+		g_snprintf(code, sizeof code, "%d", rc);
+		s->counters.plugin_call_errors++;
+		nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin",
+		       s->admission->plugin->desc->name, "kind", "admission", "slot", "decide",
+		       "rc", code, "request_id", r->id, NULL);
+		nw_request_refuse(r, 503, "admission_unavailable", 0, "the admission policy "
+		                  "could not decide on this request: retry later");
+		return;
+	}
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
 	case NARWHAL_ADMIT_QUEUE:
@@ -221,33 +283,33 @@ admission(struct nw_request *r)
 
 /* --- placement ------------------------------------------------------- */
 
+/* Whether some live prefill engine has a live decode engine it can hand
+ * off to. Without such a pair (spec 7.2: one engine of each role is
+ * missing; or the dialects cannot pair them) every engine serves whole
+ * requests. */
 static bool
-use_aggregate(const struct nw_serve *s)
+fleet_pairs(const struct nw_serve *s)
 {
-	bool prefill = false, decode = false;
+	uint32_t n = s->fleet->view.n_engines;
 
-	if (s->fleet->view.n_engines <= 1)
-		return true;
-	for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
-		const struct narwhal_engine_view *e = &s->fleet->engines[i];
-
-		if (!engine_available(s, i))
+	for (uint32_t p = 0; p < n; p++) {
+		if (s->fleet->engines[p].role != NARWHAL_ROLE_PREFILL || !engine_available(s, p) ||
+		    !nw_dialect_pairs(&s->dialects[p]))
 			continue;
-		prefill |= e->role == NARWHAL_ROLE_PREFILL;
-		decode |= e->role == NARWHAL_ROLE_DECODE;
+		for (uint32_t d = 0; d < n; d++) {
+			if (s->fleet->engines[d].role == NARWHAL_ROLE_DECODE && engine_available(s, d) &&
+			    nw_dialect_compatible(&s->dialects[p], &s->dialects[d]))
+				return true;
+		}
 	}
-	/* Spec 7.2: without a live engine of one role, one engine serves both. */
-	return !(prefill && decode);
+	return false;
 }
 
 void
 nw_phase_begin_attempt(struct nw_request *r)
 {
-	struct nw_serve *s = r->serve;
-	const struct nw_dialect *d = nw_serve_dialect(s, 0);
-
-	r->aggregate = use_aggregate(s) ||
-	               !(d->ops->capabilities(d->ctx) & NARWHAL_DIALECT_HANDOFF_SEQUENTIAL);
+	r->aggregate = !fleet_pairs(r->serve);
+	r->prefill_pair = -1;
 	nw_phase_place(r, r->aggregate ? NARWHAL_PHASE_AGGREGATE : NARWHAL_PHASE_PREFILL);
 }
 
@@ -264,13 +326,26 @@ phase_resident(const struct narwhal_engine_view *e, narwhal_phase phase)
 	return phase == NARWHAL_PHASE_DECODE ? e->resident_decode : e->resident_prefill;
 }
 
+/* Whether engine i may take the phase for r. An engine whose dialect cannot
+ * pair (aggregate-only, e.g. llama.cpp) starts requests whatever its role
+ * and runs them whole; a decode engine must take the prefill engine's
+ * handoff (the same dialect instance and mode). */
 static bool
-role_fits(const struct narwhal_engine_view *e, narwhal_phase phase)
+role_fits(const struct nw_request *r, uint32_t i, narwhal_phase phase)
 {
-	if (phase == NARWHAL_PHASE_AGGREGATE)
+	const struct nw_serve *s = r->serve;
+	const struct narwhal_engine_view *e = &s->fleet->engines[i];
+	const struct nw_dialect *d = &s->dialects[i];
+
+	switch (phase) {
+	case NARWHAL_PHASE_PREFILL:
+		return !nw_dialect_pairs(d) || e->role == NARWHAL_ROLE_PREFILL;
+	case NARWHAL_PHASE_DECODE:
+		return e->role == NARWHAL_ROLE_DECODE && r->prefill_pair >= 0 &&
+		       nw_dialect_compatible(&s->dialects[r->prefill_pair], d);
+	default:
 		return true;
-	return e->role == (phase == NARWHAL_PHASE_DECODE ? NARWHAL_ROLE_DECODE
-	                                                 : NARWHAL_ROLE_PREFILL);
+	}
 }
 
 /* Fill s->eligible with engines that may take the phase now (room) and
@@ -285,7 +360,8 @@ collect_eligible(struct nw_request *r, narwhal_phase phase, bool exclusions, uin
 	for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
 		const struct narwhal_engine_view *e = &s->fleet->engines[i];
 
-		if (!role_fits(e, phase) || !engine_available(s, i) || (exclusions && r->excluded[i]))
+		if (!role_fits(r, i, phase) || !engine_available(s, i) ||
+		    (exclusions && r->excluded[i]))
 			continue;
 		if (limit > 0 && phase_resident(e, phase) >= limit)
 			(*full)++;
@@ -295,28 +371,38 @@ collect_eligible(struct nw_request *r, narwhal_phase phase, bool exclusions, uin
 	return n;
 }
 
+/* The placement plugin's choice among s->eligible[0, n), or -1 when it
+ * failed or named an engine that is not eligible: logged and counted, and
+ * never replaced by a choice of ours (plugin-abi.h). */
 static int32_t
 choose(struct nw_request *r, narwhal_phase phase, uint32_t n)
 {
 	struct nw_serve *s = r->serve;
 	const struct narwhal_placement_ops *ops = &s->placement->plugin->ops.placement;
 	struct narwhal_placement_request req = {
-		.struct_size = sizeof req, .request_id = r->id, .phase = phase,
-		.prompt_tokens = r->prompt_tokens, .max_tokens = r->parsed.max_tokens,
-		.eligible = s->eligible, .n_eligible = n,
+		.struct_size = sizeof req, .request = r->handle, .request_id = r->id,
+		.phase = phase, .prompt_tokens = r->prompt_tokens,
+		.max_tokens = r->parsed.max_tokens, .eligible = s->eligible, .n_eligible = n,
+		.paired_engine = phase == NARWHAL_PHASE_DECODE ? r->prefill_pair : -1,
 	};
 	struct narwhal_placement_result out = {
-		.struct_size = sizeof out, .engine = s->eligible[0], .cost = 0,
+		.struct_size = sizeof out, .engine = UINT32_MAX, .cost = 0,
 		.projected_slo_ratio = NAN, .unserved = false,
 	};
+	int rc = ops->place(s->placement->ctx, &req, &out);
+	char code[16];
 
-	if (ops->place(s->placement->ctx, &req, &out) != 0)
-		out.engine = s->eligible[0];
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
 		if (s->eligible[i] == out.engine)
 			return (int32_t)out.engine;
 	}
-	return (int32_t)s->eligible[0]; /* the plugin named another: ours */
+	g_snprintf(code, sizeof code, "%d", rc);
+	s->counters.plugin_call_errors++;
+	nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin", s->placement->plugin->desc->name,
+	       "kind", "placement", "slot", "place", "rc", code,
+	       "why", rc == 0 ? "the engine chosen is not eligible" : "the call failed",
+	       "request_id", r->id, NULL);
+	return -1;
 }
 
 void
@@ -410,27 +496,38 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 
 			for (int pass = 0; pass < 2 && m == 0; pass++, excl = false) {
 				for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
-					if (role_fits(&s->fleet->engines[i], phase) &&
+					if (role_fits(r, i, phase) &&
 					    engine_available(s, i) && !(excl && r->excluded[i]))
 						s->eligible[m++] = i;
 				}
 			}
-			if (m > 0) {
-				r->queued_on = choose(r, phase, m);
+			if (m > 0 && (r->queued_on = choose(r, phase, m)) >= 0)
 				s->fleet->engines[r->queued_on].queued_prefill++;
-			}
 		}
 		return;
 	}
 	engine = choose(r, phase, n);
 	nw_phase_leave_line(r);
 	nw_phase_unqueue(r);
+	if (engine < 0) {
+		nw_wait_line_kick(line);
+		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "the placement policy could not choose "
+		                "an engine");
+		return;
+	}
 	if (phase == NARWHAL_PHASE_DECODE) {
 		s->fleet->engines[engine].resident_decode++;
 		r->decode_engine = engine;
 	} else {
 		s->fleet->engines[engine].resident_prefill++;
 		r->prefill_engine = engine;
+		/* An engine that cannot pair runs the request whole. */
+		if (phase == NARWHAL_PHASE_PREFILL && !nw_dialect_pairs(&s->dialects[engine])) {
+			r->aggregate = true;
+			phase = NARWHAL_PHASE_AGGREGATE;
+		}
+		if (phase == NARWHAL_PHASE_PREFILL)
+			r->prefill_pair = engine;
 	}
 	/* Another slot may be free for the next in line. */
 	nw_wait_line_kick(line);
@@ -467,7 +564,9 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	struct nw_serve *s = r->serve;
 	const struct nw_dialect *d = nw_serve_dialect(s, engine);
 	struct narwhal_http_call call = { .struct_size = sizeof call };
+	struct narwhal_dialect_target target;
 	int64_t now = g_get_monotonic_time();
+	const char *slot;
 	nw_leg_kind kind;
 	int rc;
 
@@ -476,7 +575,9 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		kind = NW_LEG_PREFILL;
 		s->counters.prefill_started++;
 		r->state = NW_REQ_PREFILL;
-		rc = d->ops->build_prefill(d->ctx, r->route, r->parsed.body, &call);
+		target = target_for(r, engine, r->parsed.body);
+		slot = "build_prefill";
+		rc = d->ops->build_prefill(d->ctx, &target, &call);
 		break;
 	case NARWHAL_PHASE_DECODE:
 		if (r->handoff_until_us >= 0 && now >= r->handoff_until_us) {
@@ -488,22 +589,32 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		kind = NW_LEG_DECODE;
 		s->counters.decode_started++;
 		r->state = NW_REQ_DECODE;
-		rc = d->ops->build_decode(d->ctx, r->route, output_body(r), r->handoff, &call);
+		target = target_for(r, engine, output_body(r));
+		slot = "build_decode";
+		rc = d->ops->build_decode(d->ctx, &target, r->handoff, &call);
 		break;
 	case NARWHAL_PHASE_AGGREGATE:
 	default:
 		kind = NW_LEG_AGGREGATE;
 		s->counters.aggregate_started++;
 		r->state = NW_REQ_DECODE;
-		rc = d->ops->build_aggregate(d->ctx, r->route, output_body(r), &call);
+		target = target_for(r, engine, output_body(r));
+		slot = "build_aggregate";
+		rc = d->ops->build_aggregate(d->ctx, &target, &call);
 		break;
 	}
+	if (rc == 0 && (call.path == NULL || call.path[0] != '/' ||
+	                ((call.flags & NARWHAL_CALL_CLIENT_BODY) && call.body != NULL)))
+		rc = -EINVAL;
 	if (rc != 0) {
 		json_decref(call.body);
+		dialect_failed(r, d, slot, rc);
 		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "the dialect could not build the engine "
 		                "request");
 		return;
 	}
+	if (call.flags & NARWHAL_CALL_CLIENT_BODY)
+		call.body = json_incref((json_t *)target.client_body);
 	/* The first-token clock starts before the stream opens (spec 6). A
 	 * leg answered in one body shows no first token: the deadline bounds
 	 * it. */
@@ -533,38 +644,21 @@ nw_request_on_first_token(struct nw_request *r)
 
 /* --- the end of an engine leg ---------------------------------------- */
 
-/* The message of an engine's error body, for the client. */
-static char *
-engine_message(const GString *body, long status)
-{
-	json_t *doc = json_loadb(body->str, body->len, 0, NULL);
-	json_t *err = json_object_get(doc, "error");
-	const char *msg = json_string_value(json_object_get(json_is_object(err) ? err : doc,
-	                                                    "message"));
-	char *text;
-
-	if (msg == NULL && json_is_string(err))
-		msg = json_string_value(err);
-	text = msg ? g_strdup(msg) : g_strdup_printf("the engine answered HTTP %ld", status);
-	json_decref(doc);
-	return text;
-}
-
 static void
 fail_by_status(struct nw_request *r, const struct nw_dialect *d)
 {
 	struct nw_serve *s = r->serve;
 	long status = r->leg.status;
-	narwhal_error_class cls = d->ops->classify_error(d->ctx, (int)status, r->leg.collected->str,
-	                                                 r->leg.collected->len);
-	g_autofree char *msg = engine_message(r->leg.collected, status);
-	g_autofree char *text = g_strdup_printf("engine %s: %s",
-	                                        s->cfg->fleet.engines[r->leg.engine].id, msg);
+	struct narwhal_engine_error err;
+	g_autofree char *text = NULL;
 
-	if (cls == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
+	nw_dialect_read_error(d, status, r->leg.collected->str, r->leg.collected->len, &err);
+	text = g_strdup_printf("engine %s: %s", d->ref.id,
+	                       err.message[0] != '\0' ? err.message : "no message");
+	if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
 		s->counters.context_too_long++;
-		nw_request_fail(r, NW_FAIL_CONTEXT, status, msg);
-	} else if (cls == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(status)) {
+		nw_request_fail(r, NW_FAIL_CONTEXT, status, err.message);
+	} else if (err.error_class == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(status)) {
 		nw_request_fail(r, NW_FAIL_STATUS, status, text);
 	} else {
 		s->counters.permanent_errors++;
@@ -578,6 +672,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	struct nw_serve *s = r->serve;
 	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
 	json_t *doc;
+	int rc;
 
 	r->phase = NW_PT_NONE;
 	if (res->code != CURLE_OK) {
@@ -591,14 +686,23 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		return;
 	}
 	doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
-	if (doc == NULL || d->ops->parse_prefill(d->ctx, doc, &r->handoff) != 0) {
-		json_decref(doc);
+	rc = doc != NULL ? d->ops->parse_prefill(d->ctx, doc, &r->handoff) : -EPROTO;
+	json_decref(doc);
+	if (rc != 0) {
+		if (doc != NULL)
+			dialect_failed(r, d, "parse_prefill", rc);
 		s->counters.prefill_failed_status++;
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
 		                "the prefill engine's answer has no readable handoff");
 		return;
 	}
-	json_decref(doc);
+	/* The dialect expected a handoff and found none: the decode engine
+	 * will prefill again, which works but costs the prefill twice. */
+	if (r->handoff == NULL) {
+		s->counters.handoff_missing++;
+		nw_log(NARWHAL_LOG_WARNING, "handoff_missing", "request_id", r->id, "engine",
+		       d->ref.id, NULL);
+	}
 	nw_leg_release(r);
 	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
 	/* The stream commits when its decode leg goes out (leg.c), not here:

@@ -33,28 +33,6 @@
 
 static bool on_event(void *data, const char *payload, size_t len);
 
-static bool
-contains(const char *p, size_t len, const char *needle, size_t n)
-{
-	while (len >= n) {
-		const char *q = memchr(p, needle[0], len - n + 1);
-
-		if (q == NULL)
-			return false;
-		if (memcmp(q, needle, n) == 0)
-			return true;
-		len -= (size_t)(q - p) + 1;
-		p = q + 1;
-	}
-	return false;
-}
-
-static bool
-event_may_end(const char *payload, size_t len)
-{
-	return contains(payload, len, "[DONE]", 6) || contains(payload, len, "\"error\"", 7);
-}
-
 bool
 nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
               struct narwhal_sse_event *ev)
@@ -65,7 +43,10 @@ nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
 		.struct_size = sizeof *ev, .kind = NARWHAL_SSE_TOKENS,
 		.prompt_tokens = -1, .completion_tokens = -1,
 	};
-	if (after_first_token && !event_may_end(payload, len))
+	/* The dialect says which events may matter; without sniff_sse every
+	 * event is parsed. */
+	if (after_first_token && d->ops->sniff_sse != NULL &&
+	    !d->ops->sniff_sse(d->ctx, payload, len))
 		return false;
 	ev->kind = NARWHAL_SSE_OTHER;
 	if (d->ops->parse_sse(d->ctx, payload, len, ev) != 0)

@@ -158,7 +158,6 @@ enum kind {
 	K_STREAM,
 	K_STREAM_OPTIONS,
 	K_ONE,            /* n, best_of */
-	K_ROUTER_OWNED,   /* kv_transfer_params */
 };
 
 #define CMPL (1u << NARWHAL_ROUTE_COMPLETIONS)
@@ -187,7 +186,6 @@ static const struct field fields[] = {
 	{ "frequency_penalty", K_NUMBER, BOTH },
 	{ "ignore_eos", K_BOOL, BOTH },
 	{ "include_stop_str_in_output", K_BOOL, BOTH },
-	{ "kv_transfer_params", K_ROUTER_OWNED, BOTH },
 	{ "length_penalty", K_NUMBER, BOTH },
 	{ "logit_bias", K_OBJECT, BOTH },
 	{ "logprobs", K_LOGPROBS, BOTH },
@@ -320,12 +318,19 @@ check_field(struct ctx *c, const struct field *f, const json_t *v)
 		return check_stream_options(c, v);
 	case K_ONE:
 		return only_one(c, p, v);
-	case K_ROUTER_OWNED:
-		break;
 	}
-	return bad(c, "unsupported_value", p,
-	           "%s may not come from a client: Narwhal sets it for the prefill/decode "
-	           "handoff; remove it", p);
+	return bad(c, "unsupported_value", p, "%s is not a field Narwhal knows", p);
+}
+
+/* Whether key is one the dialects own (struct nw_parse_limits). */
+static bool
+router_owned(const char *const *keys, const char *key)
+{
+	for (; keys != NULL && *keys != NULL; keys++) {
+		if (strcmp(*keys, key) == 0)
+			return true;
+	}
+	return false;
 }
 
 /* ------------------------------------------------------ model, prompt --- */
@@ -787,14 +792,19 @@ nw_request_parse(narwhal_route route, const char *content_type, const char *data
 	    check_messages(&c, root) < 0)
 		goto fail;
 	json_object_foreach(root, key, v) {
-		const struct field *f = bsearch(key, fields, G_N_ELEMENTS(fields), sizeof fields[0],
-		                                field_cmp);
+		const struct field *f;
 
+		/* Refused even as null: only the router sets a handoff. */
+		if (router_owned(lim ? lim->router_keys : NULL, key)) {
+			bad(&c, "unsupported_value", key, "%s may not come from a client: Narwhal "
+			    "sets it for the prefill/decode handoff; remove it", key);
+			goto fail;
+		}
+		f = bsearch(key, fields, G_N_ELEMENTS(fields), sizeof fields[0], field_cmp);
 		if (!f || !(f->routes & bit))
 			continue; /* unknown here: passed through, as vLLM accepts it */
-		/* null is absent for optional fields, as in vLLM; a router-owned
-		 * field is refused even as null */
-		if (json_is_null(v) && f->kind != K_ROUTER_OWNED)
+		/* null is absent for optional fields, as in vLLM */
+		if (json_is_null(v))
 			continue;
 		if (check_field(&c, f, v) < 0)
 			goto fail;

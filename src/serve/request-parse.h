@@ -43,6 +43,10 @@ struct nw_client_error {
 
 struct nw_parse_limits {
 	uint32_t max_tokens_limit; /* 0: NW_MAX_TOKENS_LIMIT_DEFAULT */
+	/* Top-level keys the fleet's dialects own for their handoffs (their
+	 * router_keys slot), NULL-terminated; a client may not send them, not
+	 * even as null. NULL: none. */
+	const char *const *router_keys;
 };
 
 struct nw_client_request {

@@ -46,11 +46,12 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	r->route = route;
 	r->state = NW_REQ_READING;
 	g_strlcpy(r->id, id, sizeof r->id);
+	r->handle = ++s->next_handle;
 	r->arrival_us = g_get_monotonic_time();
 	r->deadline_us = r->arrival_us + (int64_t)(s->cfg->serving.request_timeout_s * 1e6);
 	r->body_in = g_string_new(NULL);
 	r->excluded = g_new0(uint8_t, MAX(s->fleet->view.n_engines, 1));
-	r->queued_on = r->prefill_engine = r->decode_engine = -1;
+	r->queued_on = r->prefill_engine = r->decode_engine = r->prefill_pair = -1;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -134,7 +135,7 @@ release_all(struct nw_request *r)
 		r->admitted = false;
 		nw_resource_release(&s->admitted);
 		if (ops->finished != NULL)
-			ops->finished(s->admission->ctx, r->id, r->ok);
+			ops->finished(s->admission->ctx, r->handle, r->ok);
 	}
 	r->wake = 0;
 	nw_timer_cancel(s->timers, &r->timer);

@@ -36,6 +36,7 @@
 #include "serve/assemble.h"
 #include "serve/chunk-shape.h"
 #include "serve/counters.h"
+#include "serve/dialect.h"
 #include "serve/request-id.h"
 #include "serve/request-parse.h"
 #include "serve/retry.h"
@@ -43,11 +44,6 @@
 
 struct nw_request;
 
-/* One engine's dialect: the loaded plugin's ops and the instance. */
-struct nw_dialect {
-	const struct narwhal_dialect_ops *ops;
-	void *ctx;
-};
 
 struct nw_serve {
 	const struct nw_config *cfg;
@@ -55,6 +51,8 @@ struct nw_serve {
 	struct nw_plugin_instance *admission;
 	struct nw_plugin_instance *placement;
 	struct nw_dialect *dialects;     /* one per engine (shared instances) */
+	const char **router_keys;        /* keys the dialects own, refused from clients */
+	uint64_t next_handle;            /* request handles for plugins */
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	struct nw_http_server *http;
@@ -175,6 +173,7 @@ struct nw_request {
 	unsigned refs;                /* MHD's, and a streamed response's */
 	nw_req_state state;
 	char id[NW_REQUEST_ID_MAX + 1];
+	uint64_t handle;              /* host-unique, for plugins' ledgers */
 	narwhal_route route;
 
 	GString *body_in;       /* the client's body as it came, kept after parsing */
@@ -199,6 +198,7 @@ struct nw_request {
 	int32_t queued_on;            /* engine whose queued_prefill counts us, -1 */
 	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
 	int32_t decode_engine;        /* engine holding our decode slot, -1 */
+	int32_t prefill_pair;         /* engine that ran this attempt's prefill, -1 */
 	json_t *handoff;
 	int64_t handoff_until_us;     /* -1: no cap running */
 	int64_t ft_until_us;          /* first-token deadline, -1: none */

@@ -22,7 +22,7 @@
 #define PATH_MODELS "/v1/models"
 
 struct nw_serve *
-nw_serve_new(const struct nw_serve_options *o)
+nw_serve_new(const struct nw_serve_options *o, GError **error)
 {
 	struct nw_serve *s = g_new0(struct nw_serve, 1);
 	const struct nw_config *cfg = o->cfg;
@@ -36,10 +36,13 @@ nw_serve_new(const struct nw_serve_options *o)
 	s->control_pool = o->control_pool;
 	s->api_keys = o->api_keys ? g_strdupv(o->api_keys) : NULL;
 	s->dialects = g_new0(struct nw_dialect, MAX(n, 1));
-	for (uint32_t i = 0; i < n; i++) {
-		s->dialects[i].ops = &o->dialects[i]->plugin->ops.dialect;
-		s->dialects[i].ctx = o->dialects[i]->ctx;
+	if (!nw_dialects_init(s->dialects, cfg, o->dialects, error)) {
+		g_free(s->dialects);
+		g_free(s->api_keys);
+		g_free(s);
+		return NULL;
 	}
+	s->router_keys = nw_dialects_router_keys(s->dialects, n);
 	s->timers = nw_timers_new(true);
 	s->rng = g_rand_new();
 	nw_retry_budget_init(&s->budget, cfg->serving.retry_budget, cfg->serving.retry_replenish);
@@ -75,6 +78,7 @@ nw_serve_free(struct nw_serve *s)
 	g_rand_free(s->rng);
 	g_free(s->eligible);
 	g_free(s->dialects);
+	g_free(s->router_keys);
 	g_strfreev(s->api_keys);
 	g_free(s->model);
 	g_free(s);
@@ -267,23 +271,31 @@ static void
 probe_done(void *data, const struct nw_upstream_result *res)
 {
 	struct nw_serve *s = data;
-	json_t *doc = NULL, *first;
+	const struct nw_dialect *d = nw_serve_dialect(s, 0);
+	struct narwhal_model_info info = {
+		.struct_size = sizeof info, .name = "", .max_model_len = -1,
+	};
+	json_t *doc = NULL;
+	int rc = -EPROTO;
 
 	s->model_probe = NULL;
 	if (res->code == CURLE_OK && res->status == 200)
 		doc = json_loadb(s->model_probe_body->str, s->model_probe_body->len, 0, NULL);
-	first = json_array_get(json_object_get(doc, "data"), 0);
-	if (json_is_string(json_object_get(first, "id"))) {
-		const json_t *len = json_object_get(first, "max_model_len");
-
+	if (doc != NULL)
+		rc = d->ops->parse_models(d->ctx, doc, &info);
+	info.name[sizeof info.name - 1] = '\0';
+	if (rc == 0 && info.name[0] != '\0') {
 		if (s->model == NULL)
-			s->model = g_strdup(json_string_value(json_object_get(first, "id")));
-		if (json_is_integer(len))
-			s->max_model_len = json_integer_value(len);
+			s->model = g_strdup(info.name);
+		s->max_model_len = info.max_model_len > 0 ? info.max_model_len : -1;
 		nw_log(NARWHAL_LOG_INFO, "model_discovered", "model", s->model, "engine",
-		       s->cfg->fleet.engines[0].id, NULL);
+		       d->ref.id, NULL);
 	} else {
-		nw_log(NARWHAL_LOG_WARNING, "model_probe_failed", "engine", s->cfg->fleet.engines[0].id,
+		if (doc != NULL) {
+			s->counters.plugin_call_errors++;
+			nw_dialect_log_failure(d, "parse_models", rc, "-");
+		}
+		nw_log(NARWHAL_LOG_WARNING, "model_probe_failed", "engine", d->ref.id,
 		       "error", res->error ? res->error : "no model in the answer", NULL);
 	}
 	json_decref(doc);
@@ -291,6 +303,9 @@ probe_done(void *data, const struct nw_upstream_result *res)
 	s->model_probe_body = NULL;
 }
 
+/* Model discovery, when the first engine's dialect can ask (build_models):
+ * the served model's name when the configuration gives none, and its
+ * maximum length for the context check. */
 void
 nw_serve_probe_model(struct nw_serve *s)
 {
@@ -298,12 +313,35 @@ nw_serve_probe_model(struct nw_serve *s)
 		.on_data = probe_data,
 		.on_done = probe_done,
 	};
+	struct narwhal_http_call call = { .struct_size = sizeof call };
 	g_autofree char *url = NULL;
 	struct nw_upstream_request req = { .method = "GET" };
+	const struct nw_dialect *d;
+	int rc;
 
 	if (s->cfg->fleet.n_engines == 0 || s->model_probe != NULL)
 		return;
-	url = g_strconcat(s->cfg->fleet.engines[0].url, PATH_MODELS, NULL);
+	d = nw_serve_dialect(s, 0);
+	if (d->ops->build_models == NULL)
+		return;
+	rc = d->ops->build_models(d->ctx, &d->ref, &call);
+	if (rc != 0 || call.path == NULL || call.path[0] != '/') {
+		json_decref(call.body);
+		s->counters.plugin_call_errors++;
+		nw_dialect_log_failure(d, "build_models", rc != 0 ? rc : -EINVAL, "-");
+		return;
+	}
+	url = g_strconcat(d->ref.url, call.path, NULL);
+	req.method = call.method != NULL ? call.method : "GET";
+	if (call.body != NULL) {
+		char *body = json_dumps(call.body, JSON_COMPACT);
+
+		json_decref(call.body);
+		if (body == NULL)
+			return;
+		req.owned_body = body;
+		req.body_len = strlen(body);
+	}
 	req.url = url;
 	req.connect_timeout_ms = (long)(s->cfg->engine.connect_timeout_s * 1000);
 	req.timeout_ms = (long)(s->cfg->engine.health_timeout_s * 1000);

@@ -32,10 +32,12 @@ struct nw_serve_options {
 	char **api_keys;                           /* NULL-terminated, copied; NULL: open */
 };
 
-struct nw_serve *nw_serve_new(const struct nw_serve_options *opts);
+/* NULL with error set when the fleet's dialects cannot serve it. */
+struct nw_serve *nw_serve_new(const struct nw_serve_options *opts, GError **error);
 /* The client server, once it exists (its handler needs the serve first). */
 void nw_serve_set_http(struct nw_serve *s, struct nw_http_server *http);
-/* Ask the first engine for its model (GET /v1/models, control pool). */
+/* Ask the first engine for its model through its dialect (build_models,
+ * parse_models), on the control pool; nothing when the dialect cannot. */
 void nw_serve_probe_model(struct nw_serve *s);
 
 /* Whether a path belongs to the data plane. */

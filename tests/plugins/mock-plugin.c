@@ -16,7 +16,10 @@
  *   MOCK_CREATE_FAIL  create always refuses
  *   MOCK_OLD_OPS      ops struct_size ends at decide: finished must read NULL
  *   MOCK_TINY_OPS     ops struct_size ends before decide
- *   MOCK_DIALECT      a dialect without the optional tokenise slots
+ *   MOCK_DIALECT      a working minimal dialect without the optional slots
+ *   MOCK_HALF_PAIR    that dialect with build_tokenize but no parse_tokenize
+ *   MOCK_WRONG_OPS    an admission descriptor given placement ops (must not
+ *                     compile: tests/plugins/Makefile.inc checks that)
  */
 #include <narwhal/plugin-abi.h>
 
@@ -34,6 +37,7 @@ struct mock {
 	unsigned magic;
 	const struct narwhal_host *host;
 	char label[32];
+	uint32_t caps; /* the mock dialect's capabilities */
 };
 
 static struct mock *
@@ -63,6 +67,7 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 {
 	struct mock *m;
 	const char *label = "none";
+	uint32_t caps = NARWHAL_DIALECT_HANDOFF_SEQUENTIAL;
 	const char *key;
 	json_t *value;
 
@@ -80,6 +85,8 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 	json_object_foreach((json_t *)config, key, value) {
 		if (strcmp(key, "label") == 0 && json_is_string(value)) {
 			label = json_string_value(value);
+		} else if (strcmp(key, "caps") == 0 && json_is_integer(value)) {
+			caps = (uint32_t)json_integer_value(value);
 		} else if (strcmp(key, "fail") == 0 && json_is_string(value)) {
 			snprintf(err, err_len, "%s", json_string_value(value));
 			return -EINVAL;
@@ -98,6 +105,7 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 		return -ENOMEM;
 	m->magic = MOCK_MAGIC;
 	m->host = host;
+	m->caps = caps;
 	snprintf(m->label, sizeof m->label, "%s", label);
 	host->counter_add(host->host_ctx, "mock_instances_total", 1.0);
 	host->gauge_set(host->host_ctx, "mock_live", 1.0);
@@ -139,39 +147,64 @@ static const struct narwhal_controller_ops mock_ops = {
 };
 #define MOCK_KIND CONTROLLER
 
-#elif defined(MOCK_DIALECT)
+#elif defined(MOCK_DIALECT) || defined(MOCK_HALF_PAIR)
 
+/* A minimal working dialect for OpenAI-compatible engines: legs are the
+ * client's body (the prefill one cut to one token), no handoff, no
+ * tokenise, no model discovery. Config "caps" (an integer) replaces its
+ * capabilities, e.g. 0 for an aggregate-only engine. */
 static uint32_t
-mock_capabilities(void *instance)
+mock_capabilities(void *instance, const struct narwhal_engine_ref *engine)
 {
-	mock_cast(instance);
-	return NARWHAL_DIALECT_HANDOFF_SEQUENTIAL;
+	struct mock *m = mock_cast(instance);
+
+	(void)engine;
+	return m->caps;
 }
 
 static int
-mock_build(void *instance, narwhal_route route, const json_t *client_body,
+mock_build(void *instance, const struct narwhal_dialect_target *target,
            struct narwhal_http_call *out)
 {
 	mock_cast(instance);
-	(void)route;
 	out->method = "POST";
-	out->path = "/v1/completions";
-	out->body = json_deep_copy(client_body);
-	return out->body ? 0 : -ENOMEM;
+	out->path = target->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? "/v1/chat/completions"
+	                                                            : "/v1/completions";
+	out->body = NULL;
+	out->flags = NARWHAL_CALL_CLIENT_BODY;
+	return 0;
 }
 
 static int
-mock_build_decode(void *instance, narwhal_route route, const json_t *client_body,
+mock_build_prefill(void *instance, const struct narwhal_dialect_target *target,
+                   struct narwhal_http_call *out)
+{
+	int rc = mock_build(instance, target, out);
+
+	out->flags = 0;
+	out->body = json_copy((json_t *)target->client_body);
+	if (out->body == NULL)
+		return -ENOMEM;
+	json_object_set_new(out->body, "max_tokens", json_integer(1));
+	json_object_set_new(out->body, "stream", json_false());
+	json_object_del(out->body, "stream_options");
+	return rc;
+}
+
+static int
+mock_build_decode(void *instance, const struct narwhal_dialect_target *target,
                   const json_t *handoff, struct narwhal_http_call *out)
 {
 	(void)handoff;
-	return mock_build(instance, route, client_body, out);
+	return mock_build(instance, target, out);
 }
 
 static int
-mock_build_health(void *instance, struct narwhal_http_call *out)
+mock_build_health(void *instance, const struct narwhal_engine_ref *engine,
+                  struct narwhal_http_call *out)
 {
 	mock_cast(instance);
+	(void)engine;
 	out->method = "GET";
 	out->path = "/health";
 	out->body = NULL;
@@ -191,37 +224,61 @@ static int
 mock_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
 	mock_cast(instance);
-	out->kind = (len == 6 && memcmp(data, "[DONE]", 6) == 0) ? NARWHAL_SSE_DONE
-	                                                         : NARWHAL_SSE_OTHER;
-	out->tokens = 0;
-	out->prompt_tokens = -1;
-	out->completion_tokens = -1;
+	if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
+		out->kind = NARWHAL_SSE_DONE;
+	} else if (len >= 9 && memcmp(data, "{\"error\"", 8) == 0) {
+		out->kind = NARWHAL_SSE_ERROR;
+		out->error_class = NARWHAL_ERROR_PERMANENT;
+	} else {
+		out->kind = NARWHAL_SSE_TOKENS;
+		out->tokens = 1;
+	}
 	return 0;
 }
 
-static narwhal_error_class
-mock_classify_error(void *instance, int http_status, const char *body, size_t len)
+/* The host's presets (the status's class) stand; no message is read. */
+static int
+mock_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
+                 struct narwhal_engine_error *out)
 {
 	mock_cast(instance);
+	(void)http_status;
 	(void)body;
 	(void)len;
-	return http_status >= 500 ? NARWHAL_ERROR_RETRYABLE : NARWHAL_ERROR_PERMANENT;
+	(void)out;
+	return -EPROTO;
 }
+
+#ifdef MOCK_HALF_PAIR
+static int
+mock_build_tokenize(void *instance, const struct narwhal_dialect_target *target,
+                    struct narwhal_http_call *out)
+{
+	(void)target;
+	(void)out;
+	mock_cast(instance);
+	return -ENOTSUP;
+}
+#endif
 
 static const struct narwhal_dialect_ops mock_ops = {
 	.struct_size = sizeof(struct narwhal_dialect_ops),
 	.create = mock_create,
 	.destroy = mock_destroy,
 	.capabilities = mock_capabilities,
+#ifdef MOCK_HALF_PAIR
+	.build_tokenize = mock_build_tokenize, /* without parse_tokenize */
+#else
 	.build_tokenize = NULL, /* optional */
-	.build_prefill = mock_build,
+#endif
+	.parse_tokenize = NULL,
+	.build_prefill = mock_build_prefill,
 	.build_decode = mock_build_decode,
+	.parse_prefill = mock_parse_prefill,
 	.build_aggregate = mock_build,
 	.build_health = mock_build_health,
-	.parse_tokenize = NULL, /* optional */
-	.parse_prefill = mock_parse_prefill,
 	.parse_sse = mock_parse_sse,
-	.classify_error = mock_classify_error,
+	.parse_error = mock_parse_error,
 };
 #define MOCK_KIND DIALECT
 
@@ -259,11 +316,11 @@ mock_decide(void *instance, const struct narwhal_admission_request *req,
 #endif
 
 static void
-mock_finished(void *instance, const char *request_id, bool ok)
+mock_finished(void *instance, uint64_t request, bool ok)
 {
 	struct mock *m = mock_cast(instance);
 
-	(void)request_id;
+	(void)request;
 	m->host->counter_add(m->host->host_ctx, ok ? "mock_ok_total" : "mock_failed_total", 1.0);
 }
 
@@ -361,7 +418,8 @@ narwhal_plugin_entry(void)
 
 #else
 
-/* MOCK_KIND is itself a macro: this also checks the kind argument expands. */
-NARWHAL_PLUGIN_DEFINE(MOCK_KIND, "mock", "0.0.1", &mock_ops)
+#define MOCK_DEFINE_(k) NARWHAL_##k##_PLUGIN("mock", "0.0.1", &mock_ops)
+#define MOCK_DEFINE(k) MOCK_DEFINE_(k)
+MOCK_DEFINE(MOCK_KIND)
 
 #endif

@@ -59,12 +59,24 @@ assert_json(const json_t *got, const char *expected_text)
 	json_decref(expected);
 }
 
+/* The engine every test builds for. */
+static const struct narwhal_engine_ref test_engine = {
+	.struct_size = sizeof test_engine, .index = 0, .id = "e0", .url = "http://127.0.0.1:1",
+};
+
+/* A target for the test engine: the route and the client body. */
+#define TGT(route_, body_)                                                          \
+	(&(struct narwhal_dialect_target){ .struct_size = sizeof(struct narwhal_dialect_target), \
+	                                   .request = 1, .request_id = "t", .route = (route_), \
+	                                   .client_body = (body_), .engine = &test_engine })
+
 /* A call poisoned so that a field the plugin forgets shows up. */
 static struct narwhal_http_call
 poisoned_call(void)
 {
 	struct narwhal_http_call call = {
 		.struct_size = sizeof call,
+		.flags = 0x80000000u,
 		.method = "POISON",
 		.path = "/poison",
 		.body = NULL,
@@ -90,16 +102,16 @@ build(struct nw_harness *h, leg which, narwhal_route route, const char *client_t
 
 	switch (which) {
 	case LEG_TOKENIZE:
-		rc = ops(h)->build_tokenize(nw_harness_ctx(h), route, client, &call);
+		rc = ops(h)->build_tokenize(nw_harness_ctx(h), TGT(route, client), &call);
 		break;
 	case LEG_PREFILL:
-		rc = ops(h)->build_prefill(nw_harness_ctx(h), route, client, &call);
+		rc = ops(h)->build_prefill(nw_harness_ctx(h), TGT(route, client), &call);
 		break;
 	case LEG_DECODE:
-		rc = ops(h)->build_decode(nw_harness_ctx(h), route, client, handoff, &call);
+		rc = ops(h)->build_decode(nw_harness_ctx(h), TGT(route, client), handoff, &call);
 		break;
 	case LEG_AGGREGATE:
-		rc = ops(h)->build_aggregate(nw_harness_ctx(h), route, client, &call);
+		rc = ops(h)->build_aggregate(nw_harness_ctx(h), TGT(route, client), &call);
 		break;
 	}
 	/* The client body is borrowed: never changed. */
@@ -118,6 +130,15 @@ build(struct nw_harness *h, leg which, narwhal_route route, const char *client_t
 		g_assert_cmpstr(call.path, ==, "/v1/completions");
 	else
 		g_assert_cmpstr(call.path, ==, "/v1/chat/completions");
+	/* A body the dialect sends unchanged is the client's: a copy stands
+	 * for it here. */
+	if (call.flags & NARWHAL_CALL_CLIENT_BODY) {
+		g_assert_cmpuint(call.flags, ==, NARWHAL_CALL_CLIENT_BODY);
+		g_assert_null(call.body);
+		*body = parse(client_text);
+		return 0;
+	}
+	g_assert_cmpuint(call.flags, ==, 0);
 	g_assert_nonnull(call.body);
 	*body = call.body;
 	return 0;
@@ -197,7 +218,11 @@ test_descriptor(void)
 	g_assert_nonnull(ops(h)->build_health);
 	g_assert_nonnull(ops(h)->parse_prefill);
 	g_assert_nonnull(ops(h)->parse_sse);
-	g_assert_nonnull(ops(h)->classify_error);
+	g_assert_nonnull(ops(h)->sniff_sse);
+	g_assert_nonnull(ops(h)->parse_error);
+	g_assert_nonnull(ops(h)->build_models);
+	g_assert_nonnull(ops(h)->parse_models);
+	g_assert_nonnull(ops(h)->router_keys);
 	nw_harness_free(h);
 }
 
@@ -209,7 +234,7 @@ test_capabilities(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h)), ==,
+	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h), &test_engine), ==,
 	                 NARWHAL_DIALECT_HANDOFF_SEQUENTIAL | NARWHAL_DIALECT_PER_REQUEST_ROLES);
 	nw_harness_free(h);
 }
@@ -484,7 +509,7 @@ test_decode_handoff_copied(void)
 		return;
 	client = parse("{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true}");
 	handoff = parse(HANDOFF_NEW);
-	g_assert_cmpint(ops(h)->build_decode(nw_harness_ctx(h), C, client, handoff, &call), ==, 0);
+	g_assert_cmpint(ops(h)->build_decode(nw_harness_ctx(h), TGT(C, client), handoff, &call), ==, 0);
 	json_array_clear(json_array_get(json_object_get(handoff, "remote_block_ids"), 0));
 	json_decref(handoff);
 	json_object_set_new(client, "stream", json_false());
@@ -523,10 +548,16 @@ test_decode_null_handoff(void)
 
 /* ----------------------------------------------------- aggregate, health --- */
 
+/* vLLM takes the client's request as it is: the aggregate leg is the
+ * client's body unchanged (NARWHAL_CALL_CLIENT_BODY), so the host sends the
+ * client's bytes. A client kv_transfer_params never gets this far: the host
+ * refuses it, since router_keys names it. */
 static void
 test_aggregate(void)
 {
 	struct nw_harness *h = vllm_with(NULL);
+	json_t *client;
+	struct narwhal_http_call call = poisoned_call();
 
 	if (h == NULL)
 		return;
@@ -538,27 +569,94 @@ test_aggregate(void)
 	            "{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true,"
 	            " \"stream_options\": {\"include_usage\": true}, \"min_tokens\": 3,"
 	            " \"max_tokens\": 9}");
-	expect_body(h, LEG_AGGREGATE, CHAT,
-	            "{\"model\": \"m\", \"messages\": [], \"max_completion_tokens\": 4, "
-	            CLIENT_KV "}",
-	            NULL, "{\"model\": \"m\", \"messages\": [], \"max_completion_tokens\": 4}");
-	/* Unchanged, the body is the client's own, so the host can send the
-	 * client's bytes; with the client's kv_transfer_params it is a copy. */
-	{
-		json_t *client = json_pack("{s:s, s:s}", "model", "m", "prompt", "x");
-		struct narwhal_http_call call = poisoned_call();
+	client = json_pack("{s:s, s:[]}", "model", "m", "messages");
+	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(CHAT, client), &call), ==, 0);
+	g_assert_cmpuint(call.flags, ==, NARWHAL_CALL_CLIENT_BODY);
+	g_assert_null(call.body);
+	g_assert_cmpstr(call.path, ==, "/v1/chat/completions");
+	json_decref(client);
+	nw_harness_free(h);
+}
 
-		g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), C, client, &call), ==, 0);
-		g_assert_true(call.body == client);
-		json_decref(call.body);
-		json_object_set_new(client, "kv_transfer_params", json_object());
-		call = poisoned_call();
-		g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), C, client, &call), ==, 0);
-		g_assert_true(call.body != client);
-		g_assert_null(json_object_get(call.body, "kv_transfer_params"));
-		json_decref(call.body);
-		json_decref(client);
-	}
+/* The handoff's key is the router's: named by router_keys. */
+static void
+test_router_keys(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	const char *const *keys;
+
+	if (h == NULL)
+		return;
+	keys = ops(h)->router_keys(nw_harness_ctx(h));
+	g_assert_nonnull(keys);
+	g_assert_cmpstr(keys[0], ==, "kv_transfer_params");
+	g_assert_null(keys[1]);
+	nw_harness_free(h);
+}
+
+/* The models answer: the served model and its maximum length. */
+static void
+test_models(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_http_call call = poisoned_call();
+	struct narwhal_model_info info;
+	json_t *doc;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(ops(h)->build_models(nw_harness_ctx(h), &test_engine, &call), ==, 0);
+	g_assert_cmpstr(call.method, ==, "GET");
+	g_assert_cmpstr(call.path, ==, "/v1/models");
+	g_assert_null(call.body);
+
+	info = (struct narwhal_model_info){ .struct_size = sizeof info, .max_model_len = -1 };
+	doc = parse("{\"object\": \"list\", \"data\": [{\"id\": \"llama\", \"object\": \"model\","
+	            " \"max_model_len\": 8192}, {\"id\": \"other\"}]}");
+	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
+	g_assert_cmpstr(info.name, ==, "llama");
+	g_assert_cmpint(info.max_model_len, ==, 8192);
+	json_decref(doc);
+
+	/* No length: the preset stays. */
+	info = (struct narwhal_model_info){ .struct_size = sizeof info, .max_model_len = -1 };
+	doc = parse("{\"data\": [{\"id\": \"m\"}]}");
+	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
+	g_assert_cmpint(info.max_model_len, ==, -1);
+	json_decref(doc);
+
+	/* Nothing readable. */
+	doc = parse("{\"data\": []}");
+	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
+	json_decref(doc);
+	doc = parse("{\"data\": [{\"id\": 7}]}");
+	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
+	json_decref(doc);
+	nw_harness_free(h);
+}
+
+/* sniff_sse must say yes to every terminator and error (else the host
+ * would miss them after the first token), and may say no to token events. */
+static void
+test_sniff(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	static const char *const must[] = {
+		"[DONE]", " [DONE] ",
+		"{\"error\": {\"message\": \"x\", \"code\": 500}}",
+		"{\"object\": \"error\", \"error\": \"boom\"}",
+	};
+	static const char *const may_skip[] = {
+		"{\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"hi\"}]}",
+		"{\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\"an \\\"error\\\" here\"}]}",
+	};
+
+	if (h == NULL)
+		return;
+	for (size_t i = 0; i < G_N_ELEMENTS(must); i++)
+		g_assert_true(ops(h)->sniff_sse(nw_harness_ctx(h), must[i], strlen(must[i])));
+	for (size_t i = 0; i < G_N_ELEMENTS(may_skip); i++)
+		g_assert_false(ops(h)->sniff_sse(nw_harness_ctx(h), may_skip[i], strlen(may_skip[i])));
 	nw_harness_free(h);
 }
 
@@ -570,7 +668,7 @@ test_health(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpint(ops(h)->build_health(nw_harness_ctx(h), &call), ==, 0);
+	g_assert_cmpint(ops(h)->build_health(nw_harness_ctx(h), &test_engine, &call), ==, 0);
 	g_assert_cmpstr(call.method, ==, "GET");
 	g_assert_cmpstr(call.path, ==, "/health");
 	g_assert_null(call.body);
@@ -632,25 +730,27 @@ test_build_bad_arguments(void)
 	client = parse("{\"model\": \"m\", \"prompt\": \"x\"}");
 	handoff = parse(HANDOFF_OLD);
 	for (int route = 0; route <= 3; route += 3) {
-		g_assert_cmpint(ops(h)->build_tokenize(ctx, (narwhal_route)route, client, &call), ==,
+		g_assert_cmpint(ops(h)->build_tokenize(ctx, TGT((narwhal_route)route, client), &call), ==,
 		                -EINVAL);
-		g_assert_cmpint(ops(h)->build_prefill(ctx, (narwhal_route)route, client, &call), ==,
+		g_assert_cmpint(ops(h)->build_prefill(ctx, TGT((narwhal_route)route, client), &call), ==,
 		                -EINVAL);
-		g_assert_cmpint(ops(h)->build_decode(ctx, (narwhal_route)route, client, handoff,
+		g_assert_cmpint(ops(h)->build_decode(ctx, TGT((narwhal_route)route, client), handoff,
 		                                     &call), ==, -EINVAL);
-		g_assert_cmpint(ops(h)->build_aggregate(ctx, (narwhal_route)route, client, &call),
+		g_assert_cmpint(ops(h)->build_aggregate(ctx, TGT((narwhal_route)route, client), &call),
 		                ==, -EINVAL);
 	}
-	g_assert_cmpint(ops(h)->build_prefill(ctx, C, NULL, &call), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->build_prefill(ctx, TGT(C, NULL), &call), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->build_prefill(ctx, NULL, &call), ==, -EINVAL);
 	/* A client body is an object. */
-	g_assert_cmpint(ops(h)->build_prefill(ctx, C, json_object_get(handoff, "remote_block_ids"),
+	g_assert_cmpint(ops(h)->build_prefill(ctx, TGT(C, json_object_get(handoff,
+	                                                               "remote_block_ids")),
 	                                      &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_tokenize(ctx, C, json_object_get(handoff, "remote_host"),
+	g_assert_cmpint(ops(h)->build_tokenize(ctx, TGT(C, json_object_get(handoff, "remote_host")),
 	                                       &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_aggregate(ctx, C, client, NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_decode(ctx, C, client, NULL, NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_tokenize(ctx, C, client, NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_health(ctx, NULL), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->build_aggregate(ctx, TGT(C, client), NULL), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->build_decode(ctx, TGT(C, client), NULL, NULL), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->build_tokenize(ctx, TGT(C, client), NULL), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->build_health(ctx, &test_engine, NULL), ==, -EINVAL);
 	/* Nothing was written on the way. */
 	g_assert_cmpstr(call.method, ==, "POISON");
 	g_assert_null(call.body);
@@ -999,10 +1099,18 @@ test_sse_invalid(void)
 
 /* ------------------------------------------------------ classify_error --- */
 
+/* The class parse_error gives, from the host's presets (spec 4.2 by status). */
 static narwhal_error_class
 classify(struct nw_harness *h, int status, const char *body)
 {
-	return ops(h)->classify_error(nw_harness_ctx(h), status, body, body ? strlen(body) : 0);
+	struct narwhal_engine_error err = {
+		.struct_size = sizeof err,
+		.error_class = status >= 500 || status == 408 || status == 429 || status <= 0
+		                       ? NARWHAL_ERROR_RETRYABLE : NARWHAL_ERROR_PERMANENT,
+	};
+
+	(void)ops(h)->parse_error(nw_harness_ctx(h), status, body, body ? strlen(body) : 0, &err);
+	return err.error_class;
 }
 
 static void
@@ -1281,6 +1389,9 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/vllm/ref-1.2/decode/null-handoff", test_decode_null_handoff);
 	g_test_add_func("/dialect/vllm/ref-1.4/aggregate", test_aggregate);
 	g_test_add_func("/dialect/vllm/ref-5.1/health", test_health);
+	g_test_add_func("/dialect/vllm/abi-2/router-keys", test_router_keys);
+	g_test_add_func("/dialect/vllm/abi-2/models", test_models);
+	g_test_add_func("/dialect/vllm/abi-2/sniff-sse", test_sniff);
 	g_test_add_func("/dialect/vllm/client-kv-params-stripped", test_client_kv_params_stripped);
 	g_test_add_func("/dialect/vllm/build-bad-arguments", test_build_bad_arguments);
 	g_test_add_func("/dialect/vllm/ref-1.2/parse-prefill", test_parse_prefill);

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <glib/gstdio.h>
 
@@ -376,6 +377,95 @@ test_null_slot(void)
 	assert_contains(m, "struct narwhal_admission_ops");
 }
 
+/* plugin-abi.h: slots that work together are required together. */
+static void
+test_half_pair(void)
+{
+	g_autofree char *m = expect_refusal("half-pair", NARWHAL_KIND_DIALECT, "mock",
+	                                    NW_PLUGIN_ERROR_NULL_SLOT);
+
+	assert_contains(m, "incomplete dialect slot group");
+	assert_contains(m, "build_tokenize and parse_tokenize work together");
+	assert_contains(m, "found parse_tokenize NULL");
+}
+
+/* A copy of a mock plugin in a fresh directory (freed by the caller with
+ * remove_copy). */
+static char *
+copy_mock(const char *mock, char **dir_out)
+{
+	g_autofree char *src = mock_file(mock);
+	g_autofree char *dir = g_dir_make_tmp("narwhal-loader-XXXXXX", NULL);
+	char *dst;
+	gchar *bytes = NULL;
+	gsize len = 0;
+
+	g_assert_nonnull(dir);
+	g_assert_true(g_file_get_contents(src, &bytes, &len, NULL));
+	dst = g_build_filename(dir, "admission-mock.so", NULL);
+	g_assert_true(g_file_set_contents(dst, bytes, (gssize)len, NULL));
+	g_assert_cmpint(chmod(dst, 0755), ==, 0);
+	g_assert_cmpint(chmod(dir, 0755), ==, 0);
+	g_free(bytes);
+	*dir_out = g_steal_pointer(&dir);
+	return dst;
+}
+
+static void
+remove_copy(char *file, char *dir)
+{
+	g_remove(file);
+	g_rmdir(dir);
+	g_free(file);
+	g_free(dir);
+}
+
+/* Issue: a plugin file or directory others can write is refused as root
+ * and warned about otherwise, naming the path. */
+static void
+check_writable(gboolean file_side)
+{
+	g_autoptr(GError) error = NULL;
+	char *dir = NULL;
+	char *file = copy_mock("good", &dir);
+	const char *target = file_side ? file : dir;
+	struct nw_plugin *p;
+
+	/* Writable by its owner only: loads quietly. */
+	p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "mock", file, &error);
+	g_assert_no_error(error);
+	nw_plugin_free(p);
+
+	g_assert_cmpint(chmod(target, file_side ? 0757 : 0777), ==, 0);
+	p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "mock", file, &error);
+	if (geteuid() == 0) {
+		g_assert_null(p);
+		g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_UNSAFE);
+		assert_contains(error->message, target);
+		assert_contains(error->message, "every user can write it");
+		assert_contains(error->message, "chmod go-w");
+	} else {
+		/* Loaded, with a warning on the log that names the path. */
+		g_assert_no_error(error);
+		g_assert_nonnull(p);
+		nw_plugin_free(p);
+	}
+	g_assert_cmpint(chmod(target, 0755), ==, 0);
+	remove_copy(file, dir);
+}
+
+static void
+test_writable_file(void)
+{
+	check_writable(TRUE);
+}
+
+static void
+test_writable_dir(void)
+{
+	check_writable(FALSE);
+}
+
 static void
 test_short_ops(void)
 {
@@ -485,19 +575,27 @@ test_dialect_optional_slots(void)
 	struct nw_plugin_instance *inst;
 	struct narwhal_http_call call = { .struct_size = sizeof call };
 
+	const struct narwhal_engine_ref engine = {
+		.struct_size = sizeof engine, .index = 0, .id = "e0", .url = "http://127.0.0.1:1",
+	};
+	struct narwhal_engine_error err = { .struct_size = sizeof err };
+
+	/* Optional slots read as NULL, and the host checks each before use. */
 	g_assert_null(p->ops.dialect.build_tokenize);
 	g_assert_null(p->ops.dialect.parse_tokenize);
-	g_assert_nonnull(p->ops.dialect.classify_error);
+	g_assert_null(p->ops.dialect.build_models);
+	g_assert_null(p->ops.dialect.sniff_sse);
+	g_assert_null(p->ops.dialect.router_keys);
+	g_assert_nonnull(p->ops.dialect.parse_error);
 
 	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), NULL, &error);
 	g_assert_no_error(error);
-	g_assert_cmpuint(p->ops.dialect.capabilities(inst->ctx), ==,
+	g_assert_cmpuint(p->ops.dialect.capabilities(inst->ctx, &engine), ==,
 	                 NARWHAL_DIALECT_HANDOFF_SEQUENTIAL);
-	g_assert_cmpint(p->ops.dialect.build_health(inst->ctx, &call), ==, 0);
+	g_assert_cmpint(p->ops.dialect.build_health(inst->ctx, &engine, &call), ==, 0);
 	g_assert_cmpstr(call.path, ==, "/health");
 	g_assert_null(call.body);
-	g_assert_cmpint(p->ops.dialect.classify_error(inst->ctx, 503, "", 0), ==,
-	                NARWHAL_ERROR_RETRYABLE);
+	g_assert_cmpint(p->ops.dialect.parse_error(inst->ctx, 503, "", 0, &err), ==, -EPROTO);
 	nw_plugin_instance_free(inst);
 	nw_plugin_free(p);
 	nw_mock_host_free(mh);
@@ -548,7 +646,7 @@ test_instance_lifecycle(void)
 	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 1);
 	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_decisions_total"), ==, 2.0);
 
-	p->ops.admission.finished(inst->ctx, "r1", true);
+	p->ops.admission.finished(inst->ctx, 1, true);
 	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_ok_total"), ==, 1.0);
 	g_assert_true(isnan(nw_mock_host_counter(mh, "mock_failed_total")));
 
@@ -789,6 +887,9 @@ static const struct isolated isolated_tests[] = {
 	{ "/loader/refuse/null-ops", test_null_ops },
 	{ "/loader/refuse/null-slot", test_null_slot },
 	{ "/loader/refuse/short-ops", test_short_ops },
+	{ "/loader/refuse/half-pair", test_half_pair },
+	{ "/loader/refuse/writable-file", test_writable_file },
+	{ "/loader/refuse/writable-dir", test_writable_dir },
 	{ "/loader/refuse/order", test_check_order },
 	{ "/loader/residency", test_residency },
 	{ "/loader/load/good", test_good },

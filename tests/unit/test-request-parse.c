@@ -51,10 +51,15 @@ parse_n(narwhal_route route, const char *ctype, const char *body, size_t len,
 	return p;
 }
 
+/* The keys the vllm dialect owns (its router_keys slot), as the serve
+ * layer passes them for a vllm fleet. */
+static const char *const vllm_router_keys[] = { "kv_transfer_params", NULL };
+static const struct nw_parse_limits vllm_limits = { .router_keys = vllm_router_keys };
+
 static struct parsed
 parse(narwhal_route route, const char *ctype, const char *body)
 {
-	return parse_n(route, ctype, body, strlen(body), NULL);
+	return parse_n(route, ctype, body, strlen(body), &vllm_limits);
 }
 
 /* A message must serialise in the envelope and read well. */
@@ -441,9 +446,27 @@ test_bad(gconstpointer data)
 {
 	const struct bad_case *c = data;
 	size_t len = c->len ? c->len : strlen(c->body);
-	struct parsed p = parse_n(c->route, c->ctype, c->body, len, NULL);
+	struct parsed p = parse_n(c->route, c->ctype, c->body, len, &vllm_limits);
 
 	expect_error(&p, c->status, c->code, c->param, c->message);
+}
+
+/* Router-owned keys come from the fleet's dialects (router_keys): without
+ * a dialect that owns kv_transfer_params it is an unknown key, passed
+ * through like any other; with one it is refused. */
+static void
+test_router_keys_from_dialects(void)
+{
+	static const char body[] = "{\"model\": \"m\", \"prompt\": \"x\","
+	                           " \"bootstrap_room\": 7, \"kv_transfer_params\": {}}";
+	static const char *const sglang_like[] = { "bootstrap_room", NULL };
+	const struct nw_parse_limits lim = { .router_keys = sglang_like };
+	struct parsed p = parse_n(CMPL, NULL, body, strlen(body), NULL);
+
+	g_assert_cmpint(p.rc, ==, 0);
+	nw_client_request_clear(&p.req);
+	p = parse_n(CMPL, NULL, body, strlen(body), &lim);
+	expect_error(&p, 400, "unsupported_value", "bootstrap_room", "may not come from a client");
 }
 
 /* ------------------------------------------------------ accepted rows --- */
@@ -899,6 +922,7 @@ main(int argc, char **argv)
 	char *n;
 
 	g_test_init(&argc, &argv, NULL);
+	g_test_add_func("/request-parse/router-keys-from-dialects", test_router_keys_from_dialects);
 
 	for (size_t i = 0; i < G_N_ELEMENTS(bad_cases); i++) {
 		n = test_name("refused", bad_cases[i].route, bad_cases[i].name);
