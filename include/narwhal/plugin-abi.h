@@ -1,22 +1,54 @@
 /*
- * Narwhal plugin ABI.
+ * Narwhal plugin ABI, version 2.
  *
- * This header, with <jansson.h>, is everything a Narwhal plugin may use. A
- * plugin is a shared object exporting exactly one function,
- * narwhal_plugin_entry(), made by NARWHAL_PLUGIN_DEFINE(). The function returns
- * a const descriptor whose guard fields (magic, ABI version, struct size) come
- * first, so the host can check them before it trusts anything else.
+ * This header, with <jansson.h>, is everything a Narwhal plugin may use, and
+ * it is the whole contract: each slot says whether it is required, what its
+ * return values mean, and which result fields the host acts on. The manual
+ * (docs/plugins.md) explains how to write, build and test a plugin.
  *
- * Compatibility rule: the plugin's ABI major must equal the host's, and its
- * minor must be at most the host's. Every struct that crosses the boundary
- * starts with its own size; a slot that lies beyond the size the plugin was
- * built with reads as absent and the host uses its default for it.
+ * A plugin is a shared object exporting exactly one function,
+ * narwhal_plugin_entry(), made by one of the kind-specific macros at the end
+ * (NARWHAL_DIALECT_PLUGIN, NARWHAL_ADMISSION_PLUGIN, NARWHAL_PLACEMENT_PLUGIN,
+ * NARWHAL_CONTROLLER_PLUGIN), which check at compile time that the ops table
+ * is the kind's. The function returns a const descriptor whose guard fields
+ * (magic, ABI version, struct size) come first, so the host can check them
+ * before it trusts anything else.
+ *
+ * Loading. The host refuses, naming the file, what it expected, what it found
+ * and how to fix it, a plugin: whose magic or ABI major differs; whose minor
+ * is newer than the host's; whose descriptor or ops table is shorter than
+ * the ABI's first version of it; of another kind than configured; whose name
+ * differs from the configured one; that lacks a required slot; that has only
+ * one slot of a pair that works together (dialect: build_tokenize with
+ * parse_tokenize, build_models with parse_models, and build_prefill,
+ * build_decode and parse_prefill together). Optional slots may be NULL; the
+ * host checks every optional slot before it calls it.
+ *
+ * Compatibility: the plugin's ABI major must equal the host's, and its minor
+ * must be at most the host's. Every struct that crosses the boundary starts
+ * with its own size; a slot that lies beyond the size the plugin was built
+ * with reads as absent (NULL) and the host uses its default for it.
+ *
+ * Types: no C enum crosses the boundary (its size is the compiler's choice);
+ * every such value is a fixed-width integer with the named constants below.
+ *
+ * Threading and re-entrancy: the host calls a plugin instance from one
+ * thread, the daemon's event loop, and never from inside another call on the
+ * same instance; a plugin needs no locks. A plugin must not call back into
+ * the host from destroy(). Host services may be called from any plugin call
+ * other than destroy(), on the same thread.
  *
  * Plugins own policy, the host owns mechanism. A plugin keeps its state in
  * the instance it returns from create(), never in mutable statics; it takes
  * time only from host->now_ns(), never blocks and never does I/O. The same
  * shared object therefore runs in the daemon, in its isolation tests and in
  * a replay under virtual time.
+ *
+ * Failures: a slot that returns non-zero has failed. The host logs the
+ * failure with the plugin's name, counts it (narwhal_plugin_call_errors in
+ * /narwhal/state), and fails safe as the slot's comment says: a failed
+ * admission decision refuses the request, a failed placement fails the
+ * attempt; neither becomes "admit" or "the first eligible engine".
  *
  * Ownership: arguments are borrowed for the duration of the call unless a
  * comment says (transfer full). Strings a plugin returns in result structs
@@ -30,21 +62,35 @@
  * large as the plugin expects; the plugin fills the result fields it knows
  * and leaves struct_size alone.
  *
- * Versioning: an addition (a new slot at the end of a struct, a new enum
- * value, a new host service) bumps the minor; any other change bumps the
+ * Versioning: an addition (a new slot or field at the end of a struct, a new
+ * constant, a new host service) bumps the minor; any other change bumps the
  * major and resets the minor. Every change gets a line below.
  *
  * ABI changelog
  *   1.0  First version: descriptor; admission, placement, controller and
  *        dialect vtables; host services (clock, log, metrics, fleet
  *        snapshot, estimators).
+ *   2.0  Breaking. Fixed-width integers replace every enum in structs and
+ *        return types. Kind-specific definition macros that type-check the
+ *        ops table replace NARWHAL_PLUGIN_DEFINE. Admission and placement
+ *        get a host-unique request handle (uint64_t request) for their
+ *        ledgers; admission's finished() takes it. Placement is told the
+ *        pair's prefill engine. Dialect builders take a struct
+ *        narwhal_dialect_target (request handle, attempt, route, client
+ *        body, the engine called and both engines of a pair, a pair id), so
+ *        concurrent handoffs (both legs at once) can be built;
+ *        capabilities() is asked per engine. The dialect owns every
+ *        engine-format fact: new slots sniff_sse (which stream events need
+ *        a parse), parse_error (replaces classify_error: class, message and
+ *        parameter of an engine error), build_models and parse_models (the
+ *        served model and its maximum length) and router_keys (request keys
+ *        the router owns). Sending the client's body unchanged is the flag
+ *        NARWHAL_CALL_CLIENT_BODY on struct narwhal_http_call, not pointer
+ *        identity. The slots a dialect must implement are split into
+ *        required ones and pairs.
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H
-
-#ifdef NARWHAL_HOST_INTERNAL_H
-#error "include <narwhal/plugin-abi.h> before host-internal headers"
-#endif
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,7 +103,7 @@ extern "C" {
 #endif
 
 #define NARWHAL_PLUGIN_MAGIC 0x4e57504cu /* "NWPL" */
-#define NARWHAL_ABI_MAJOR 1
+#define NARWHAL_ABI_MAJOR 2
 #define NARWHAL_ABI_MINOR 0
 
 /* The one symbol a plugin exports. */
@@ -66,24 +112,30 @@ extern "C" {
 /* Length of the error buffer the host passes to create(). */
 #define NARWHAL_ERROR_MAX 512
 
-typedef enum narwhal_plugin_kind {
+/* Plugin kinds (descriptor field kind). */
+typedef uint32_t narwhal_plugin_kind;
+enum {
 	NARWHAL_KIND_DIALECT = 1,
 	NARWHAL_KIND_ADMISSION = 2,
 	NARWHAL_KIND_PLACEMENT = 3,
 	NARWHAL_KIND_CONTROLLER = 4,
-} narwhal_plugin_kind;
+};
 
-typedef enum narwhal_role {
+/* Engine roles. */
+typedef uint32_t narwhal_role;
+enum {
 	NARWHAL_ROLE_PREFILL = 1,
 	NARWHAL_ROLE_DECODE = 2,
-} narwhal_role;
+};
 
-typedef enum narwhal_log_level {
+/* Log levels for host->log(). */
+typedef uint32_t narwhal_log_level;
+enum {
 	NARWHAL_LOG_DEBUG = 0,
 	NARWHAL_LOG_INFO = 1,
 	NARWHAL_LOG_WARNING = 2,
 	NARWHAL_LOG_ERROR = 3,
-} narwhal_log_level;
+};
 
 /* ------------------------------------------------------------------------
  * Fleet snapshot: what the host knows about the engines right now.
@@ -129,15 +181,17 @@ narwhal_fleet_engine(const struct narwhal_fleet_view *fleet, uint32_t i)
 }
 
 /* ------------------------------------------------------------------------
- * Host services: the only way a plugin reaches the outside world.
+ * Host services: the only way a plugin reaches the outside world. Every
+ * service is always set (never NULL) and takes host_ctx first.
  * ------------------------------------------------------------------------ */
 
-/* Estimator results. */
-typedef enum narwhal_estimate_status {
+/* Estimator results (the return value of the estimator services). */
+typedef int32_t narwhal_estimate_status;
+enum {
 	NARWHAL_ESTIMATE_OK = 0,
 	NARWHAL_ESTIMATE_NO_PROFILE = 1,     /* engine has no measured profile */
 	NARWHAL_ESTIMATE_OUT_OF_DOMAIN = 2,  /* input outside the measured domain */
-} narwhal_estimate_status;
+};
 
 struct narwhal_host {
 	uint32_t struct_size;
@@ -162,8 +216,8 @@ struct narwhal_host {
 	 * plugin call returns). */
 	const struct narwhal_fleet_view *(*fleet)(void *host_ctx);
 
-	/* Profile estimators (architecture section 6). Each writes *out only on
-	 * NARWHAL_ESTIMATE_OK. */
+	/* Profile estimators (architecture section 6). Each returns a
+	 * NARWHAL_ESTIMATE_* value and writes *out only on NARWHAL_ESTIMATE_OK. */
 	narwhal_estimate_status (*prefill_seconds)(void *host_ctx, uint32_t engine,
 	                                           uint64_t prompt_tokens, double *out);
 	narwhal_estimate_status (*decode_interval_seconds)(void *host_ctx, uint32_t engine,
@@ -178,16 +232,19 @@ struct narwhal_host {
  * Admission: admit / queue / refuse / too long, for a sized request.
  * ------------------------------------------------------------------------ */
 
-typedef enum narwhal_admission_verdict {
+typedef uint32_t narwhal_admission_verdict;
+enum {
 	NARWHAL_ADMIT = 0,
-	NARWHAL_ADMIT_QUEUE = 1,   /* wait for capacity (bounded by the host) */
-	NARWHAL_REFUSE = 2,        /* 429 with Retry-After */
+	NARWHAL_ADMIT_QUEUE = 1,     /* wait for capacity (bounded by the host) */
+	NARWHAL_REFUSE = 2,          /* 429 with Retry-After */
 	NARWHAL_REFUSE_TOO_LONG = 3, /* cannot meet the TTFT target even idle */
-} narwhal_admission_verdict;
+};
 
 struct narwhal_admission_request {
 	uint32_t struct_size;
-	const char *request_id;
+	uint64_t request;         /* host-unique handle: key ledgers by this */
+	const char *request_id;   /* the client's X-Request-Id or the host's: for
+	                           * log lines only, clients choose it */
 	uint64_t prompt_tokens;
 	bool prompt_tokens_exact; /* false when sized by chars_per_token */
 	uint32_t max_tokens;
@@ -199,6 +256,11 @@ struct narwhal_admission_request {
 	uint32_t queue_capacity;
 };
 
+/* The host acts on verdict; on retry_after_s for NARWHAL_REFUSE (the
+ * Retry-After header, rounded up to whole seconds, at least 1; preset 1);
+ * and logs reason. projected_ttft_s is reported in state and logs. The host
+ * presets verdict NARWHAL_REFUSE, so a plugin that returns 0 without
+ * setting it refuses. */
 struct narwhal_admission_decision {
 	uint32_t struct_size;
 	narwhal_admission_verdict verdict;
@@ -210,39 +272,50 @@ struct narwhal_admission_decision {
 struct narwhal_admission_ops {
 	uint32_t struct_size;
 	/* Required. Parse config (borrowed; may be NULL), allocate the instance.
-	 * Return 0, or a negative errno with a message in err. */
+	 * Return 0, or a negative errno with a message in err (at most err_len
+	 * bytes with its terminator): the daemon refuses to start with it. */
 	int (*create)(const struct narwhal_host *host, const json_t *config,
 	              void **instance, char *err, size_t err_len);
-	/* Required. */
+	/* Required. Free the instance; no host service may be called. */
 	void (*destroy)(void *instance);
-	/* Required. */
+	/* Required. Return 0 with out filled; non-zero is a failure, and the
+	 * host refuses the request with 503 (never admits it). */
 	int (*decide)(void *instance, const struct narwhal_admission_request *req,
 	              struct narwhal_admission_decision *out);
-	/* Optional: an admitted request finished (for policies that keep
-	 * their own ledger). */
-	void (*finished)(void *instance, const char *request_id, bool ok);
+	/* Optional: an admitted request finished (ok: it was answered in full),
+	 * for policies that keep their own ledger. Called once per admitted
+	 * request, with the handle decide() saw. */
+	void (*finished)(void *instance, uint64_t request, bool ok);
 };
 
 /* ------------------------------------------------------------------------
  * Placement: choose an engine for a phase from the eligible set.
  * ------------------------------------------------------------------------ */
 
-typedef enum narwhal_phase {
+typedef uint32_t narwhal_phase;
+enum {
 	NARWHAL_PHASE_PREFILL = 1,
 	NARWHAL_PHASE_DECODE = 2,
 	NARWHAL_PHASE_AGGREGATE = 3,
-} narwhal_phase;
+};
 
 struct narwhal_placement_request {
 	uint32_t struct_size;
-	const char *request_id;
+	uint64_t request;         /* host-unique handle */
+	const char *request_id;   /* for log lines only */
 	narwhal_phase phase;
 	uint64_t prompt_tokens;
 	uint32_t max_tokens;
-	const uint32_t *eligible; /* engine indices after role, availability and exclusion filters */
+	const uint32_t *eligible; /* engine indices after role, availability,
+	                           * exclusion and pairing filters; never empty */
 	uint32_t n_eligible;
+	int32_t paired_engine;    /* for NARWHAL_PHASE_DECODE after a prefill:
+	                           * the prefill engine; else -1 */
 };
 
+/* The host acts on engine (which must be one of eligible[]); it records
+ * cost, projected_slo_ratio and unserved in state and logs. The host
+ * presets engine to UINT32_MAX, which is never eligible. */
 struct narwhal_placement_result {
 	uint32_t struct_size;
 	uint32_t engine;            /* one of eligible[] */
@@ -253,10 +326,14 @@ struct narwhal_placement_result {
 
 struct narwhal_placement_ops {
 	uint32_t struct_size;
+	/* Required; as for admission. */
 	int (*create)(const struct narwhal_host *host, const json_t *config,
 	              void **instance, char *err, size_t err_len);
+	/* Required. */
 	void (*destroy)(void *instance);
-	/* Required. Return 0 with out filled, or -ENOENT when no candidate. */
+	/* Required. Return 0 with out->engine one of eligible[]. Any other
+	 * return, or an engine that is not eligible, fails the attempt (logged
+	 * and counted); the host never picks an engine in the plugin's place. */
 	int (*place)(void *instance, const struct narwhal_placement_request *req,
 	             struct narwhal_placement_result *out);
 };
@@ -280,6 +357,9 @@ struct narwhal_controller_input {
 	bool urgent;               /* an urgent TTFT wake, not a scheduled pass */
 };
 
+/* The host acts on prefill and decode (after its guards) and records
+ * worst_slo_ratio and reason with the proposal. The host presets the
+ * current split, so a plugin that fills nothing proposes no change. */
 struct narwhal_controller_proposal {
 	uint32_t struct_size;
 	uint32_t prefill;          /* proposed live prefill count */
@@ -290,39 +370,55 @@ struct narwhal_controller_proposal {
 
 struct narwhal_controller_ops {
 	uint32_t struct_size;
+	/* Required; as for admission. */
 	int (*create)(const struct narwhal_host *host, const json_t *config,
 	              void **instance, char *err, size_t err_len);
+	/* Required. */
 	void (*destroy)(void *instance);
 	/* Required. Fill out with the proposed split; proposing the current
-	 * split means "no change". */
+	 * split means "no change". Non-zero: no change this pass (logged and
+	 * counted). */
 	int (*propose)(void *instance, const struct narwhal_controller_input *in,
 	               struct narwhal_controller_proposal *out);
 };
 
 /* ------------------------------------------------------------------------
  * Dialect: an engine's wire format. The host does all I/O; the dialect
- * builds request bodies and interprets responses.
+ * builds request bodies and interprets responses. Every engine-format fact
+ * lives here, so a new engine is a new dialect with no host change.
  * ------------------------------------------------------------------------ */
 
-/* Capabilities. */
+/* Capabilities of one engine (capabilities() is asked once per engine at
+ * start). With neither handoff flag the engine is aggregate-only: it runs
+ * whole requests (build_aggregate) and is never paired. */
 #define NARWHAL_DIALECT_HANDOFF_SEQUENTIAL (1u << 0) /* prefill, then decode with its handoff */
-#define NARWHAL_DIALECT_HANDOFF_CONCURRENT (1u << 1) /* both legs at once, paired */
+#define NARWHAL_DIALECT_HANDOFF_CONCURRENT (1u << 1) /* both legs sent at once, paired */
 #define NARWHAL_DIALECT_PER_REQUEST_ROLES  (1u << 2) /* any engine, any role, per request */
 
-typedef enum narwhal_error_class {
-	NARWHAL_ERROR_RETRYABLE = 1,
-	NARWHAL_ERROR_PERMANENT = 2,
-	NARWHAL_ERROR_CONTEXT_TOO_LONG = 3,
-} narwhal_error_class;
+/* Error classes (narwhal_sse_event.error_class, narwhal_engine_error). */
+typedef uint32_t narwhal_error_class;
+enum {
+	NARWHAL_ERROR_RETRYABLE = 1,        /* spec 4.2's transient failures */
+	NARWHAL_ERROR_PERMANENT = 2,        /* anything else: not retried */
+	NARWHAL_ERROR_CONTEXT_TOO_LONG = 3, /* the request does not fit the context */
+	NARWHAL_ERROR_CLIENT = 4,           /* the engine refused the client's own
+	                                     * request (validation): its message
+	                                     * may be shown to the client */
+};
 
-typedef enum narwhal_sse_kind {
+/* SSE event kinds (narwhal_sse_event.kind). */
+typedef uint32_t narwhal_sse_kind;
+enum {
 	NARWHAL_SSE_TOKENS = 1, /* generated output; tokens says how many */
 	NARWHAL_SSE_USAGE = 2,  /* usage only */
 	NARWHAL_SSE_ERROR = 3,  /* in-band error */
 	NARWHAL_SSE_DONE = 4,   /* success terminator */
 	NARWHAL_SSE_OTHER = 5,  /* metadata: relay, counts as liveness */
-} narwhal_sse_kind;
+};
 
+/* The host acts on kind, tokens (first token), error_class; it reads the
+ * usage counts for accounting. It presets kind NARWHAL_SSE_OTHER, tokens 0
+ * and the counts -1. */
 struct narwhal_sse_event {
 	uint32_t struct_size;
 	narwhal_sse_kind kind;
@@ -332,52 +428,156 @@ struct narwhal_sse_event {
 	narwhal_error_class error_class; /* for NARWHAL_SSE_ERROR */
 };
 
-/* An outgoing engine call. path is static or owned by the instance; body is
- * (transfer full) to the host, NULL for a bodiless GET. The host only
- * serialises the body; a body that is the client body itself (with its own
- * reference) is sent as the client's bytes as they came. */
-struct narwhal_http_call {
+/* An engine error answer as the dialect reads it. The host acts on
+ * error_class; it shows message (and param) to the client only for
+ * NARWHAL_ERROR_CLIENT and NARWHAL_ERROR_CONTEXT_TOO_LONG answers of status
+ * 4xx, and logs it otherwise. The host presets error_class from the HTTP
+ * status (spec 4.2) and message and param empty. */
+#define NARWHAL_ENGINE_MESSAGE_MAX 512
+#define NARWHAL_ENGINE_PARAM_MAX 64
+struct narwhal_engine_error {
 	uint32_t struct_size;
-	const char *method;
-	const char *path;
-	json_t *body;
+	narwhal_error_class error_class;
+	char message[NARWHAL_ENGINE_MESSAGE_MAX]; /* the engine's text, terminated */
+	char param[NARWHAL_ENGINE_PARAM_MAX];     /* the request key at fault, or "" */
+};
+
+/* What the engines say about the model they serve. The host presets name
+ * "" and max_model_len -1; it uses name as the served model when the
+ * configuration gives none, and max_model_len to refuse requests that
+ * cannot fit before any leg. */
+#define NARWHAL_MODEL_NAME_MAX 256
+struct narwhal_model_info {
+	uint32_t struct_size;
+	char name[NARWHAL_MODEL_NAME_MAX];
+	int64_t max_model_len;     /* tokens; -1 when unknown */
 };
 
 /* Which client route a request came in on. */
-typedef enum narwhal_route {
+typedef uint32_t narwhal_route;
+enum {
 	NARWHAL_ROUTE_COMPLETIONS = 1,
 	NARWHAL_ROUTE_CHAT_COMPLETIONS = 2,
-} narwhal_route;
+};
 
+/* One engine as a dialect sees it. */
+struct narwhal_engine_ref {
+	uint32_t struct_size;
+	uint32_t index;            /* position in the fleet */
+	const char *id;            /* configured instance ID */
+	const char *url;           /* configured base URL, no trailing slash */
+};
+
+/* What a call is built for. For a sequential handoff the decode engine is
+ * placed after the prefill answer, so build_prefill sees decode NULL; for a
+ * concurrent handoff both are placed first and both legs see both. */
+struct narwhal_dialect_target {
+	uint32_t struct_size;
+	uint64_t request;                          /* host-unique handle */
+	const char *request_id;                    /* for log lines only */
+	uint32_t attempt;                          /* 0-based */
+	narwhal_route route;
+	const json_t *client_body;                 /* the validated client JSON */
+	const struct narwhal_engine_ref *engine;   /* the engine this call goes to */
+	const struct narwhal_engine_ref *prefill;  /* the pair's prefill engine, or NULL */
+	const struct narwhal_engine_ref *decode;   /* the pair's decode engine, or NULL */
+	uint64_t pair_id;          /* unique per attempt of a pair (e.g. a
+	                            * bootstrap room); 0 outside a pair */
+};
+
+/* The call's body is target->client_body unchanged (body must be NULL): the
+ * host sends it without building a copy, and when it is the client's own
+ * JSON it sends the bytes the client sent. */
+#define NARWHAL_CALL_CLIENT_BODY (1u << 0)
+
+/* An outgoing engine call. path is static or owned by the instance; body is
+ * (transfer full) to the host, NULL for a bodiless GET or with
+ * NARWHAL_CALL_CLIENT_BODY. The host only serialises the body. */
+struct narwhal_http_call {
+	uint32_t struct_size;
+	uint32_t flags;            /* NARWHAL_CALL_* */
+	const char *method;        /* "GET" or "POST" */
+	const char *path;          /* starts with '/', appended to the engine URL */
+	json_t *body;
+};
+
+/*
+ * Return values of the dialect slots: 0 is success. Builders may return
+ * -EALREADY (build_tokenize only: the count is known without a call, e.g.
+ * a prompt of token IDs; the host takes the prompt's length), -ENOTSUP (this
+ * request cannot be served that way: the host sizes by characters, or fails
+ * the attempt for a generation leg), -EINVAL (bad arguments) or -ENOMEM.
+ * Parsers return -EPROTO for an answer they cannot read. Any failure of a
+ * generation builder or parser fails the attempt as an internal or engine
+ * error; it is logged and counted.
+ */
 struct narwhal_dialect_ops {
 	uint32_t struct_size;
+	/* Required; as for admission. */
 	int (*create)(const struct narwhal_host *host, const json_t *config,
 	              void **instance, char *err, size_t err_len);
+	/* Required. */
 	void (*destroy)(void *instance);
-	uint32_t (*capabilities)(void *instance);
+	/* Required. NARWHAL_DIALECT_* flags for one engine, asked once per
+	 * engine when the daemon starts. An engine with a handoff flag needs
+	 * the prefill trio (build_prefill, build_decode, parse_prefill). */
+	uint32_t (*capabilities)(void *instance, const struct narwhal_engine_ref *engine);
 
-	/* Requests. client_body is the validated client JSON (borrowed). */
-	int (*build_tokenize)(void *instance, narwhal_route route, const json_t *client_body,
+	/* Optional pair: exact prompt sizing (spec 6, engine.tokenize).
+	 * Without it requests are sized with engine.chars_per_token. */
+	int (*build_tokenize)(void *instance, const struct narwhal_dialect_target *target,
 	                      struct narwhal_http_call *out);
-	int (*build_prefill)(void *instance, narwhal_route route, const json_t *client_body,
-	                     struct narwhal_http_call *out);
-	/* handoff is what parse_prefill returned; NULL makes the decode engine
-	 * prefill locally. */
-	int (*build_decode)(void *instance, narwhal_route route, const json_t *client_body,
-	                    const json_t *handoff, struct narwhal_http_call *out);
-	int (*build_aggregate)(void *instance, narwhal_route route, const json_t *client_body,
-	                       struct narwhal_http_call *out);
-	int (*build_health)(void *instance, struct narwhal_http_call *out);
-
-	/* Responses. */
 	int (*parse_tokenize)(void *instance, const json_t *response, uint64_t *prompt_tokens);
-	/* *handoff is (transfer full), NULL when the engine returned none. */
+
+	/* Optional trio, required for an engine with a handoff capability. */
+	int (*build_prefill)(void *instance, const struct narwhal_dialect_target *target,
+	                     struct narwhal_http_call *out);
+	/* handoff is what parse_prefill returned (NULL for a concurrent
+	 * handoff, or when the prefill answer carried none: the decode engine
+	 * then prefills locally). */
+	int (*build_decode)(void *instance, const struct narwhal_dialect_target *target,
+	                    const json_t *handoff, struct narwhal_http_call *out);
+	/* *handoff is (transfer full), NULL when the engine returned none (the
+	 * host logs and counts a missing handoff). */
 	int (*parse_prefill)(void *instance, const json_t *response, json_t **handoff);
-	/* One SSE data payload (without "data: " and the blank line). */
+
+	/* Required: one engine runs the whole request. */
+	int (*build_aggregate)(void *instance, const struct narwhal_dialect_target *target,
+	                       struct narwhal_http_call *out);
+	/* Required: the engine's liveness probe; 2xx means healthy. */
+	int (*build_health)(void *instance, const struct narwhal_engine_ref *engine,
+	                    struct narwhal_http_call *out);
+
+	/* Required. One SSE data payload (without "data: " and the blank
+	 * line). Non-zero: the payload is not an event of this engine, and the
+	 * leg fails as a bad engine response. */
 	int (*parse_sse)(void *instance, const char *data, size_t len,
 	                 struct narwhal_sse_event *out);
-	narwhal_error_class (*classify_error)(void *instance, int http_status,
-	                                      const char *body, size_t len);
+	/* Optional. After a stream's first token the host parses only the
+	 * events this says may matter (the terminator, an error, usage): return
+	 * true when the payload may be anything but a plain token event. It
+	 * must never return false for an error or a terminator. Without it the
+	 * host parses every event. */
+	bool (*sniff_sse)(void *instance, const char *data, size_t len);
+	/* Required. Read an engine error: an HTTP answer of status http_status
+	 * (>= 400) with its body, or an in-band stream error event's payload
+	 * (http_status 0). Return 0 with out filled, or -EPROTO when the body
+	 * says nothing the dialect can read (out keeps the host's presets). */
+	int (*parse_error)(void *instance, int32_t http_status, const char *body, size_t len,
+	                   struct narwhal_engine_error *out);
+
+	/* Optional pair: model discovery. The host sends build_models to the
+	 * first engine at start and reads the answer with parse_models. */
+	int (*build_models)(void *instance, const struct narwhal_engine_ref *engine,
+	                    struct narwhal_http_call *out);
+	int (*parse_models)(void *instance, const json_t *response,
+	                    struct narwhal_model_info *out);
+
+	/* Optional: the top-level request keys this dialect's handoff uses
+	 * (e.g. "kv_transfer_params"): a NULL-terminated static list. The host
+	 * refuses client requests that carry any of them (400), so a client can
+	 * never forge a handoff. */
+	const char *const *(*router_keys)(void *instance);
 };
 
 /* ------------------------------------------------------------------------
@@ -390,7 +590,7 @@ struct narwhal_plugin_descriptor {
 	uint16_t abi_major;
 	uint16_t abi_minor;
 	uint32_t struct_size; /* sizeof(struct narwhal_plugin_descriptor) as built */
-	uint32_t kind;        /* narwhal_plugin_kind */
+	narwhal_plugin_kind kind;
 	/* Identity. */
 	const char *name;     /* matches the configured name */
 	const char *version;  /* the plugin's own version */
@@ -415,34 +615,58 @@ typedef const struct narwhal_plugin_descriptor *(*narwhal_plugin_entry_fn)(void)
 #endif
 #endif
 
-/* The entry every plugin defines (through NARWHAL_PLUGIN_DEFINE). Declared
+/* The entry every plugin defines (through one of the macros below). Declared
  * here so it has C linkage and default visibility even in C++ plugins and
  * in builds with -fvisibility=hidden. */
 NARWHAL_PLUGIN_EXPORT const struct narwhal_plugin_descriptor *narwhal_plugin_entry(void);
 
-/* Kind token to enum value; a separate step so a macro given as the kind is
- * expanded before it is pasted. */
-#define NARWHAL_PLUGIN_KIND_VALUE_(kind_) NARWHAL_KIND_##kind_
+/* The ops table's type is checked at compile time: a table of another kind
+ * is a hard error with GCC and Clang (a static assertion) and in C++, and an
+ * incompatible-pointer diagnostic elsewhere. */
+#if defined(__GNUC__) && !defined(__cplusplus)
+#define NARWHAL_OPS_CHECK_(type_, ops_)                                        \
+	_Static_assert(__builtin_types_compatible_p(__typeof__(*(ops_)), type_), \
+	               "the ops table given is not a " #type_)
+#else
+#define NARWHAL_OPS_CHECK_(type_, ops_) ((void)0)
+#endif
 
-/* Declare a plugin: NARWHAL_PLUGIN_DEFINE(ADMISSION, "open", "1.0.0", &ops).
- * kind is one of DIALECT, ADMISSION, PLACEMENT, CONTROLLER. */
-#define NARWHAL_PLUGIN_DEFINE(kind_, name_, version_, ops_)                   \
+/* The descriptor and entry function; use the kind-specific macros. */
+#define NARWHAL_PLUGIN_DEFINE_(kind_, type_, name_, version_, ops_)           \
 	NARWHAL_PLUGIN_EXPORT const struct narwhal_plugin_descriptor *        \
 	narwhal_plugin_entry(void)                                            \
 	{                                                                     \
+		const type_ *const narwhal_typed_ops_ = (ops_);               \
 		static const struct narwhal_plugin_descriptor desc = {        \
 			NARWHAL_PLUGIN_MAGIC,                                 \
 			NARWHAL_ABI_MAJOR,                                    \
 			NARWHAL_ABI_MINOR,                                    \
 			sizeof(struct narwhal_plugin_descriptor),             \
-			NARWHAL_PLUGIN_KIND_VALUE_(kind_),                    \
+			(kind_),                                              \
 			(name_),                                              \
 			(version_),                                           \
 			NARWHAL_PLUGIN_BUILD_ID,                              \
 			(ops_),                                               \
 		};                                                            \
+		NARWHAL_OPS_CHECK_(type_, ops_);                              \
+		(void)narwhal_typed_ops_;                                     \
 		return &desc;                                                 \
 	}
+
+/* Declare a plugin, e.g. NARWHAL_ADMISSION_PLUGIN("open", "1.0.0", &open_ops).
+ * Use exactly one per shared object, at file scope. */
+#define NARWHAL_DIALECT_PLUGIN(name_, version_, ops_) \
+	NARWHAL_PLUGIN_DEFINE_(NARWHAL_KIND_DIALECT, struct narwhal_dialect_ops, \
+	                       name_, version_, ops_)
+#define NARWHAL_ADMISSION_PLUGIN(name_, version_, ops_) \
+	NARWHAL_PLUGIN_DEFINE_(NARWHAL_KIND_ADMISSION, struct narwhal_admission_ops, \
+	                       name_, version_, ops_)
+#define NARWHAL_PLACEMENT_PLUGIN(name_, version_, ops_) \
+	NARWHAL_PLUGIN_DEFINE_(NARWHAL_KIND_PLACEMENT, struct narwhal_placement_ops, \
+	                       name_, version_, ops_)
+#define NARWHAL_CONTROLLER_PLUGIN(name_, version_, ops_) \
+	NARWHAL_PLUGIN_DEFINE_(NARWHAL_KIND_CONTROLLER, struct narwhal_controller_ops, \
+	                       name_, version_, ops_)
 
 #ifdef __cplusplus
 }

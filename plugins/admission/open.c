@@ -147,4 +147,4 @@ static const struct narwhal_admission_ops open_ops = {
 	.finished = NULL, /* the host's counts are the ledger */
 };
 
-NARWHAL_PLUGIN_DEFINE(ADMISSION, "open", "1.0.0", &open_ops)
+NARWHAL_ADMISSION_PLUGIN("open", "2.0.0", &open_ops)

@@ -93,4 +93,4 @@ static const struct narwhal_controller_ops static_ops = {
 	.propose = static_propose,
 };
 
-NARWHAL_PLUGIN_DEFINE(CONTROLLER, "static", "1.0.0", &static_ops)
+NARWHAL_CONTROLLER_PLUGIN("static", "2.0.0", &static_ops)

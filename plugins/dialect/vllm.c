@@ -86,8 +86,9 @@ vllm_destroy(void *instance)
 }
 
 static uint32_t
-vllm_capabilities(void *instance)
+vllm_capabilities(void *instance, const struct narwhal_engine_ref *engine)
 {
+	(void)engine;
 	vllm_cast(instance);
 	/* NixlConnector ignores kv_role: kv_transfer_params picks the role. */
 	return NARWHAL_DIALECT_HANDOFF_SEQUENTIAL | NARWHAL_DIALECT_PER_REQUEST_ROLES;
@@ -111,6 +112,7 @@ route_path(narwhal_route route)
 static void
 set_call(struct narwhal_http_call *out, const char *method, const char *path, json_t *body)
 {
+	out->flags = 0;
 	out->method = method;
 	out->path = path;
 	out->body = body;
@@ -131,15 +133,15 @@ engine_body(const json_t *client_body)
 	return body;
 }
 
-/* Shared argument checks for the generation legs; the path, or NULL. */
+/* Shared argument checks for the builders; the path, or NULL. */
 static const char *
-check_build(void *instance, narwhal_route route, const json_t *client_body,
+check_build(void *instance, const struct narwhal_dialect_target *target,
             const struct narwhal_http_call *out)
 {
 	vllm_cast(instance);
-	if (!json_is_object(client_body) || out == NULL)
+	if (target == NULL || !json_is_object(target->client_body) || out == NULL)
 		return NULL;
-	return route_path(route);
+	return route_path(target->route);
 }
 
 /* A prompt that is already token IDs: a non-empty list of integers. */
@@ -189,20 +191,22 @@ static const char *const chat_render_keys[] = {
  * changes the rendered prompt.
  */
 static int
-vllm_build_tokenize(void *instance, narwhal_route route, const json_t *client_body,
+vllm_build_tokenize(void *instance, const struct narwhal_dialect_target *target,
                     struct narwhal_http_call *out)
 {
+	const json_t *client_body;
 	const json_t *prompt;
 	json_t *body;
 	int rc = 0;
 
-	if (check_build(instance, route, client_body, out) == NULL)
+	if (check_build(instance, target, out) == NULL)
 		return -EINVAL;
+	client_body = target->client_body;
 	body = json_object();
 	if (body == NULL)
 		return -ENOMEM;
 	rc |= copy_key(body, client_body, "model");
-	if (route == NARWHAL_ROUTE_COMPLETIONS) {
+	if (target->route == NARWHAL_ROUTE_COMPLETIONS) {
 		prompt = json_object_get(client_body, "prompt");
 		/* A batch of one is one prompt. */
 		if (json_is_array(prompt) && json_array_size(prompt) == 1 &&
@@ -248,16 +252,16 @@ prefill_params(void)
 }
 
 static int
-vllm_build_prefill(void *instance, narwhal_route route, const json_t *client_body,
+vllm_build_prefill(void *instance, const struct narwhal_dialect_target *target,
                    struct narwhal_http_call *out)
 {
-	const char *path = check_build(instance, route, client_body, out);
+	const char *path = check_build(instance, target, out);
 	json_t *body;
 	int rc = 0;
 
 	if (path == NULL)
 		return -EINVAL;
-	body = engine_body(client_body);
+	body = engine_body(target->client_body);
 	if (body == NULL)
 		return -ENOMEM;
 	/* The prefill side must not stream and rejects or ignores these; the
@@ -281,10 +285,10 @@ vllm_build_prefill(void *instance, narwhal_route route, const json_t *client_bod
 /* The client's body as sent, plus the handoff untouched: its fields change
  * between vLLM versions, and only the engines need to agree on them. */
 static int
-vllm_build_decode(void *instance, narwhal_route route, const json_t *client_body,
+vllm_build_decode(void *instance, const struct narwhal_dialect_target *target,
                   const json_t *handoff, struct narwhal_http_call *out)
 {
-	const char *path = check_build(instance, route, client_body, out);
+	const char *path = check_build(instance, target, out);
 	json_t *body;
 
 	if (path == NULL)
@@ -295,7 +299,7 @@ vllm_build_decode(void *instance, narwhal_route route, const json_t *client_body
 		handoff = NULL;
 	if (handoff != NULL && !json_is_object(handoff))
 		return -EINVAL;
-	body = engine_body(client_body);
+	body = engine_body(target->client_body);
 	if (body == NULL)
 		return -ENOMEM;
 	/* Without a handoff the body has no kv_transfer_params at all, so the
@@ -310,30 +314,36 @@ vllm_build_decode(void *instance, narwhal_route route, const json_t *client_body
 }
 
 static int
-vllm_build_aggregate(void *instance, narwhal_route route, const json_t *client_body,
+vllm_build_aggregate(void *instance, const struct narwhal_dialect_target *target,
                      struct narwhal_http_call *out)
 {
-	const char *path = check_build(instance, route, client_body, out);
-	json_t *body;
+	const char *path = check_build(instance, target, out);
 
 	if (path == NULL)
 		return -EINVAL;
-	/* Unchanged: the client body itself, which the host then sends as the
-	 * client's bytes, with no re-encoding. */
-	if (json_object_get(client_body, KV_PARAMS) == NULL)
-		body = json_incref((json_t *)client_body);
-	else
-		body = engine_body(client_body);
-	if (body == NULL)
-		return -ENOMEM;
-	set_call(out, "POST", path, body);
+	/* vLLM takes the request as it is, so the host sends it unchanged
+	 * (the client's own bytes when nothing was added). The host refuses a
+	 * client kv_transfer_params, since router_keys names it; should one
+	 * get here all the same, it is dropped. */
+	if (json_object_get(target->client_body, KV_PARAMS) != NULL) {
+		json_t *body = engine_body(target->client_body);
+
+		if (body == NULL)
+			return -ENOMEM;
+		set_call(out, "POST", path, body);
+		return 0;
+	}
+	set_call(out, "POST", path, NULL);
+	out->flags = NARWHAL_CALL_CLIENT_BODY;
 	return 0;
 }
 
 /* 200 with an empty body when up, 503 once the engine is dead. */
 static int
-vllm_build_health(void *instance, struct narwhal_http_call *out)
+vllm_build_health(void *instance, const struct narwhal_engine_ref *engine,
+                  struct narwhal_http_call *out)
 {
+	(void)engine;
 	vllm_cast(instance);
 	if (out == NULL)
 		return -EINVAL;
@@ -371,7 +381,12 @@ vllm_parse_prefill(void *instance, const json_t *response, json_t **handoff)
 	*handoff = NULL;
 	if (!json_is_object(response))
 		return -EPROTO;
+	/* Top level in vLLM's OpenAI server; some versions and proxies put it
+	 * in the first choice instead. */
 	params = json_object_get(response, KV_PARAMS);
+	if (params == NULL || json_is_null(params))
+		params = json_object_get(json_array_get(json_object_get(response, "choices"), 0),
+		                         KV_PARAMS);
 	/* None: the prefill ended some other way (aborted; in old versions
 	 * also an EOS as the first token) and holds no blocks. */
 	if (params == NULL || json_is_null(params))
@@ -531,7 +546,9 @@ is_context_too_long(const struct error_fields *ef)
 	return is_length_param(ef->param) && contains_ci(ef->message, "context");
 }
 
-/* Spec 4.2: only these may be retried; every other status is permanent. */
+/* Spec 4.2: only these may be retried. A 400, 413 or 422 refuses the
+ * client's own request (validation), whose message the client may see;
+ * every other status is permanent. */
 static narwhal_error_class
 status_class(int status)
 {
@@ -543,6 +560,10 @@ status_class(int status)
 	case 503:
 	case 504:
 		return NARWHAL_ERROR_RETRYABLE;
+	case 400:
+	case 413:
+	case 422:
+		return NARWHAL_ERROR_CLIENT;
 	default:
 		return NARWHAL_ERROR_PERMANENT;
 	}
@@ -560,28 +581,101 @@ classify(int status, const struct error_fields *ef)
 	return status_class(status);
 }
 
-static narwhal_error_class
-vllm_classify_error(void *instance, int http_status, const char *body, size_t len)
+/* Copy a string into a fixed buffer, cut at a character boundary. */
+static void
+copy_text(char *dst, size_t size, const char *src)
+{
+	size_t n;
+
+	if (src == NULL) {
+		dst[0] = '\0';
+		return;
+	}
+	n = strlen(src);
+	if (n >= size) {
+		n = size - 1;
+		/* Do not end inside a UTF-8 sequence. */
+		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+static int
+vllm_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
+                 struct narwhal_engine_error *out)
 {
 	struct error_fields ef;
-	narwhal_error_class cls;
 	json_error_t jerr;
 	json_t *doc = NULL;
+	bool found;
 
 	vllm_cast(instance);
-	/* No HTTP answer at all: a transport failure. */
-	if (http_status <= 0)
-		return NARWHAL_ERROR_RETRYABLE;
+	if (out == NULL)
+		return -EINVAL;
 	if (body != NULL && len > 0)
 		doc = json_loadb(body, len, 0, &jerr);
+	found = find_error(doc, &ef);
 	/* An object without a known error shape may still be a flat error. */
-	if (!find_error(doc, &ef) && json_is_object(doc))
+	if (!found && json_is_object(doc))
 		read_error_object(doc, &ef);
-	/* An HTTP error status is the answer; anything else (an error body
-	 * under 200, say) is read from the body. */
-	cls = classify(http_status >= 400 && http_status <= 599 ? http_status : 0, &ef);
+	/* An HTTP error status is the answer; otherwise (an in-band error,
+	 * status 0, or an error body under 2xx) a body says its own, and
+	 * without one the host's preset stands. */
+	if (http_status >= 400 && http_status <= 599)
+		out->error_class = classify(http_status, &ef);
+	else if (json_is_object(doc))
+		out->error_class = classify(0, &ef);
+	copy_text(out->message, sizeof out->message, ef.message);
+	copy_text(out->param, sizeof out->param, ef.param);
 	json_decref(doc);
-	return cls;
+	return found || ef.message != NULL ? 0 : -EPROTO;
+}
+
+/* ---- models ------------------------------------------------------------- */
+
+static int
+vllm_build_models(void *instance, const struct narwhal_engine_ref *engine,
+                  struct narwhal_http_call *out)
+{
+	(void)engine;
+	vllm_cast(instance);
+	if (out == NULL)
+		return -EINVAL;
+	set_call(out, "GET", "/v1/models", NULL);
+	return 0;
+}
+
+/* vLLM lists the served model first, with its max_model_len. */
+static int
+vllm_parse_models(void *instance, const json_t *response, struct narwhal_model_info *out)
+{
+	const json_t *id, *len;
+
+	vllm_cast(instance);
+	if (response == NULL || out == NULL)
+		return -EINVAL;
+	id = json_object_get(json_array_get(json_object_get(response, "data"), 0), "id");
+	if (!json_is_string(id) || json_string_length(id) == 0 ||
+	    json_string_length(id) >= sizeof out->name)
+		return -EPROTO;
+	copy_text(out->name, sizeof out->name, json_string_value(id));
+	len = json_object_get(json_array_get(json_object_get(response, "data"), 0),
+	                      "max_model_len");
+	if (json_is_integer(len) && json_integer_value(len) > 0)
+		out->max_model_len = json_integer_value(len);
+	return 0;
+}
+
+/* The handoff travels in kv_transfer_params: only the router may set it. */
+static const char *const *
+vllm_router_keys(void *instance)
+{
+	static const char *const keys[] = { KV_PARAMS, NULL };
+
+	vllm_cast(instance);
+	return keys;
 }
 
 /* ---- SSE events --------------------------------------------------------- */
@@ -642,6 +736,34 @@ is_done(const char *data, size_t len)
 	while (len > 0 && is_space(data[len - 1]))
 		len--;
 	return len == 6 && memcmp(data, "[DONE]", 6) == 0;
+}
+
+/* Whether hay holds needle; no allocation. This runs on every relayed
+ * token event, so memchr finds the candidates. */
+static bool
+contains(const char *hay, size_t len, const char *needle, size_t n)
+{
+	while (len >= n) {
+		const char *q = memchr(hay, needle[0], len - n + 1);
+
+		if (q == NULL)
+			return false;
+		if (memcmp(q, needle, n) == 0)
+			return true;
+		len -= (size_t)(q - hay) + 1;
+		hay = q + 1;
+	}
+	return false;
+}
+
+/* After the first token only a terminator or an error changes what the
+ * host does, and a token event holds neither text outside its strings
+ * (inside them a quote is escaped, so "\"error\"" cannot match there). */
+static bool
+vllm_sniff_sse(void *instance, const char *data, size_t len)
+{
+	vllm_cast(instance);
+	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7);
 }
 
 /*
@@ -706,14 +828,18 @@ static const struct narwhal_dialect_ops vllm_ops = {
 	.destroy = vllm_destroy,
 	.capabilities = vllm_capabilities,
 	.build_tokenize = vllm_build_tokenize,
+	.parse_tokenize = vllm_parse_tokenize,
 	.build_prefill = vllm_build_prefill,
 	.build_decode = vllm_build_decode,
+	.parse_prefill = vllm_parse_prefill,
 	.build_aggregate = vllm_build_aggregate,
 	.build_health = vllm_build_health,
-	.parse_tokenize = vllm_parse_tokenize,
-	.parse_prefill = vllm_parse_prefill,
 	.parse_sse = vllm_parse_sse,
-	.classify_error = vllm_classify_error,
+	.sniff_sse = vllm_sniff_sse,
+	.parse_error = vllm_parse_error,
+	.build_models = vllm_build_models,
+	.parse_models = vllm_parse_models,
+	.router_keys = vllm_router_keys,
 };
 
-NARWHAL_PLUGIN_DEFINE(DIALECT, "vllm", "1.0.0", &vllm_ops)
+NARWHAL_DIALECT_PLUGIN("vllm", "2.0.0", &vllm_ops)

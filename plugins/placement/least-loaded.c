@@ -173,4 +173,4 @@ static const struct narwhal_placement_ops least_ops = {
 	.place = least_place,
 };
 
-NARWHAL_PLUGIN_DEFINE(PLACEMENT, "least-loaded", "1.0.0", &least_ops)
+NARWHAL_PLACEMENT_PLUGIN("least-loaded", "2.0.0", &least_ops)

@@ -392,6 +392,9 @@ other_writers(const struct stat *st)
 {
 	if (st->st_uid != 0 && st->st_uid != geteuid())
 		return "another user owns it";
+	/* In a sticky directory (/tmp) only a file's owner may replace it. */
+	if (S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX))
+		return NULL;
 	if (st->st_mode & S_IWOTH)
 		return "every user can write it";
 	if ((st->st_mode & S_IWGRP) && st->st_gid != 0)

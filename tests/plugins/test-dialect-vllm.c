@@ -550,8 +550,9 @@ test_decode_null_handoff(void)
 
 /* vLLM takes the client's request as it is: the aggregate leg is the
  * client's body unchanged (NARWHAL_CALL_CLIENT_BODY), so the host sends the
- * client's bytes. A client kv_transfer_params never gets this far: the host
- * refuses it, since router_keys names it. */
+ * client's bytes. A client kv_transfer_params should never get this far
+ * (the host refuses it, since router_keys names it); if it does, the leg
+ * is a copy without it (test_client_kv_params_stripped). */
 static void
 test_aggregate(void)
 {
@@ -1027,7 +1028,7 @@ test_sse_errors(void)
 	                 NARWHAL_ERROR_RETRYABLE);
 	expect_sse_error(h, "{\"error\": {\"message\": \"bad logits processor\", \"type\":"
 	                 " \"BadRequestError\", \"param\": null, \"code\": 400}}",
-	                 NARWHAL_ERROR_PERMANENT);
+	                 NARWHAL_ERROR_CLIENT);
 	expect_sse_error(h, "{\"error\": {\"message\": \"This model's maximum context length is"
 	                 " 4096 tokens. However, you requested 5000 tokens.\", \"type\":"
 	                 " \"BadRequestError\", \"param\": null, \"code\": 400}}",
@@ -1046,7 +1047,7 @@ test_sse_errors(void)
 	                 NARWHAL_ERROR_RETRYABLE);
 	expect_sse_error(h, "{\"object\": \"error\", \"message\": \"bad\", \"type\":"
 	                 " \"BadRequestError\", \"param\": \"n\", \"code\": 400}",
-	                 NARWHAL_ERROR_PERMANENT);
+	                 NARWHAL_ERROR_CLIENT);
 	expect_sse_error(h, "{\"object\": \"error\", \"message\": \"You passed 5000 input tokens"
 	                 " and requested 100 output tokens. However, the model's context length"
 	                 " is only 4096 tokens.\", \"type\": \"BadRequestError\","
@@ -1143,11 +1144,13 @@ expect_class_all_bodies(struct nw_harness *h, int status, narwhal_error_class cl
 	expect_class(h, status, "{\"detail\": \"Not Found\"}", cls);
 }
 
-/* Spec 4.2: transport failures and 408, 429, 500, 502, 503, 504. */
+/* Spec 4.2: 408, 429, 500, 502, 503, 504 (transport failures are the
+ * host's: parse_error is never asked about them, and status 0 means an
+ * in-band event, tested with the SSE events). */
 static void
 test_retryable_statuses(void)
 {
-	static const int statuses[] = { 0, 408, 429, 500, 502, 503, 504 };
+	static const int statuses[] = { 408, 429, 500, 502, 503, 504 };
 	struct nw_harness *h = vllm_with(NULL);
 
 	if (h == NULL)
@@ -1163,21 +1166,26 @@ test_retryable_statuses(void)
 	nw_harness_free(h);
 }
 
-/* Spec 4.2: every other status ends the request. */
+/* Spec 4.2: every other status ends the request. 400, 413 and 422 refuse
+ * the client's own request (NARWHAL_ERROR_CLIENT: its message may be shown
+ * to the client); the rest are the engine's or the router's business. */
 static void
 test_permanent_statuses(void)
 {
-	static const int statuses[] = { 400, 401, 403, 404, 405, 409, 413, 415, 422,
+	static const int statuses[] = { 401, 403, 404, 405, 409, 415,
 	                                451, 499, 501, 505, 507, 599 };
+	static const int client[] = { 400, 413, 422 };
 	struct nw_harness *h = vllm_with(NULL);
 
 	if (h == NULL)
 		return;
 	for (guint i = 0; i < G_N_ELEMENTS(statuses); i++)
 		expect_class_all_bodies(h, statuses[i], NARWHAL_ERROR_PERMANENT);
+	for (guint i = 0; i < G_N_ELEMENTS(client); i++)
+		expect_class_all_bodies(h, client[i], NARWHAL_ERROR_CLIENT);
 	/* The status wins over the code in the body. */
 	expect_class(h, 400, "{\"error\": {\"message\": \"x\", \"type\": \"InternalServerError\","
-	             " \"code\": 503}}", NARWHAL_ERROR_PERMANENT);
+	             " \"code\": 503}}", NARWHAL_ERROR_CLIENT);
 	expect_class(h, 503, "{\"error\": {\"message\": \"x\", \"type\": \"BadRequestError\","
 	             " \"code\": 400}}", NARWHAL_ERROR_RETRYABLE);
 	/* vLLM's unknown-model answer. */
@@ -1199,7 +1207,7 @@ test_error_body_without_error_status(void)
 	expect_class(h, 200, "{\"error\": {\"message\": \"x\", \"type\": \"X\", \"code\": 503}}",
 	             NARWHAL_ERROR_RETRYABLE);
 	expect_class(h, 200, "{\"object\": \"error\", \"message\": \"x\", \"code\": 400}",
-	             NARWHAL_ERROR_PERMANENT);
+	             NARWHAL_ERROR_CLIENT);
 	expect_class(h, 200, "{\"error\": {\"message\": \"x\", \"type\": \"RateLimitError\"}}",
 	             NARWHAL_ERROR_RETRYABLE);
 	expect_class(h, 200, "{\"message\": \"x\", \"code\": 504}", NARWHAL_ERROR_RETRYABLE);
@@ -1289,20 +1297,20 @@ test_context_length(void)
 	/* Not context errors: a length param about something else, a context
 	 * phrase without a length param, other statuses, text outside JSON. */
 	expect_context(h, "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
-	               "max_tokens", NARWHAL_ERROR_PERMANENT);
+	               "max_tokens", NARWHAL_ERROR_CLIENT);
 	expect_context(h, "Input tokens must not be empty.", "input_tokens",
-	               NARWHAL_ERROR_PERMANENT);
+	               NARWHAL_ERROR_CLIENT);
 	expect_context(h, "prompt exceeds the available context size", NULL,
-	               NARWHAL_ERROR_PERMANENT);
-	expect_context(h, "The context window is full.", "temperature", NARWHAL_ERROR_PERMANENT);
+	               NARWHAL_ERROR_CLIENT);
+	expect_context(h, "The context window is full.", "temperature", NARWHAL_ERROR_CLIENT);
 	expect_class(h, 422, "{\"error\": {\"message\": \"maximum context length is 4096\","
-	             " \"code\": 422}}", NARWHAL_ERROR_PERMANENT);
+	             " \"code\": 422}}", NARWHAL_ERROR_CLIENT);
 	expect_class(h, 413, "{\"error\": {\"message\": \"maximum context length is 4096\","
-	             " \"param\": \"input_tokens\", \"code\": 413}}", NARWHAL_ERROR_PERMANENT);
+	             " \"param\": \"input_tokens\", \"code\": 413}}", NARWHAL_ERROR_CLIENT);
 	expect_class(h, 400, "This model's maximum context length is 4096 tokens.",
-	             NARWHAL_ERROR_PERMANENT);
+	             NARWHAL_ERROR_CLIENT);
 	expect_class(h, 400, "{\"error\": {\"message\": 42, \"param\": \"input_tokens\"}}",
-	             NARWHAL_ERROR_PERMANENT);
+	             NARWHAL_ERROR_CLIENT);
 	/* Message text is never read under another status, even with
 	 * "context length" in it. */
 	expect_class(h, 503, "{\"error\": {\"message\": \"context length\", \"code\": 400}}",
