@@ -121,12 +121,12 @@ call_detach(struct h1_call *call)
 }
 
 static void
-call_finish(struct h1_call *call, CURLcode code, const char *error)
+call_finish(struct h1_call *call, enum nw_upstream_code code, const char *error)
 {
 	struct nw_upstream_result res = {
 		.code = code,
 		.status = call->have_head ? call->head.status : 0,
-		.error = code == CURLE_OK ? NULL : error,
+		.error = code == NW_UPSTREAM_OK ? NULL : error,
 	};
 
 	call_detach(call);
@@ -139,7 +139,7 @@ call_finish(struct h1_call *call, CURLcode code, const char *error)
  * from the timer: a handler must never run before nw_upstream_start has
  * returned, nor deep inside another call's teardown. */
 void
-nw_h1_call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
+nw_h1_call_fail(struct h1_call *call, enum nw_upstream_code code, const char *fmt, ...)
 {
 	struct nw_h1_pool *pool = call->pool;
 	va_list ap;
@@ -225,7 +225,7 @@ call_send(struct h1_call *call)
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return; /* EPOLLOUT comes when there is room */
 		if (!call_retry_fresh(call))
-			nw_h1_call_fail(call, CURLE_SEND_ERROR, "Send failure: %s", g_strerror(errno));
+			nw_h1_call_fail(call, NW_UPSTREAM_SEND, "Send failure: %s", g_strerror(errno));
 		return;
 	}
 	call->phase = CALL_RECEIVING;
@@ -249,7 +249,7 @@ call_consume(struct h1_call *call)
 		if (n == 0)
 			return NEED_BYTES;
 		if (n < 0 || call->head.status == 101) {
-			nw_h1_call_fail(call, CURLE_WEIRD_SERVER_REPLY,
+			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED,
 			                "The engine's response head is malformed");
 			return STOPPED;
 		}
@@ -275,7 +275,7 @@ call_consume(struct h1_call *call)
 		case NW_H1_MORE:
 			return NEED_BYTES;
 		case NW_H1_INVALID:
-			nw_h1_call_fail(call, CURLE_RECV_ERROR, "The engine's chunked body is malformed");
+			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED, "The engine's chunked body is malformed");
 			return STOPPED;
 		case NW_H1_DATA:
 			if (call->handlers.on_data != NULL &&
@@ -298,7 +298,7 @@ call_consume(struct h1_call *call)
 
 			if (keep)
 				nw_h1_conn_make_idle(c);
-			call_finish(call, CURLE_OK, NULL);
+			call_finish(call, NW_UPSTREAM_OK, NULL);
 			return STOPPED;
 		}
 		}
@@ -311,12 +311,12 @@ static void
 call_eof(struct h1_call *call)
 {
 	if (call->have_head && call->body_state.framing == NW_H1_UNTIL_CLOSE) {
-		call_finish(call, CURLE_OK, NULL);
+		call_finish(call, NW_UPSTREAM_OK, NULL);
 	} else if (!call->got_bytes) {
 		if (!call_retry_fresh(call))
-			nw_h1_call_fail(call, CURLE_GOT_NOTHING, "Empty reply from the engine");
+			nw_h1_call_fail(call, NW_UPSTREAM_RECV, "Empty reply from the engine");
 	} else {
-		nw_h1_call_fail(call, CURLE_PARTIAL_FILE,
+		nw_h1_call_fail(call, NW_UPSTREAM_RECV,
 		                "The engine closed the connection before its response ended");
 	}
 }
@@ -340,7 +340,7 @@ call_pump(struct h1_call *call, bool try_read, bool until_empty)
 			return;
 		room = nw_h1_conn_room(c, !call->have_head);
 		if (room == 0) {
-			nw_h1_call_fail(call, CURLE_WEIRD_SERVER_REPLY,
+			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED,
 			                "The engine's response head is too large");
 			return;
 		}
@@ -364,7 +364,7 @@ call_pump(struct h1_call *call, bool try_read, bool until_empty)
 			return;
 		}
 		if (!call_retry_fresh(call))
-			nw_h1_call_fail(call, CURLE_RECV_ERROR, "Recv failure: %s", g_strerror(errno));
+			nw_h1_call_fail(call, NW_UPSTREAM_RECV, "Recv failure: %s", g_strerror(errno));
 		return;
 	}
 }
@@ -494,11 +494,11 @@ on_deadline(void *data)
 		call_finish(call, call->failed_code, call->error);
 	else if (call->phase == CALL_CONNECTING &&
 	         now >= call->connect_started_us + call->connect_timeout_ms * 1000)
-		nw_h1_call_fail(call, CURLE_OPERATION_TIMEDOUT,
+		nw_h1_call_fail(call, NW_UPSTREAM_TIMEOUT,
 		                "Connection timed out after %ld milliseconds",
 		                (long)((now - call->connect_started_us) / 1000));
 	else
-		nw_h1_call_fail(call, CURLE_OPERATION_TIMEDOUT,
+		nw_h1_call_fail(call, NW_UPSTREAM_TIMEOUT,
 		                "Operation timed out after %ld milliseconds with %zu bytes received",
 		                (long)((now - call->started_us) / 1000), call->received);
 	nw_h1_leave(pool);

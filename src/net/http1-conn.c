@@ -117,7 +117,7 @@ conn_connect_failed(struct h1_conn *c, int err)
 		conn_connect_next(c);
 		return;
 	}
-	nw_h1_call_fail(c->call, err == ENOENT ? CURLE_COULDNT_RESOLVE_HOST : CURLE_COULDNT_CONNECT,
+	nw_h1_call_fail(c->call, err == ENOENT ? NW_UPSTREAM_RESOLVE : NW_UPSTREAM_CONNECT,
 	                "Failed to connect to %s port %u: %s", c->origin->host, c->origin->port,
 	                err == ENOENT ? "could not resolve the host" : g_strerror(err));
 }

@@ -78,7 +78,7 @@ struct h1_call {
 	struct nw_timer wake;     /* resumes a call unpaused, from the loop */
 
 	bool have_head, paused, cancelled, retried, got_bytes;
-	CURLcode failed_code;   /* with CALL_FAILED */
+	enum nw_upstream_code failed_code; /* with CALL_FAILED */
 	struct nw_h1_head head;
 	char *resp_head;        /* status line and headers, for look-ups */
 	size_t resp_head_len;
@@ -122,7 +122,7 @@ void nw_h1_pool_dispatch(struct nw_h1_pool *pool);
 void nw_h1_call_update_deadline(struct h1_call *call);
 /* The connection is up: send the request. */
 void nw_h1_call_begin_exchange(struct h1_call *call);
-void nw_h1_call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
+void nw_h1_call_fail(struct h1_call *call, enum nw_upstream_code code, const char *fmt, ...)
 	G_GNUC_PRINTF(3, 4);
 
 /* http1-conn.c */

@@ -17,6 +17,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <glib-unix.h>
 #include <glib.h>
 
@@ -164,6 +165,53 @@ on_timer(void *data)
 
 /* --- calls ---------------------------------------------------------- */
 
+/* libcurl's codes in Narwhal's own terms (net/upstream.h). */
+static enum nw_upstream_code
+code_of(CURLcode code)
+{
+	switch (code) {
+	case CURLE_OK:
+		return NW_UPSTREAM_OK;
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+		return NW_UPSTREAM_RESOLVE;
+	case CURLE_COULDNT_CONNECT:
+		return NW_UPSTREAM_CONNECT;
+	case CURLE_OPERATION_TIMEDOUT:
+		return NW_UPSTREAM_TIMEOUT;
+	case CURLE_SEND_ERROR:
+	case CURLE_SEND_FAIL_REWIND:
+		return NW_UPSTREAM_SEND;
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		return NW_UPSTREAM_RECV;
+	case CURLE_WEIRD_SERVER_REPLY:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return NW_UPSTREAM_MALFORMED;
+	case CURLE_BAD_CONTENT_ENCODING:
+		return NW_UPSTREAM_BAD_RESPONSE;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER:
+	case CURLE_SSL_ENGINE_NOTFOUND:
+	case CURLE_SSL_ENGINE_SETFAILED:
+	case CURLE_SSL_ENGINE_INITFAILED:
+	case CURLE_SSL_SHUTDOWN_FAILED:
+	case CURLE_SSL_CRL_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_INVALIDCERTSTATUS:
+	case CURLE_SSL_CLIENTCERT:
+	case CURLE_USE_SSL_FAILED:
+		return NW_UPSTREAM_TLS;
+	default:
+		return NW_UPSTREAM_FAILED;
+	}
+}
+
 static void
 call_release(struct curl_call *call)
 {
@@ -192,10 +240,10 @@ finish_done_transfers(struct nw_curl_pool *up)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
 		if (call == NULL || call->cancelled)
 			continue; /* reaped below */
-		res.code = msg->data.result;
+		res.code = code_of(msg->data.result);
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &res.status);
-		res.error = res.code == CURLE_OK ? NULL
-		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(res.code));
+		res.error = res.code == NW_UPSTREAM_OK ? NULL
+		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
 		call->handlers.on_done(call->data, &res);
 		call_release(call);
 	}

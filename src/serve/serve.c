@@ -270,7 +270,7 @@ probe_done(void *data, const struct nw_upstream_result *res)
 	json_t *doc = NULL, *first;
 
 	s->model_probe = NULL;
-	if (res->code == CURLE_OK && res->status == 200)
+	if (res->code == NW_UPSTREAM_OK && res->status == 200)
 		doc = json_loadb(s->model_probe_body->str, s->model_probe_body->len, 0, NULL);
 	first = json_array_get(json_object_get(doc, "data"), 0);
 	if (json_is_string(json_object_get(first, "id"))) {

@@ -115,7 +115,7 @@ on_pull_done(void *data, const struct nw_upstream_result *res)
 	double transfer_s;
 
 	call->pull = NULL;
-	if (res->code != CURLE_OK) {
+	if (res->code != NW_UPSTREAM_OK) {
 		g_autofree char *why = g_strdup_printf("the producer did not answer (%s)", res->error);
 		sim_kv_load_failed(call, why);
 		return;

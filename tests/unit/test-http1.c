@@ -367,7 +367,7 @@ server_stop(struct server *srv)
 
 struct result {
 	bool done;
-	CURLcode code;
+	enum nw_upstream_code code;
 	long status;
 	char *error;
 	GString *body;
@@ -513,7 +513,7 @@ env_stop(struct env *e)
 /* One POST to its end: checks the outcome and, when given, the body;
  * returns the status. */
 static long
-exchange(struct env *e, long timeout_ms, CURLcode code, const char *body)
+exchange(struct env *e, long timeout_ms, enum nw_upstream_code code, const char *body)
 {
 	struct result r;
 	long status;
@@ -539,7 +539,7 @@ test_keep_alive_and_request(void)
 	               "type and length; sequential calls share one kept-alive connection");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
 	for (int i = 0; i < 5; i++)
-		g_assert_cmpint(exchange(&e, 0, CURLE_OK, "hello"), ==, 200);
+		g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "hello"), ==, 200);
 	g_assert_cmpuint(e.srv.accepted, ==, 1);
 	sent = e.srv.last_request->str;
 	g_assert_true(g_str_has_prefix(sent, "POST /v1/completions?x=1 HTTP/1.1\r\n"));
@@ -563,10 +563,10 @@ test_engine_closes_idle(void)
 	g_test_summary("An idle connection the engine closes is dropped, so the next request "
 	               "opens a new one; a new connection closed unanswered is a failure");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	settle(20);
-	exchange(&e, 0, CURLE_GOT_NOTHING, NULL);
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_RECV, NULL);
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.accepted, ==, 3);
 	env_stop(&e);
 }
@@ -584,8 +584,8 @@ test_stale_reuse_retried(void)
 	g_test_summary("A reused connection that dies with nothing read gets the request again "
 	               "on a new connection, and the caller sees one clean answer");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	exchange(&e, 0, CURLE_OK, "hello");
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.requests, ==, 3);
 	g_assert_cmpuint(e.srv.accepted, ==, 2);
 	env_stop(&e);
@@ -606,11 +606,11 @@ test_framings_over_the_wire(void)
 	g_test_summary("Chunked answers in 3-byte pieces, error statuses with their bodies, an "
 	               "interim 100 before a 204, and bodies that end at EOF all arrive whole");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "data: token"), ==, 200);
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "busy"), ==, 503);
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, ""), ==, 204);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "data: token"), ==, 200);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "busy"), ==, 503);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, ""), ==, 204);
 	g_assert_cmpuint(e.srv.accepted, ==, 1); /* all on one connection so far */
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "to the end"), ==, 200);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "to the end"), ==, 200);
 	env_stop(&e);
 }
 
@@ -654,9 +654,9 @@ test_failures(void)
 	g_test_summary("Truncated bodies, junk heads, silence past the timeout and refused "
 	               "connections fail with their own codes, never before start returns");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	exchange(&e, 0, CURLE_PARTIAL_FILE, NULL);
-	exchange(&e, 0, CURLE_WEIRD_SERVER_REPLY, NULL);
-	exchange(&e, 150, CURLE_OPERATION_TIMEDOUT, NULL);
+	exchange(&e, 0, NW_UPSTREAM_RECV, NULL);
+	exchange(&e, 0, NW_UPSTREAM_MALFORMED, NULL);
+	exchange(&e, 150, NW_UPSTREAM_TIMEOUT, NULL);
 
 	/* A port nobody listens on (bound, never listening). */
 	fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -664,7 +664,7 @@ test_failures(void)
 	getsockname(fd, (struct sockaddr *)&a, &len);
 	g_free(e.url);
 	e.url = g_strdup_printf("http://127.0.0.1:%u/", ntohs(a.sin_port));
-	exchange(&e, 0, CURLE_COULDNT_CONNECT, NULL);
+	exchange(&e, 0, NW_UPSTREAM_CONNECT, NULL);
 	close(fd);
 	env_stop(&e);
 }
@@ -703,7 +703,7 @@ test_connect_timeout(void)
 	g_assert_nonnull(nw_upstream_start(up, &req, &handlers, &r));
 	r.started = true;
 	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OPERATION_TIMEDOUT);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_TIMEOUT);
 	g_assert_true(g_str_has_prefix(r.error, "Connection timed out"));
 	result_clear(&r);
 	nw_upstream_free(up);
@@ -726,7 +726,7 @@ test_pool_limit_and_names(void)
 		call(e.up, e.url, 0, &r[i]);
 	for (int i = 0; i < 4; i++) {
 		wait_done(&r[i]);
-		g_assert_cmpint(r[i].code, ==, CURLE_OK);
+		g_assert_cmpint(r[i].code, ==, NW_UPSTREAM_OK);
 		g_assert_cmpstr(r[i].body->str, ==, "hello");
 		result_clear(&r[i]);
 	}
@@ -773,7 +773,7 @@ test_pause_cancel_and_big_heads(void)
 	g_assert_false(r.done);
 	r.call = NULL; /* not looked at in on_done */
 	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_OK);
 	g_assert_cmpstr(r.body->str, ==, "onetwo");
 	result_clear(&r);
 
@@ -788,8 +788,8 @@ test_pause_cancel_and_big_heads(void)
 	g_assert_cmpuint(nw_upstream_active(e.up), ==, 0);
 	result_clear(&r);
 
-	exchange(&e, 0, CURLE_OK, "ok");
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_OK, "ok");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.accepted, ==, 2); /* the cancel closed the first */
 	env_stop(&e);
 	g_string_free(big, TRUE);
