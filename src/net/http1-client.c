@@ -248,6 +248,13 @@ call_consume(struct h1_call *call)
 
 		if (n == 0)
 			return NEED_BYTES;
+		if (n == NW_H1_HEAD_CODING) {
+			/* Never passed on still encoded (docs/deployment.md). */
+			nw_h1_call_fail(call, NW_UPSTREAM_BAD_RESPONSE,
+			                "The engine's response has a transfer coding other than "
+			                "chunked, which the client cannot decode");
+			return STOPPED;
+		}
 		if (n < 0 || call->head.status == 101) {
 			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED,
 			                "The engine's response head is malformed");

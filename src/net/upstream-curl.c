@@ -22,6 +22,7 @@
 #include <glib.h>
 
 #include "core/log.h"
+#include "net/http1-parse.h"
 #include "net/loop.h"
 
 /* What we know of one of curl's sockets. */
@@ -53,6 +54,8 @@ struct curl_call {
 	void *data;
 	bool responded;
 	bool cancelled;
+	bool head_request;
+	bool bad_coding;   /* refused: a transfer coding other than chunked */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -240,7 +243,10 @@ finish_done_transfers(struct nw_curl_pool *up)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
 		if (call == NULL || call->cancelled)
 			continue; /* reaped below */
-		res.code = code_of(msg->data.result);
+		res.code = call->bad_coding ? NW_UPSTREAM_BAD_RESPONSE : code_of(msg->data.result);
+		if (call->bad_coding)
+			g_strlcpy(call->errbuf, "The engine's response has a transfer coding other than "
+			          "chunked, which the client cannot decode", sizeof call->errbuf);
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &res.status);
 		res.error = res.code == NW_UPSTREAM_OK ? NULL
 		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
@@ -273,6 +279,30 @@ drive(struct nw_curl_pool *up, curl_socket_t fd, int ev_bitmask)
 	reap(up);
 }
 
+/* libcurl passes a transfer coding other than chunked on still encoded
+ * (unless asked to decode gzip): refuse such an answer, as the HTTP/1.1
+ * client does (docs/deployment.md). */
+static bool
+decodable(struct curl_call *call, long status)
+{
+	struct curl_header *h;
+	unsigned codings = 0;
+	bool all_chunked = true;
+	size_t amount;
+
+	if (call->head_request || status == 204 || status == 304 ||
+	    curl_easy_header(call->easy, "Transfer-Encoding", 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return true;
+	amount = h->amount;
+	for (size_t i = 0; i < amount; i++) {
+		if (curl_easy_header(call->easy, "Transfer-Encoding", i, CURLH_HEADER, -1, &h) !=
+		    CURLHE_OK)
+			return false;
+		nw_h1_count_codings(h->value, h->value + strlen(h->value), &codings, &all_chunked);
+	}
+	return codings == 1 && all_chunked;
+}
+
 static size_t
 on_curl_header(char *line, size_t size, size_t n, void *userp)
 {
@@ -287,6 +317,10 @@ on_curl_header(char *line, size_t size, size_t n, void *userp)
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
 		if (status >= 200 && !call->responded) {
 			call->responded = true;
+			if (!decodable(call, status)) {
+				call->bad_coding = true;
+				return 0; /* aborts the transfer */
+			}
 			if (call->handlers.on_response)
 				call->handlers.on_response(call->data, status);
 		}
@@ -346,6 +380,7 @@ nw_curl_start(struct nw_curl_pool *up, const struct nw_upstream_request *req,
 	call->easy = easy;
 	call->handlers = *handlers;
 	call->data = data;
+	call->head_request = g_strcmp0(req->method, "HEAD") == 0;
 
 	/* An empty Expect: stops curl waiting for 100-continue on big bodies. */
 	call->headers = curl_slist_append(NULL, "Expect:");

@@ -123,9 +123,13 @@ test_parse_chunked(void)
 	            "0\r\nX-Trailer: yes\r\n\r\n",
 	            "data: abcdefghijklmnopqrstuvwxyz", 200, NW_H1_CHUNKED, false);
 	/* A length next to chunked is ignored, and the connection not trusted. */
-	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n"
 	            "2\r\nok\r\n0\r\n\r\n",
 	            "ok", 200, NW_H1_CHUNKED, true);
+	/* Empty list elements and the coding's case do not matter. */
+	assert_body("HTTP/1.1 200 OK\r\nTransfer-Encoding: , Chunked ,\r\n\r\n"
+	            "2\r\nok\r\n0\r\n\r\n",
+	            "ok", 200, NW_H1_CHUNKED, false);
 	/* Leading zeros in a chunk size are allowed, however many. */
 	assert_body("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 	            "000000000000000000002\r\nok\r\n00\r\n\r\n",
@@ -177,6 +181,45 @@ test_parse_invalid(void)
 		g_string_append(big, "X-Padding: 0123456789abcdef0123456789abcdef\r\n");
 	assert_invalid(big->str);
 	g_string_free(big, TRUE);
+}
+
+static void
+assert_coding_refused(const char *codings)
+{
+	g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\n%s\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	                                        codings);
+	struct nw_h1_head head;
+
+	if (nw_h1_parse_head(resp, strlen(resp), false, &head) != NW_H1_HEAD_CODING)
+		g_error("not refused as undecodable: %s", codings);
+}
+
+static void
+test_parse_codings(void)
+{
+	struct nw_h1_head head;
+	const char *gz = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
+	const char *gz204 = "HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n";
+
+	/* Issue 9, the engine client: a transfer coding the client cannot
+	 * decode fails the call; it is never passed on as identity. */
+	g_test_summary("RFC 9112 6.1: a body whose transfer codings are not exactly one chunked "
+	               "(gzip, chunked not last, chunked twice, identity) is refused as "
+	               "undecodable; with no body to decode, the codings do not matter");
+	assert_coding_refused("Transfer-Encoding: gzip");
+	assert_coding_refused("Transfer-Encoding: gzip, chunked");
+	assert_coding_refused("Transfer-Encoding: chunked, gzip");
+	assert_coding_refused("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip");
+	assert_coding_refused("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked");
+	assert_coding_refused("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked");
+	assert_coding_refused("Transfer-Encoding: identity");
+	assert_coding_refused("Transfer-Encoding: chunked;q=1");
+	assert_coding_refused("Transfer-Encoding: ");
+	assert_coding_refused("Content-Length: 2\r\nTransfer-Encoding: deflate");
+	g_assert_cmpint(nw_h1_parse_head(gz, strlen(gz), true, &head), ==, (ssize_t)strlen(gz));
+	g_assert_cmpint(head.framing, ==, NW_H1_NO_BODY);
+	g_assert_cmpint(nw_h1_parse_head(gz204, strlen(gz204), false, &head), ==,
+	                (ssize_t)strlen(gz204));
 }
 
 static void
@@ -491,14 +534,21 @@ struct env {
 };
 
 static void
+env_start_with(struct env *e, const struct action *script, unsigned n,
+               const struct nw_upstream_options *uo, const char *host)
+{
+	server_start(&e->srv, script, n);
+	e->up = nw_upstream_new(uo);
+	e->url = url_of(&e->srv, host);
+}
+
+static void
 env_start(struct env *e, const struct action *script, unsigned n, unsigned max_connections,
           const char *host)
 {
 	struct nw_upstream_options uo = { .max_connections = max_connections };
 
-	server_start(&e->srv, script, n);
-	e->up = nw_upstream_new(&uo);
-	e->url = url_of(&e->srv, host);
+	env_start_with(e, script, n, &uo, host);
 }
 
 static void
@@ -588,6 +638,40 @@ test_stale_reuse_retried(void)
 	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.requests, ==, 3);
 	g_assert_cmpuint(e.srv.accepted, ==, 2);
+	env_stop(&e);
+}
+
+/* data: non-NULL runs the libcurl client (the https path) instead. */
+static void
+test_undecodable_coding(gconstpointer libcurl)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+		  "5\r\nhello\r\n0\r\n\r\n", 0, false },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\nhello",
+		  0, true },
+		{ OK_REPLY, 0, false },
+	};
+	struct nw_upstream_options uo = { .max_connections = 4, .use_libcurl = libcurl != NULL };
+	struct env e;
+
+	/* Issue 9, the engine client: an undecodable transfer coding fails the
+	 * call with a bad-response error (engine_bad_response); nothing of the
+	 * body is handed on as if it were identity. */
+	g_test_summary("A gzip transfer coding, with or without chunked, fails the call as a bad "
+	               "response before any body byte is handed on; the next call is served");
+	env_start_with(&e, script, G_N_ELEMENTS(script), &uo, "127.0.0.1");
+	for (int i = 0; i < 2; i++) {
+		struct result r;
+
+		call(e.up, e.url, 0, &r);
+		wait_done(&r);
+		g_assert_cmpint(r.code, ==, NW_UPSTREAM_BAD_RESPONSE);
+		g_assert_cmpuint(r.data_calls, ==, 0);
+		g_assert_nonnull(strstr(r.error, "transfer coding"));
+		result_clear(&r);
+	}
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	env_stop(&e);
 }
 
@@ -803,11 +887,15 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/parse/chunked", test_parse_chunked);
 	g_test_add_func("/http1/parse/close-and-empty", test_parse_close_and_empty);
 	g_test_add_func("/http1/parse/invalid", test_parse_invalid);
+	g_test_add_func("/http1/parse/codings", test_parse_codings);
 	g_test_add_func("/http1/parse/find-header", test_find_header);
 	g_test_add_func("/http1/client/keep-alive-and-request", test_keep_alive_and_request);
 	g_test_add_func("/http1/client/engine-closes-idle", test_engine_closes_idle);
 	g_test_add_func("/http1/client/stale-reuse-retried", test_stale_reuse_retried);
 	g_test_add_func("/http1/client/framings", test_framings_over_the_wire);
+	g_test_add_data_func("/http1/client/undecodable-coding", NULL, test_undecodable_coding);
+	g_test_add_data_func("/http1/libcurl/undecodable-coding", "libcurl",
+	                     test_undecodable_coding);
 	g_test_add_func("/http1/client/header-lookup", test_header_lookup);
 	g_test_add_func("/http1/client/failures", test_failures);
 	g_test_add_func("/http1/client/connect-timeout", test_connect_timeout);
