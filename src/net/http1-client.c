@@ -13,8 +13,11 @@
  * - A socket is read until a recv returns less than the room it was given
  *   (the kernel had no more), so no read ends in EAGAIN.
  * - Idle connections stay in the set; the engine closing one is noticed and
- *   the connection dropped. One that dies just as it is reused (nothing came
- *   back) gets the request again on a fresh connection, once.
+ *   the connection dropped. A request goes out again on a fresh connection
+ *   (once) only when it provably never reached the engine whole: the reused
+ *   connection failed while the request was still being written. Once it
+ *   is written, a POST may have been processed (a prefill holds a KV lease
+ *   for it), so it is never sent twice (docs/deployment.md).
  * - Calls beyond max_connections wait in arrival order.
  * - Connections and calls ended from inside an event batch are freed when
  *   the batch is over, so no event reaches freed memory.
@@ -173,15 +176,17 @@ nw_h1_call_begin_exchange(struct h1_call *call)
 	call_send(call);
 }
 
-/* The connection failed before the engine sent anything back. A reused
- * connection may simply have been closed by the engine as we reused it:
- * send again on a new one, once. */
+/* The connection failed. A reused one may simply have been closed by the
+ * engine as we reused it: when the request was not yet written whole, the
+ * engine cannot have acted on it, so it goes out again on a new
+ * connection, once. */
 static bool
 call_retry_fresh(struct h1_call *call)
 {
 	struct h1_conn *c = call->conn;
 
-	if (c == NULL || !c->reused || call->got_bytes || call->retried)
+	if (c == NULL || !c->reused || call->got_bytes || call->retried ||
+	    call->sent >= call->head_out_len + call->body_len)
 		return false;
 	call->retried = true;
 	nw_h1_conn_close(c);

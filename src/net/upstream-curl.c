@@ -55,7 +55,10 @@ struct curl_call {
 	bool responded;
 	bool cancelled;
 	bool head_request;
+	bool has_body;
 	bool bad_coding;   /* refused: a transfer coding other than chunked */
+	bool not_resent;   /* refused: libcurl's resend of a body */
+	unsigned attempts; /* connections the request was about to go out on */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -243,10 +246,16 @@ finish_done_transfers(struct nw_curl_pool *up)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
 		if (call == NULL || call->cancelled)
 			continue; /* reaped below */
-		res.code = call->bad_coding ? NW_UPSTREAM_BAD_RESPONSE : code_of(msg->data.result);
-		if (call->bad_coding)
+		res.code = code_of(msg->data.result);
+		if (call->bad_coding) {
+			res.code = NW_UPSTREAM_BAD_RESPONSE;
 			g_strlcpy(call->errbuf, "The engine's response has a transfer coding other than "
 			          "chunked, which the client cannot decode", sizeof call->errbuf);
+		} else if (call->not_resent) {
+			res.code = NW_UPSTREAM_RECV;
+			g_strlcpy(call->errbuf, "The reused connection closed with no response after "
+			          "the request went out; it is not sent again", sizeof call->errbuf);
+		}
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &res.status);
 		res.error = res.code == NW_UPSTREAM_OK ? NULL
 		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
@@ -277,6 +286,24 @@ drive(struct nw_curl_pool *up, curl_socket_t fd, int ev_bitmask)
 	curl_multi_socket_action(up->multi, fd, ev_bitmask, &running);
 	up->in_curl--;
 	reap(up);
+}
+
+/* libcurl sends a request again on a fresh connection when a reused one
+ * died with nothing read, whether or not the engine got it whole. It
+ * cannot say how much went out, so a request with a body (a POST, maybe a
+ * prefill holding a KV lease) is never resent: the call fails instead
+ * (docs/deployment.md). */
+static int
+on_curl_prereq(void *userp, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+               int conn_local_port)
+{
+	struct curl_call *call = userp;
+
+	if (++call->attempts > 1 && call->has_body) {
+		call->not_resent = true;
+		return CURL_PREREQFUNC_ABORT;
+	}
+	return CURL_PREREQFUNC_OK;
 }
 
 /* libcurl passes a transfer coding other than chunked on still encoded
@@ -358,6 +385,7 @@ easy_get(struct nw_curl_pool *up)
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_curl_header);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_curl_write);
+	curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_curl_prereq);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close_socket);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, up);
 	return easy;
@@ -393,12 +421,14 @@ nw_curl_start(struct nw_curl_pool *up, const struct nw_upstream_request *req,
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, call);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
+	curl_easy_setopt(easy, CURLOPT_PREREQDATA, call);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	if (req->owned_body != NULL || req->body != NULL) {
 		/* An owned body is used as it is: no copy per call. */
 		call->body = req->owned_body ? req->owned_body : g_memdup2(req->body, req->body_len);
+		call->has_body = true;
 		call->headers = curl_slist_append(call->headers, "Content-Type: application/json");
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);

@@ -621,27 +621,71 @@ test_engine_closes_idle(void)
 	env_stop(&e);
 }
 
+/* data: non-NULL runs the libcurl client (the https path) instead. */
 static void
-test_stale_reuse_retried(void)
+test_stale_reuse_not_resent(gconstpointer libcurl)
 {
 	static const struct action script[] = {
 		{ OK_REPLY, 0, false },
-		{ NULL, 0, true },     /* on the reused connection: dropped unanswered */
+		{ NULL, 0, true },     /* on the reused connection: read whole, dropped unanswered */
 		{ OK_REPLY, 0, false },
 	};
+	struct nw_upstream_options uo = { .max_connections = 4, .use_libcurl = libcurl != NULL };
 	struct env e;
 
-	g_test_summary("A reused connection that dies with nothing read gets the request again "
-	               "on a new connection, and the caller sees one clean answer");
-	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	/* Issue 9, the engine client: a POST that may have been processed is
+	 * never sent twice (a prefill sent twice orphans a KV lease). */
+	g_test_summary("A reused connection that dies after the whole request was written, with "
+	               "nothing read, fails the call: the engine saw the request exactly once");
+	env_start_with(&e, script, G_N_ELEMENTS(script), &uo, "127.0.0.1");
 	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_RECV, NULL);
+	g_assert_cmpuint(e.srv.requests, ==, 2);
+	/* libcurl opens its fresh connection before it can be stopped. */
+	g_assert_cmpuint(e.srv.accepted, ==, libcurl ? 2 : 1);
+	settle(20); /* nothing goes out later either */
+	g_assert_cmpuint(e.srv.requests, ==, 2);
 	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.requests, ==, 3);
+	env_stop(&e);
+}
+
+/* Resets every connection the server holds (RST, not FIN), at once. */
+static void
+server_reset_peers(struct server *srv)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	while (srv->peers->len > 0) {
+		struct peer *p = srv->peers->pdata[0];
+
+		setsockopt(p->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		peer_free(p);
+	}
+}
+
+static void
+test_unsent_request_resent(void)
+{
+	static const struct action script[] = { { OK_REPLY, 0, false } };
+	struct env e;
+
+	/* Issue 9, the engine client: a request is resent on a fresh
+	 * connection when it provably did not reach the engine. */
+	g_test_summary("A reused connection the engine reset before the request went out (the "
+	               "write fails) gets the request on a fresh connection, and the caller sees "
+	               "one clean answer");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	/* The reset lands before the loop can notice it: the parked
+	 * connection is reused and its write fails. */
+	server_reset_peers(&e.srv);
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	g_assert_cmpuint(e.srv.requests, ==, 2);
 	g_assert_cmpuint(e.srv.accepted, ==, 2);
 	env_stop(&e);
 }
 
-/* data: non-NULL runs the libcurl client (the https path) instead. */
 static void
 test_undecodable_coding(gconstpointer libcurl)
 {
@@ -891,7 +935,11 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/parse/find-header", test_find_header);
 	g_test_add_func("/http1/client/keep-alive-and-request", test_keep_alive_and_request);
 	g_test_add_func("/http1/client/engine-closes-idle", test_engine_closes_idle);
-	g_test_add_func("/http1/client/stale-reuse-retried", test_stale_reuse_retried);
+	g_test_add_data_func("/http1/client/stale-reuse-not-resent", NULL,
+	                     test_stale_reuse_not_resent);
+	g_test_add_data_func("/http1/libcurl/stale-reuse-not-resent", "libcurl",
+	                     test_stale_reuse_not_resent);
+	g_test_add_func("/http1/client/unsent-request-resent", test_unsent_request_resent);
 	g_test_add_func("/http1/client/framings", test_framings_over_the_wire);
 	g_test_add_data_func("/http1/client/undecodable-coding", NULL, test_undecodable_coding);
 	g_test_add_data_func("/http1/libcurl/undecodable-coding", "libcurl",
