@@ -51,7 +51,10 @@ nw_h1_call_update_deadline(struct h1_call *call)
 	int64_t d = call->timeout_ms > 0 ? call->started_us + call->timeout_ms * 1000 : -1;
 
 	if (call->phase == CALL_CONNECTING) {
-		int64_t c = call->connect_started_us + call->connect_timeout_ms * 1000;
+		/* While connecting, the address's own slice of the budget. */
+		int64_t c = call->conn->state == CONN_CONNECTING
+		          ? call->conn->addr_deadline_us
+		          : call->connect_started_us + call->connect_timeout_ms * 1000;
 
 		d = d < 0 ? c : MIN(d, c);
 	}
@@ -505,10 +508,8 @@ on_deadline(void *data)
 	if (call->phase == CALL_FAILED)
 		call_finish(call, call->failed_code, call->error);
 	else if (call->phase == CALL_CONNECTING &&
-	         now >= call->connect_started_us + call->connect_timeout_ms * 1000)
-		nw_h1_call_fail(call, NW_UPSTREAM_TIMEOUT,
-		                "Connection timed out after %ld milliseconds",
-		                (long)((now - call->connect_started_us) / 1000));
+	         (call->timeout_ms <= 0 || now < call->started_us + call->timeout_ms * 1000))
+		nw_h1_conn_connect_expired(call->conn, now);
 	else
 		nw_h1_call_fail(call, NW_UPSTREAM_TIMEOUT,
 		                "Operation timed out after %ld milliseconds with %zu bytes received",

@@ -44,6 +44,7 @@ struct h1_conn {
 	struct resolve_ticket *ticket;
 	GList *addrs;           /* resolved addresses (GInetAddress), owned */
 	GList *next_addr;       /* the one to try next */
+	int64_t addr_deadline_us; /* this address's slice of the connect budget */
 };
 
 enum call_phase {
@@ -130,6 +131,9 @@ void nw_h1_call_fail(struct h1_call *call, enum nw_upstream_code code, const cha
 void nw_h1_conn_open(struct h1_call *call);
 /* An epoll event while connecting. */
 void nw_h1_conn_connecting_event(struct h1_conn *c, uint32_t events);
+/* The call's connect deadline passed while opening c: the next address,
+ * or a timeout. */
+void nw_h1_conn_connect_expired(struct h1_conn *c, int64_t now);
 /* Gives a connection about to carry a call its read buffer. */
 void nw_h1_conn_take_buffer(struct h1_conn *c);
 /* Parks a connection that finished an exchange cleanly; its read buffer

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gio/gio.h>
 #include <glib-unix.h>
 #include <glib.h>
 
@@ -840,6 +841,189 @@ test_connect_timeout(void)
 	close(fd);
 }
 
+/* A resolver that knows two names: two.test, whose first address
+ * (127.0.0.2) is black-holed by the test and whose second is the server,
+ * and bad.test, which fails. It counts its look-ups. */
+G_DECLARE_FINAL_TYPE(FakeResolver, fake_resolver, FAKE, RESOLVER, GResolver)
+
+struct _FakeResolver {
+	GResolver parent;
+	unsigned lookups;
+};
+
+G_DEFINE_TYPE(FakeResolver, fake_resolver, G_TYPE_RESOLVER)
+
+static GList *
+fake_lookup(GResolver *r, const gchar *host, GCancellable *cancel, GError **error)
+{
+	((FakeResolver *)r)->lookups++;
+	if (strcmp(host, "two.test") == 0)
+		return g_list_append(g_list_append(NULL, g_inet_address_new_from_string("127.0.0.2")),
+		                     g_inet_address_new_from_string("127.0.0.1"));
+	g_set_error(error, G_RESOLVER_ERROR, G_RESOLVER_ERROR_NOT_FOUND, "no such test name");
+	return NULL;
+}
+
+static void
+fake_lookup_async(GResolver *r, const gchar *host, GCancellable *cancel,
+                  GAsyncReadyCallback done, gpointer data)
+{
+	GTask *task = g_task_new(r, cancel, done, data);
+	GError *error = NULL;
+	GList *addrs = fake_lookup(r, host, cancel, &error);
+
+	if (addrs != NULL)
+		g_task_return_pointer(task, addrs, (GDestroyNotify)g_resolver_free_addresses);
+	else
+		g_task_return_error(task, error);
+	g_object_unref(task);
+}
+
+static GList *
+fake_lookup_finish(GResolver *r, GAsyncResult *res, GError **error)
+{
+	return g_task_propagate_pointer(G_TASK(res), error);
+}
+
+static void
+fake_resolver_class_init(FakeResolverClass *klass)
+{
+	GResolverClass *rc = G_RESOLVER_CLASS(klass);
+
+	rc->lookup_by_name = fake_lookup;
+	rc->lookup_by_name_async = fake_lookup_async;
+	rc->lookup_by_name_finish = fake_lookup_finish;
+}
+
+static void
+fake_resolver_init(FakeResolver *self)
+{
+}
+
+/* A client pool made while the fake resolver is the default. */
+static struct nw_upstream *
+upstream_with_resolver(FakeResolver **out)
+{
+	GResolver *saved = g_resolver_get_default();
+	FakeResolver *fake = g_object_new(fake_resolver_get_type(), NULL);
+	struct nw_upstream_options uo = { .max_connections = 4 };
+	struct nw_upstream *up;
+
+	g_resolver_set_default(G_RESOLVER(fake));
+	up = nw_upstream_new(&uo);
+	g_resolver_set_default(saved);
+	g_object_unref(saved);
+	*out = fake;
+	return up;
+}
+
+static void
+test_connect_slices_and_cache(void)
+{
+	static const struct action script[] = { { OK_REPLY, 0, true } }; /* a new connection each */
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct server srv;
+	FakeResolver *fake;
+	struct nw_upstream *up;
+	g_autofree char *url = NULL;
+	int hole, fillers[4];
+
+	/* Issue 9, the engine client: each resolved address gets its own slice
+	 * of engine.connect_timeout_s; resolutions are cached for a bounded
+	 * time. */
+	g_test_summary("A host whose first address never answers (a full accept queue) is still "
+	               "reached on its second within the connect timeout, and a second "
+	               "connection uses the cached resolution");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	a.sin_addr.s_addr = htonl(0x7f000002);
+	a.sin_port = htons(srv.port);
+	hole = socket(AF_INET, SOCK_STREAM, 0);
+	if (bind(hole, (struct sockaddr *)&a, sizeof a) != 0) {
+		g_test_skip("cannot bind 127.0.0.2 with the server's port");
+		close(hole);
+		server_stop(&srv);
+		return;
+	}
+	g_assert_cmpint(listen(hole, 0), ==, 0);
+	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++) {
+		fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		(void)connect(fillers[i], (struct sockaddr *)&a, sizeof a);
+	}
+	settle(50);
+	up = upstream_with_resolver(&fake);
+	url = g_strdup_printf("http://two.test:%u/", srv.port);
+	for (int i = 0; i < 2; i++) {
+		struct nw_upstream_request req = {
+			.method = "GET", .url = url, .connect_timeout_ms = 800, .timeout_ms = 5000,
+		};
+		struct result r = { 0 };
+		int64_t t0 = g_get_monotonic_time();
+
+		r.body = g_string_new(NULL);
+		g_assert_nonnull(nw_upstream_start(up, &req, &handlers, &r));
+		r.started = true;
+		wait_done(&r);
+		if (r.code != NW_UPSTREAM_OK)
+			g_error("call %d: %d %s", i, r.code, r.error);
+		g_assert_cmpstr(r.body->str, ==, "hello");
+		/* The black hole had its half of the budget first. */
+		g_assert_cmpint(g_get_monotonic_time() - t0, >=, 350 * 1000);
+		result_clear(&r);
+	}
+	g_assert_cmpuint(srv.accepted, ==, 2);
+	g_assert_cmpuint(fake->lookups, ==, 1);
+	nw_upstream_free(up);
+	g_object_unref(fake);
+	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++)
+		close(fillers[i]);
+	close(hole);
+	server_stop(&srv);
+}
+
+/* Starts a GET to url on up and waits for its end. */
+static void
+get_to_end(struct nw_upstream *up, const char *url, struct result *r)
+{
+	memset(r, 0, sizeof *r);
+	r->body = g_string_new(NULL);
+	call_get(up, url, r);
+	r->call = NULL;
+	wait_done(r);
+}
+
+static void
+test_resolve_errors(void)
+{
+	struct nw_upstream_options uo = { .max_connections = 4 };
+	struct nw_upstream *up = nw_upstream_new(&uo);
+	FakeResolver *fake;
+	struct result r;
+
+	/* Issue 9, the engine client: resolver errors are reported with their
+	 * cause; a failed resolution is cached only briefly. */
+	g_test_summary("A name that does not resolve (the .invalid TLD, RFC 6761) fails the call "
+	               "as a resolve error naming the name and the resolver's cause; a second "
+	               "call at once does not ask the resolver again");
+	get_to_end(up, "http://narwhal-test.invalid:8000/v1/models", &r);
+	g_test_message("%s", r.error);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_RESOLVE);
+	g_assert_true(g_str_has_prefix(r.error, "Could not resolve narwhal-test.invalid: "));
+	g_assert_cmpuint(strlen(r.error), >, strlen("Could not resolve narwhal-test.invalid: "));
+	result_clear(&r);
+	nw_upstream_free(up);
+
+	up = upstream_with_resolver(&fake);
+	for (int i = 0; i < 2; i++) {
+		get_to_end(up, "http://bad.test:8000/", &r);
+		g_assert_cmpint(r.code, ==, NW_UPSTREAM_RESOLVE);
+		g_assert_cmpstr(r.error, ==, "Could not resolve bad.test: no such test name");
+		result_clear(&r);
+	}
+	g_assert_cmpuint(fake->lookups, ==, 1);
+	nw_upstream_free(up);
+	g_object_unref(fake);
+}
+
 static void
 test_pool_limit_and_names(void)
 {
@@ -948,6 +1132,8 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/client/failures", test_failures);
 	g_test_add_func("/http1/client/connect-timeout", test_connect_timeout);
 	g_test_add_func("/http1/client/pool-limit-and-names", test_pool_limit_and_names);
+	g_test_add_func("/http1/client/connect-slices-and-cache", test_connect_slices_and_cache);
+	g_test_add_func("/http1/client/resolve-errors", test_resolve_errors);
 	g_test_add_func("/http1/client/pause-cancel-big-head", test_pause_cancel_and_big_heads);
 	return g_test_run();
 }
