@@ -42,6 +42,8 @@ struct nw_curl_pool {
 	GHashTable *calls;    /* running calls */
 	GPtrArray *reap;      /* calls cancelled from inside curl */
 	unsigned in_curl;     /* depth of socket_action calls */
+	char *tls_ca_file;    /* NULL: the system's store */
+	bool tls_no_verify;
 };
 
 struct curl_call {
@@ -388,6 +390,12 @@ easy_get(struct nw_curl_pool *up)
 	curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_curl_prereq);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close_socket);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, up);
+	if (up->tls_ca_file != NULL)
+		curl_easy_setopt(easy, CURLOPT_CAINFO, up->tls_ca_file);
+	if (up->tls_no_verify) {
+		curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	return easy;
 }
 
@@ -508,10 +516,12 @@ nw_curl_active(const struct nw_curl_pool *up)
 }
 
 struct nw_curl_pool *
-nw_curl_pool_new(unsigned max_connections)
+nw_curl_pool_new(const struct nw_upstream_options *opts)
 {
 	struct nw_curl_pool *up = g_new0(struct nw_curl_pool, 1);
 
+	up->tls_ca_file = g_strdup(opts->tls_ca_file);
+	up->tls_no_verify = opts->tls_no_verify;
 	up->multi = curl_multi_init();
 	up->epfd = epoll_create1(EPOLL_CLOEXEC);
 	up->socks = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
@@ -524,7 +534,7 @@ nw_curl_pool_new(unsigned max_connections)
 	curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
 	curl_multi_setopt(up->multi, CURLMOPT_TIMERDATA, up);
 	curl_multi_setopt(up->multi, CURLMOPT_MAXCONNECTS, 4096L);
-	curl_multi_setopt(up->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)max_connections);
+	curl_multi_setopt(up->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)opts->max_connections);
 
 	up->io = g_unix_fd_source_new(up->epfd, G_IO_IN);
 	g_source_set_callback(up->io, (GSourceFunc)(void (*)(void))on_epoll_ready, up, NULL);
@@ -565,5 +575,6 @@ nw_curl_pool_free(struct nw_curl_pool *up)
 	close(up->epfd);
 	g_hash_table_destroy(up->socks);
 	g_ptr_array_free(up->reap, TRUE);
+	g_free(up->tls_ca_file);
 	g_free(up);
 }

@@ -20,6 +20,9 @@ struct nw_upstream_options {
 	                           * for each of the two clients; calls beyond
 	                           * it wait for a connection in arrival order */
 	bool use_libcurl;         /* libcurl for http URLs too (tests) */
+	/* https engines (docs/configuration.md, engine.tls_*): */
+	const char *tls_ca_file;  /* CA bundle (PEM), copied; NULL: the system's */
+	bool tls_no_verify;       /* accept any certificate and name */
 };
 
 struct nw_upstream_request {
