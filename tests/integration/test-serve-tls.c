@@ -126,7 +126,7 @@ test_https_unverified_refused(void)
 {
 	struct tls_env t = { 0 };
 	struct serve_env e;
-	g_autofree char *body = NULL, *log = NULL, *port = NULL;
+	g_autofree char *body = NULL, *code = NULL, *port = NULL;
 	const char *url;
 	struct sim_reply r;
 
@@ -144,7 +144,8 @@ test_https_unverified_refused(void)
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	g_test_message("%ld %s", r.status, r.body->str);
 	g_assert_cmpint(r.status, >=, 500);
-	g_assert_nonnull(serve_error_code(r.body->str));
+	code = serve_error_code(r.body->str);
+	g_assert_nonnull(code);
 	url = json_string_value(json_object_get(
 		json_array_get(json_object_get(e.sim.fleet, "engines"), 0), "url"));
 	port = g_strdup(strrchr(url, ':') + 1);
