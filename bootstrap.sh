@@ -14,7 +14,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Build tools and libraries, all from Debian's registry.
 packages="build-essential autoconf automake libtool pkg-config
 	libglib2.0-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev
-	curl clang libclang-rt-14-dev gnuplot-nox"
+	curl clang libclang-rt-14-dev gnuplot-nox openssl"
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

@@ -351,6 +351,8 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 			goto fail;
 	}
 
+	pool.tls_ca_file = cfg->engine.tls_ca_file;
+	pool.tls_no_verify = !cfg->engine.tls_verify;
 	pool.max_connections = cfg->serving.max_connections;
 	d->serving_pool = nw_upstream_new(&pool);
 	pool.max_connections = nw_config_control_connections(cfg);

@@ -5,10 +5,12 @@
  */
 #include "core/config-fields.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Static_assert(sizeof(nw_admission_mode) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(nw_log_format) == sizeof(int), "enums are stored as int");
@@ -37,9 +39,9 @@ static const struct nw_enum_name log_level_names[] = {
 	{ NULL, 0 },
 };
 
-/* Engine URLs: exactly http://host:port, an optional trailing slash dropped.
- * Strict on purpose: a path or query here would silently be ignored by the
- * dialects, which append their own endpoints. */
+/* Engine URLs: exactly http://host:port or https://host:port, an optional
+ * trailing slash dropped. Strict on purpose: a path or query here would
+ * silently be ignored by the dialects, which append their own endpoints. */
 static char *
 check_engine_url(const char *s, char **normalized)
 {
@@ -47,9 +49,12 @@ check_engine_url(const char *s, char **normalized)
 	unsigned long port = 0;
 	int digits = 0;
 
-	if (strncmp(p, "http://", 7) != 0)
-		return g_strdup("does not start with http://");
-	p += 7;
+	if (strncmp(p, "http://", 7) == 0)
+		p += 7;
+	else if (strncmp(p, "https://", 8) == 0)
+		p += 8;
+	else
+		return g_strdup("does not start with http:// or https://");
 	host = p;
 	if (*p == '[') {
 		p += strspn(p + 1, "0123456789abcdefABCDEF:.") + 1;
@@ -78,6 +83,17 @@ check_engine_url(const char *s, char **normalized)
 	}
 	if (*p != '\0')
 		return g_strdup("has something after the port (a path, query or fragment)");
+	return NULL;
+}
+
+/* A file Narwhal must read at start (a CA bundle). */
+static char *
+check_readable_file(const char *s, char **normalized)
+{
+	if (!g_file_test(s, G_FILE_TEST_IS_REGULAR))
+		return g_strdup("is not a file");
+	if (access(s, R_OK) != 0)
+		return g_strdup_printf("cannot be read (%s)", g_strerror(errno));
 	return NULL;
 }
 
@@ -190,6 +206,11 @@ static const struct nw_field config_fields[] = {
 	  SECONDS_POS },
 	{ CFG("engine.health_timeout_s", NW_FT_DOUBLE, engine.health_timeout_s), .def = 5.0,
 	  SECONDS_POS },
+	{ CFG("engine.tls_ca_file", NW_FT_STRING, engine.tls_ca_file), .flags = NW_FF_NULLABLE,
+	  .check = check_readable_file,
+	  .valid = "null (the system's CA store) or a readable PEM file of CA certificates" },
+	{ CFG("engine.tls_verify", NW_FT_BOOL, engine.tls_verify), .def = true,
+	  .valid = "true or false" },
 
 	/* profiles, recovery: spec 6 and 7 */
 	{ CFG("profiles.path", NW_FT_STRING, profiles.path), .def_str = "runs/profiles.json",
@@ -302,7 +323,7 @@ static const struct nw_field engine_fields[] = {
 	{ ENG("id", NW_FT_STRING, id), .flags = NW_FF_REQUIRED, .charset = NW_CHARS_ID,
 	  .valid = "a name of letters, digits, '.', '_' and '-'" },
 	{ ENG("url", NW_FT_STRING, url), .flags = NW_FF_REQUIRED, .check = check_engine_url,
-	  .valid = "an http://host:port URL with no path" },
+	  .valid = "an http://host:port or https://host:port URL with no path" },
 	{ ENG("dialect", NW_FT_STRING, dialect), .def_str = "vllm", PLUGIN_NAME },
 	/* no default: an absent role is assigned by the loader */
 	{ ENG("role", NW_FT_ENUM, role), .def = 0, .names = nw_role_names,

@@ -103,6 +103,8 @@ struct nw_config {
 		double pool_timeout_s;
 		double connect_timeout_s;
 		double health_timeout_s;
+		char *tls_ca_file;        /* https engines: CA bundle; NULL: the system's */
+		bool tls_verify;          /* https engines: check certificate and name */
 	} engine;
 
 	struct {

@@ -188,6 +188,13 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	struct sockaddr_storage addr;
 	const union MHD_DaemonInfo *info;
 	unsigned flags;
+	/* narwhal-sim's TLS endpoints (docs/simulator.md). */
+	struct MHD_OptionItem tls[] = {
+		{ MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)opts->tls_cert_pem },
+		{ MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)opts->tls_key_pem },
+		{ MHD_OPTION_END, 0, NULL },
+	};
+	struct MHD_OptionItem no_tls[] = { { MHD_OPTION_END, 0, NULL } };
 
 	memset(&addr, 0, sizeof addr);
 	if (inet_pton(AF_INET, opts->host, &((struct sockaddr_in *)&addr)->sin_addr) == 1) {
@@ -216,6 +223,8 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
 	if (addr.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	if (opts->tls_cert_pem != NULL)
+		flags |= MHD_USE_TLS;
 	srv->mhd = MHD_start_daemon(flags, opts->port, NULL, NULL,
 	                            handler, data,
 	                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
@@ -227,6 +236,7 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	                            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 	                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 	                            (size_t)NW_HTTP_CONNECTION_MEMORY,
+	                            MHD_OPTION_ARRAY, opts->tls_cert_pem != NULL ? tls : no_tls,
 	                            MHD_OPTION_END);
 	if (srv->mhd == NULL) {
 		g_set_error(error, G_IO_ERROR, G_IO_ERROR_FAILED,

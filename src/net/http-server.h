@@ -36,6 +36,8 @@ struct nw_http_server_options {
 	uint16_t port;             /* 0: ephemeral */
 	unsigned connection_timeout_s; /* idle and slow clients */
 	unsigned connection_limit;
+	const char *tls_cert_pem;  /* with tls_key_pem: serve HTTPS (GnuTLS), */
+	const char *tls_key_pem;   /* for narwhal-sim's TLS endpoints */
 };
 
 /* The request handler, with libmicrohttpd's access-handler contract: it is

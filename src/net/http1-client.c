@@ -13,8 +13,11 @@
  * - A socket is read until a recv returns less than the room it was given
  *   (the kernel had no more), so no read ends in EAGAIN.
  * - Idle connections stay in the set; the engine closing one is noticed and
- *   the connection dropped. One that dies just as it is reused (nothing came
- *   back) gets the request again on a fresh connection, once.
+ *   the connection dropped. A request goes out again on a fresh connection
+ *   (once) only when it provably never reached the engine whole: the reused
+ *   connection failed while the request was still being written. Once it
+ *   is written, a POST may have been processed (a prefill holds a KV lease
+ *   for it), so it is never sent twice (docs/deployment.md).
  * - Calls beyond max_connections wait in arrival order.
  * - Connections and calls ended from inside an event batch are freed when
  *   the batch is over, so no event reaches freed memory.
@@ -48,7 +51,10 @@ nw_h1_call_update_deadline(struct h1_call *call)
 	int64_t d = call->timeout_ms > 0 ? call->started_us + call->timeout_ms * 1000 : -1;
 
 	if (call->phase == CALL_CONNECTING) {
-		int64_t c = call->connect_started_us + call->connect_timeout_ms * 1000;
+		/* While connecting, the address's own slice of the budget. */
+		int64_t c = call->conn->state == CONN_CONNECTING
+		          ? call->conn->addr_deadline_us
+		          : call->connect_started_us + call->connect_timeout_ms * 1000;
 
 		d = d < 0 ? c : MIN(d, c);
 	}
@@ -121,12 +127,12 @@ call_detach(struct h1_call *call)
 }
 
 static void
-call_finish(struct h1_call *call, CURLcode code, const char *error)
+call_finish(struct h1_call *call, enum nw_upstream_code code, const char *error)
 {
 	struct nw_upstream_result res = {
 		.code = code,
 		.status = call->have_head ? call->head.status : 0,
-		.error = code == CURLE_OK ? NULL : error,
+		.error = code == NW_UPSTREAM_OK ? NULL : error,
 	};
 
 	call_detach(call);
@@ -139,7 +145,7 @@ call_finish(struct h1_call *call, CURLcode code, const char *error)
  * from the timer: a handler must never run before nw_upstream_start has
  * returned, nor deep inside another call's teardown. */
 void
-nw_h1_call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
+nw_h1_call_fail(struct h1_call *call, enum nw_upstream_code code, const char *fmt, ...)
 {
 	struct nw_h1_pool *pool = call->pool;
 	va_list ap;
@@ -173,15 +179,17 @@ nw_h1_call_begin_exchange(struct h1_call *call)
 	call_send(call);
 }
 
-/* The connection failed before the engine sent anything back. A reused
- * connection may simply have been closed by the engine as we reused it:
- * send again on a new one, once. */
+/* The connection failed. A reused one may simply have been closed by the
+ * engine as we reused it: when the request was not yet written whole, the
+ * engine cannot have acted on it, so it goes out again on a new
+ * connection, once. */
 static bool
 call_retry_fresh(struct h1_call *call)
 {
 	struct h1_conn *c = call->conn;
 
-	if (c == NULL || !c->reused || call->got_bytes || call->retried)
+	if (c == NULL || !c->reused || call->got_bytes || call->retried ||
+	    call->sent >= call->head_out_len + call->body_len)
 		return false;
 	call->retried = true;
 	nw_h1_conn_close(c);
@@ -225,7 +233,7 @@ call_send(struct h1_call *call)
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return; /* EPOLLOUT comes when there is room */
 		if (!call_retry_fresh(call))
-			nw_h1_call_fail(call, CURLE_SEND_ERROR, "Send failure: %s", g_strerror(errno));
+			nw_h1_call_fail(call, NW_UPSTREAM_SEND, "Send failure: %s", g_strerror(errno));
 		return;
 	}
 	call->phase = CALL_RECEIVING;
@@ -248,8 +256,15 @@ call_consume(struct h1_call *call)
 
 		if (n == 0)
 			return NEED_BYTES;
+		if (n == NW_H1_HEAD_CODING) {
+			/* Never passed on still encoded (docs/deployment.md). */
+			nw_h1_call_fail(call, NW_UPSTREAM_BAD_RESPONSE,
+			                "The engine's response has a transfer coding other than "
+			                "chunked, which the client cannot decode");
+			return STOPPED;
+		}
 		if (n < 0 || call->head.status == 101) {
-			nw_h1_call_fail(call, CURLE_WEIRD_SERVER_REPLY,
+			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED,
 			                "The engine's response head is malformed");
 			return STOPPED;
 		}
@@ -275,7 +290,7 @@ call_consume(struct h1_call *call)
 		case NW_H1_MORE:
 			return NEED_BYTES;
 		case NW_H1_INVALID:
-			nw_h1_call_fail(call, CURLE_RECV_ERROR, "The engine's chunked body is malformed");
+			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED, "The engine's chunked body is malformed");
 			return STOPPED;
 		case NW_H1_DATA:
 			if (call->handlers.on_data != NULL &&
@@ -298,7 +313,7 @@ call_consume(struct h1_call *call)
 
 			if (keep)
 				nw_h1_conn_make_idle(c);
-			call_finish(call, CURLE_OK, NULL);
+			call_finish(call, NW_UPSTREAM_OK, NULL);
 			return STOPPED;
 		}
 		}
@@ -311,12 +326,12 @@ static void
 call_eof(struct h1_call *call)
 {
 	if (call->have_head && call->body_state.framing == NW_H1_UNTIL_CLOSE) {
-		call_finish(call, CURLE_OK, NULL);
+		call_finish(call, NW_UPSTREAM_OK, NULL);
 	} else if (!call->got_bytes) {
 		if (!call_retry_fresh(call))
-			nw_h1_call_fail(call, CURLE_GOT_NOTHING, "Empty reply from the engine");
+			nw_h1_call_fail(call, NW_UPSTREAM_RECV, "Empty reply from the engine");
 	} else {
-		nw_h1_call_fail(call, CURLE_PARTIAL_FILE,
+		nw_h1_call_fail(call, NW_UPSTREAM_RECV,
 		                "The engine closed the connection before its response ended");
 	}
 }
@@ -340,7 +355,7 @@ call_pump(struct h1_call *call, bool try_read, bool until_empty)
 			return;
 		room = nw_h1_conn_room(c, !call->have_head);
 		if (room == 0) {
-			nw_h1_call_fail(call, CURLE_WEIRD_SERVER_REPLY,
+			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED,
 			                "The engine's response head is too large");
 			return;
 		}
@@ -364,7 +379,7 @@ call_pump(struct h1_call *call, bool try_read, bool until_empty)
 			return;
 		}
 		if (!call_retry_fresh(call))
-			nw_h1_call_fail(call, CURLE_RECV_ERROR, "Recv failure: %s", g_strerror(errno));
+			nw_h1_call_fail(call, NW_UPSTREAM_RECV, "Recv failure: %s", g_strerror(errno));
 		return;
 	}
 }
@@ -493,12 +508,10 @@ on_deadline(void *data)
 	if (call->phase == CALL_FAILED)
 		call_finish(call, call->failed_code, call->error);
 	else if (call->phase == CALL_CONNECTING &&
-	         now >= call->connect_started_us + call->connect_timeout_ms * 1000)
-		nw_h1_call_fail(call, CURLE_OPERATION_TIMEDOUT,
-		                "Connection timed out after %ld milliseconds",
-		                (long)((now - call->connect_started_us) / 1000));
+	         (call->timeout_ms <= 0 || now < call->started_us + call->timeout_ms * 1000))
+		nw_h1_conn_connect_expired(call->conn, now);
 	else
-		nw_h1_call_fail(call, CURLE_OPERATION_TIMEDOUT,
+		nw_h1_call_fail(call, NW_UPSTREAM_TIMEOUT,
 		                "Operation timed out after %ld milliseconds with %zu bytes received",
 		                (long)((now - call->started_us) / 1000), call->received);
 	nw_h1_leave(pool);

@@ -106,20 +106,40 @@ conn_connected(struct h1_conn *c)
 }
 
 static void
-conn_connect_failed(struct h1_conn *c, int err)
+conn_close_socket(struct h1_conn *c)
 {
 	if (c->fd >= 0) {
 		epoll_ctl(c->pool->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
 		c->fd = -1;
 	}
+}
+
+static void
+conn_connect_failed(struct h1_conn *c, int err)
+{
+	conn_close_socket(c);
 	if (c->next_addr != NULL) {
 		conn_connect_next(c);
 		return;
 	}
-	nw_h1_call_fail(c->call, err == ENOENT ? CURLE_COULDNT_RESOLVE_HOST : CURLE_COULDNT_CONNECT,
-	                "Failed to connect to %s port %u: %s", c->origin->host, c->origin->port,
-	                err == ENOENT ? "could not resolve the host" : g_strerror(err));
+	nw_h1_call_fail(c->call, NW_UPSTREAM_CONNECT, "Failed to connect to %s port %u: %s",
+	                c->origin->host, c->origin->port, g_strerror(err));
+}
+
+void
+nw_h1_conn_connect_expired(struct h1_conn *c, int64_t now)
+{
+	struct h1_call *call = c->call;
+
+	if (c->state == CONN_CONNECTING && c->next_addr != NULL) {
+		conn_close_socket(c);
+		conn_connect_next(c);
+		return;
+	}
+	nw_h1_call_fail(call, NW_UPSTREAM_TIMEOUT, "%s timed out after %ld milliseconds",
+	                c->state == CONN_RESOLVING ? "Resolving the host" : "Connection",
+	                (long)((now - call->connect_started_us) / 1000));
 }
 
 static void
@@ -130,7 +150,15 @@ conn_connect_to(struct h1_conn *c, GSocketAddress *addr)
 	int family = g_socket_address_get_family(addr) == G_SOCKET_FAMILY_IPV6 ? AF_INET6 : AF_INET;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c };
 
+	struct h1_call *call = c->call;
+	int64_t now = g_get_monotonic_time();
+	int64_t left = call->connect_started_us + call->connect_timeout_ms * 1000 - now;
+
+	/* Each address gets its share of what is left of the budget, so one
+	 * that never answers cannot use it all (docs/deployment.md). */
 	c->state = CONN_CONNECTING;
+	c->addr_deadline_us = now + MAX(left, 0) / (int64_t)(1 + g_list_length(c->next_addr));
+	nw_h1_call_update_deadline(call);
 	c->fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0 || !g_socket_address_to_native(addr, &ss, sizeof ss, NULL)) {
 		conn_connect_failed(c, c->fd < 0 ? errno : EINVAL);
@@ -161,26 +189,54 @@ conn_connect_next(struct h1_conn *c)
 	g_object_unref(sa);
 }
 
+/* Connects to the first of addrs (GInetAddress), which c takes. */
+static void
+conn_connect_first(struct h1_conn *c, GList *addrs)
+{
+	c->addrs = addrs;
+	c->next_addr = addrs;
+	conn_connect_next(c);
+}
+
+static GList *
+addresses_copy(GList *addrs)
+{
+	return g_list_copy_deep(addrs, (GCopyFunc)(void (*)(void))g_object_ref, NULL);
+}
+
 static void
 on_resolved(GObject *source, GAsyncResult *res, gpointer data)
 {
 	struct resolve_ticket *ticket = data;
 	struct h1_conn *c = ticket->conn;
-	GList *addrs = g_resolver_lookup_by_name_finish(G_RESOLVER(source), res, NULL);
+	GError *error = NULL;
+	GList *addrs = g_resolver_lookup_by_name_finish(G_RESOLVER(source), res, &error);
+	struct nw_h1_origin *o;
 
 	g_free(ticket);
 	if (c == NULL) { /* the connection was dropped meanwhile */
 		g_resolver_free_addresses(addrs);
+		g_clear_error(&error);
 		return;
 	}
 	c->ticket = NULL;
+	o = c->origin;
+	g_resolver_free_addresses(o->resolved);
+	g_clear_pointer(&o->resolve_error, g_free);
 	nw_h1_enter(c->pool);
-	c->addrs = addrs;
-	c->next_addr = addrs;
-	if (addrs == NULL)
-		conn_connect_failed(c, ENOENT);
-	else
-		conn_connect_next(c);
+	if (addrs == NULL) {
+		/* GLib's message names the cause ("Name or service not known"). */
+		o->resolve_error = g_strdup(error ? error->message : "no address");
+		o->resolved = NULL;
+		o->resolved_until_us = g_get_monotonic_time() + NW_H1_RESOLVE_FAIL_TTL_US;
+		nw_h1_call_fail(c->call, NW_UPSTREAM_RESOLVE, "Could not resolve %s: %s", o->host,
+		                o->resolve_error);
+	} else {
+		o->resolved = addrs;
+		o->resolved_until_us = g_get_monotonic_time() + NW_H1_RESOLVE_TTL_US;
+		conn_connect_first(c, addresses_copy(addrs));
+	}
+	g_clear_error(&error);
 	nw_h1_leave(c->pool);
 }
 
@@ -200,11 +256,17 @@ nw_h1_conn_open(struct h1_call *call)
 	h1_bind(call, c);
 	call->phase = CALL_CONNECTING;
 	call->connect_started_us = g_get_monotonic_time();
+	c->state = CONN_RESOLVING;
 	nw_h1_call_update_deadline(call);
 	if (o->literal != NULL) {
 		conn_connect_to(c, o->literal);
+	} else if (call->connect_started_us < o->resolved_until_us) {
+		if (o->resolved != NULL)
+			conn_connect_first(c, addresses_copy(o->resolved));
+		else
+			nw_h1_call_fail(call, NW_UPSTREAM_RESOLVE, "Could not resolve %s: %s", o->host,
+			                o->resolve_error);
 	} else {
-		c->state = CONN_RESOLVING;
 		c->ticket = g_new0(struct resolve_ticket, 1);
 		c->ticket->conn = c;
 		g_resolver_lookup_by_name_async(pool->resolver, o->host, NULL, on_resolved, c->ticket);

@@ -44,6 +44,7 @@ struct h1_conn {
 	struct resolve_ticket *ticket;
 	GList *addrs;           /* resolved addresses (GInetAddress), owned */
 	GList *next_addr;       /* the one to try next */
+	int64_t addr_deadline_us; /* this address's slice of the connect budget */
 };
 
 enum call_phase {
@@ -78,7 +79,7 @@ struct h1_call {
 	struct nw_timer wake;     /* resumes a call unpaused, from the loop */
 
 	bool have_head, paused, cancelled, retried, got_bytes;
-	CURLcode failed_code;   /* with CALL_FAILED */
+	enum nw_upstream_code failed_code; /* with CALL_FAILED */
 	struct nw_h1_head head;
 	char *resp_head;        /* status line and headers, for look-ups */
 	size_t resp_head_len;
@@ -122,7 +123,7 @@ void nw_h1_pool_dispatch(struct nw_h1_pool *pool);
 void nw_h1_call_update_deadline(struct h1_call *call);
 /* The connection is up: send the request. */
 void nw_h1_call_begin_exchange(struct h1_call *call);
-void nw_h1_call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
+void nw_h1_call_fail(struct h1_call *call, enum nw_upstream_code code, const char *fmt, ...)
 	G_GNUC_PRINTF(3, 4);
 
 /* http1-conn.c */
@@ -130,6 +131,9 @@ void nw_h1_call_fail(struct h1_call *call, CURLcode code, const char *fmt, ...)
 void nw_h1_conn_open(struct h1_call *call);
 /* An epoll event while connecting. */
 void nw_h1_conn_connecting_event(struct h1_conn *c, uint32_t events);
+/* The call's connect deadline passed while opening c: the next address,
+ * or a timeout. */
+void nw_h1_conn_connect_expired(struct h1_conn *c, int64_t now);
 /* Gives a connection about to carry a call its read buffer. */
 void nw_h1_conn_take_buffer(struct h1_conn *c);
 /* Parks a connection that finished an exchange cleanly; its read buffer

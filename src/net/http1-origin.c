@@ -22,6 +22,8 @@ origin_free(gpointer p)
 	g_free(o->host);
 	g_free(o->authority);
 	g_clear_object(&o->literal);
+	g_resolver_free_addresses(o->resolved);
+	g_free(o->resolve_error);
 	g_free(o);
 }
 

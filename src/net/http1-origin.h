@@ -16,7 +16,16 @@ struct nw_h1_origin {
 	char *authority;          /* the Host header */
 	GQueue idle;              /* the client's idle connections, most recent first */
 	GSocketAddress *literal;  /* the address when host is an IP literal */
+	/* The last resolution (docs/deployment.md): addresses (GInetAddress)
+	 * kept NW_H1_RESOLVE_TTL_US, or a failure kept NW_H1_RESOLVE_FAIL_TTL_US
+	 * so a flood of calls does not become a flood of look-ups. */
+	GList *resolved;
+	char *resolve_error;
+	int64_t resolved_until_us;
 };
+
+#define NW_H1_RESOLVE_TTL_US (30 * G_USEC_PER_SEC)
+#define NW_H1_RESOLVE_FAIL_TTL_US (1 * G_USEC_PER_SEC)
 
 struct nw_h1_target {
 	struct nw_h1_origin *origin;

@@ -58,17 +58,23 @@ list_has_token(const char *v, const char *e, const char *token)
 	return false;
 }
 
-/* The last coding of a Transfer-Encoding list is chunked. */
-static bool
-list_ends_chunked(const char *v, const char *e)
+void
+nw_h1_count_codings(const char *v, const char *e, unsigned *codings, bool *all_chunked)
 {
-	const char *last = v;
+	while (v <= e) {
+		const char *comma = memchr(v, ',', (size_t)(e - v));
+		const char *item = v, *item_end = comma ? comma : e;
 
-	for (const char *p = v; p < e; p++)
-		if (*p == ',')
-			last = p + 1;
-	trim(&last, &e);
-	return e - last == 7 && g_ascii_strncasecmp(last, "chunked", 7) == 0;
+		trim(&item, &item_end);
+		if (item < item_end) {
+			(*codings)++;
+			if (item_end - item != 7 || g_ascii_strncasecmp(item, "chunked", 7) != 0)
+				*all_chunked = false;
+		}
+		if (comma == NULL)
+			break;
+		v = comma + 1;
+	}
 }
 
 static bool
@@ -108,24 +114,25 @@ nw_h1_parse_head(const char *buf, size_t len, bool head_request, struct nw_h1_he
 {
 	const char *end = buf + MIN(len, (size_t)NW_H1_MAX_HEAD);
 	const char *p, *nl;
-	bool has_length = false, chunked = false, te = false, keep_alive = false;
+	bool has_length = false, te = false, all_chunked = true, keep_alive = false;
+	unsigned codings = 0;
 
 	memset(head, 0, sizeof *head);
 	nl = line_end(buf, end);
 	if (nl == NULL)
-		return len >= NW_H1_MAX_HEAD ? -1 : 0;
+		return len >= NW_H1_MAX_HEAD ? NW_H1_HEAD_MALFORMED : 0;
 	/* Make sure the whole head is here before interpreting any of it. */
 	for (p = nl + 1;;) {
 		const char *next = line_end(p, end);
 
 		if (next == NULL)
-			return len >= NW_H1_MAX_HEAD ? -1 : 0;
+			return len >= NW_H1_MAX_HEAD ? NW_H1_HEAD_MALFORMED : 0;
 		if (next == p || (next == p + 1 && *p == '\r'))
 			break;
 		p = next + 1;
 	}
 	if (!parse_status_line(buf, nl, head))
-		return -1;
+		return NW_H1_HEAD_MALFORMED;
 
 	for (p = nl + 1;; p = nl + 1) {
 		const char *name = p, *colon, *v, *ve;
@@ -137,7 +144,7 @@ nw_h1_parse_head(const char *buf, size_t len, bool head_request, struct nw_h1_he
 		for (colon = name; colon < nl && is_token_char((unsigned char)*colon); colon++)
 			;
 		if (colon == name || colon == nl || *colon != ':')
-			return -1;
+			return NW_H1_HEAD_MALFORMED;
 		v = colon + 1;
 		ve = nl;
 		trim(&v, &ve);
@@ -147,7 +154,7 @@ nw_h1_parse_head(const char *buf, size_t len, bool head_request, struct nw_h1_he
 				uint64_t n;
 
 				if (!parse_decimal(v, ve, &n) || (has_length && n != head->content_length))
-					return -1;
+					return NW_H1_HEAD_MALFORMED;
 				head->content_length = n;
 				has_length = true;
 			}
@@ -155,7 +162,7 @@ nw_h1_parse_head(const char *buf, size_t len, bool head_request, struct nw_h1_he
 		case 17:
 			if (g_ascii_strncasecmp(name, "transfer-encoding", 17) == 0) {
 				te = true;
-				chunked = list_ends_chunked(v, ve);
+				nw_h1_count_codings(v, ve, &codings, &all_chunked);
 			}
 			break;
 		case 10:
@@ -178,10 +185,15 @@ nw_h1_parse_head(const char *buf, size_t len, bool head_request, struct nw_h1_he
 	if (head_request || head->status < 200 || head->status == 204 || head->status == 304) {
 		head->framing = NW_H1_NO_BODY;
 	} else if (te) {
+		/* The one coding the client decodes is chunked, applied once:
+		 * anything else (gzip, chunked not last) would reach the caller
+		 * still encoded, so the answer is refused (RFC 9112 6.1). */
+		if (codings != 1 || !all_chunked)
+			return NW_H1_HEAD_CODING;
+		head->framing = NW_H1_CHUNKED;
 		/* A length beside Transfer-Encoding is ignored, and the
 		 * connection is not trusted with another request. */
-		head->framing = chunked ? NW_H1_CHUNKED : NW_H1_UNTIL_CLOSE;
-		if (has_length || !chunked)
+		if (has_length)
 			head->close = true;
 	} else if (has_length) {
 		head->framing = NW_H1_LENGTH;

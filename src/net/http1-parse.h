@@ -35,9 +35,15 @@ struct nw_h1_head {
 	bool close;                /* the connection cannot carry another request */
 };
 
+/* nw_h1_parse_head's failures: a malformed head, or one longer than
+ * NW_H1_MAX_HEAD; a well-formed head whose body has a transfer coding the
+ * client cannot decode (anything but a single chunked). */
+#define NW_H1_HEAD_MALFORMED (-1)
+#define NW_H1_HEAD_CODING (-2)
+
 /* Parses the head at the start of buf. Returns its length in bytes (the
- * body starts there), 0 when the head is not complete yet, and -1 when it
- * is malformed or longer than NW_H1_MAX_HEAD. */
+ * body starts there), 0 when the head is not complete yet, or one of the
+ * failures above. */
 ssize_t nw_h1_parse_head(const char *buf, size_t len, bool head_request,
                          struct nw_h1_head *head);
 
@@ -45,6 +51,12 @@ ssize_t nw_h1_parse_head(const char *buf, size_t len, bool head_request,
  * with surrounding blanks removed; NULL when absent. */
 const char *nw_h1_find_header(const char *head, size_t head_len, const char *name,
                               size_t *value_len);
+
+/* Counts the codings of one Transfer-Encoding value [v, e) into *codings,
+ * clearing *all_chunked when one is not chunked (empty list elements do
+ * not count, RFC 9110 5.6.1). A body is decodable when all the values of
+ * a head count exactly one coding, chunked. */
+void nw_h1_count_codings(const char *v, const char *e, unsigned *codings, bool *all_chunked);
 
 struct nw_h1_body {
 	enum nw_h1_framing framing;

@@ -17,10 +17,12 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <glib-unix.h>
 #include <glib.h>
 
 #include "core/log.h"
+#include "net/http1-parse.h"
 #include "net/loop.h"
 
 /* What we know of one of curl's sockets. */
@@ -40,6 +42,8 @@ struct nw_curl_pool {
 	GHashTable *calls;    /* running calls */
 	GPtrArray *reap;      /* calls cancelled from inside curl */
 	unsigned in_curl;     /* depth of socket_action calls */
+	char *tls_ca_file;    /* NULL: the system's store */
+	bool tls_no_verify;
 };
 
 struct curl_call {
@@ -52,6 +56,11 @@ struct curl_call {
 	void *data;
 	bool responded;
 	bool cancelled;
+	bool head_request;
+	bool has_body;
+	bool bad_coding;   /* refused: a transfer coding other than chunked */
+	bool not_resent;   /* refused: libcurl's resend of a body */
+	unsigned attempts; /* connections the request was about to go out on */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -164,6 +173,53 @@ on_timer(void *data)
 
 /* --- calls ---------------------------------------------------------- */
 
+/* libcurl's codes in Narwhal's own terms (net/upstream.h). */
+static enum nw_upstream_code
+code_of(CURLcode code)
+{
+	switch (code) {
+	case CURLE_OK:
+		return NW_UPSTREAM_OK;
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+		return NW_UPSTREAM_RESOLVE;
+	case CURLE_COULDNT_CONNECT:
+		return NW_UPSTREAM_CONNECT;
+	case CURLE_OPERATION_TIMEDOUT:
+		return NW_UPSTREAM_TIMEOUT;
+	case CURLE_SEND_ERROR:
+	case CURLE_SEND_FAIL_REWIND:
+		return NW_UPSTREAM_SEND;
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		return NW_UPSTREAM_RECV;
+	case CURLE_WEIRD_SERVER_REPLY:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return NW_UPSTREAM_MALFORMED;
+	case CURLE_BAD_CONTENT_ENCODING:
+		return NW_UPSTREAM_BAD_RESPONSE;
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CIPHER:
+	case CURLE_SSL_ENGINE_NOTFOUND:
+	case CURLE_SSL_ENGINE_SETFAILED:
+	case CURLE_SSL_ENGINE_INITFAILED:
+	case CURLE_SSL_SHUTDOWN_FAILED:
+	case CURLE_SSL_CRL_BADFILE:
+	case CURLE_SSL_ISSUER_ERROR:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+	case CURLE_SSL_INVALIDCERTSTATUS:
+	case CURLE_SSL_CLIENTCERT:
+	case CURLE_USE_SSL_FAILED:
+		return NW_UPSTREAM_TLS;
+	default:
+		return NW_UPSTREAM_FAILED;
+	}
+}
+
 static void
 call_release(struct curl_call *call)
 {
@@ -192,10 +248,19 @@ finish_done_transfers(struct nw_curl_pool *up)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
 		if (call == NULL || call->cancelled)
 			continue; /* reaped below */
-		res.code = msg->data.result;
+		res.code = code_of(msg->data.result);
+		if (call->bad_coding) {
+			res.code = NW_UPSTREAM_BAD_RESPONSE;
+			g_strlcpy(call->errbuf, "The engine's response has a transfer coding other than "
+			          "chunked, which the client cannot decode", sizeof call->errbuf);
+		} else if (call->not_resent) {
+			res.code = NW_UPSTREAM_RECV;
+			g_strlcpy(call->errbuf, "The reused connection closed with no response after "
+			          "the request went out; it is not sent again", sizeof call->errbuf);
+		}
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &res.status);
-		res.error = res.code == CURLE_OK ? NULL
-		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(res.code));
+		res.error = res.code == NW_UPSTREAM_OK ? NULL
+		          : (call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
 		call->handlers.on_done(call->data, &res);
 		call_release(call);
 	}
@@ -225,6 +290,48 @@ drive(struct nw_curl_pool *up, curl_socket_t fd, int ev_bitmask)
 	reap(up);
 }
 
+/* libcurl sends a request again on a fresh connection when a reused one
+ * died with nothing read, whether or not the engine got it whole. It
+ * cannot say how much went out, so a request with a body (a POST, maybe a
+ * prefill holding a KV lease) is never resent: the call fails instead
+ * (docs/deployment.md). */
+static int
+on_curl_prereq(void *userp, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+               int conn_local_port)
+{
+	struct curl_call *call = userp;
+
+	if (++call->attempts > 1 && call->has_body) {
+		call->not_resent = true;
+		return CURL_PREREQFUNC_ABORT;
+	}
+	return CURL_PREREQFUNC_OK;
+}
+
+/* libcurl passes a transfer coding other than chunked on still encoded
+ * (unless asked to decode gzip): refuse such an answer, as the HTTP/1.1
+ * client does (docs/deployment.md). */
+static bool
+decodable(struct curl_call *call, long status)
+{
+	struct curl_header *h;
+	unsigned codings = 0;
+	bool all_chunked = true;
+	size_t amount;
+
+	if (call->head_request || status == 204 || status == 304 ||
+	    curl_easy_header(call->easy, "Transfer-Encoding", 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return true;
+	amount = h->amount;
+	for (size_t i = 0; i < amount; i++) {
+		if (curl_easy_header(call->easy, "Transfer-Encoding", i, CURLH_HEADER, -1, &h) !=
+		    CURLHE_OK)
+			return false;
+		nw_h1_count_codings(h->value, h->value + strlen(h->value), &codings, &all_chunked);
+	}
+	return codings == 1 && all_chunked;
+}
+
 static size_t
 on_curl_header(char *line, size_t size, size_t n, void *userp)
 {
@@ -239,6 +346,10 @@ on_curl_header(char *line, size_t size, size_t n, void *userp)
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
 		if (status >= 200 && !call->responded) {
 			call->responded = true;
+			if (!decodable(call, status)) {
+				call->bad_coding = true;
+				return 0; /* aborts the transfer */
+			}
 			if (call->handlers.on_response)
 				call->handlers.on_response(call->data, status);
 		}
@@ -276,8 +387,15 @@ easy_get(struct nw_curl_pool *up)
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_curl_header);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_curl_write);
+	curl_easy_setopt(easy, CURLOPT_PREREQFUNCTION, on_curl_prereq);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_curl_close_socket);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, up);
+	if (up->tls_ca_file != NULL)
+		curl_easy_setopt(easy, CURLOPT_CAINFO, up->tls_ca_file);
+	if (up->tls_no_verify) {
+		curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	return easy;
 }
 
@@ -298,6 +416,7 @@ nw_curl_start(struct nw_curl_pool *up, const struct nw_upstream_request *req,
 	call->easy = easy;
 	call->handlers = *handlers;
 	call->data = data;
+	call->head_request = g_strcmp0(req->method, "HEAD") == 0;
 
 	/* An empty Expect: stops curl waiting for 100-continue on big bodies. */
 	call->headers = curl_slist_append(NULL, "Expect:");
@@ -310,12 +429,14 @@ nw_curl_start(struct nw_curl_pool *up, const struct nw_upstream_request *req,
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, call);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
+	curl_easy_setopt(easy, CURLOPT_PREREQDATA, call);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, req->connect_timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	if (req->owned_body != NULL || req->body != NULL) {
 		/* An owned body is used as it is: no copy per call. */
 		call->body = req->owned_body ? req->owned_body : g_memdup2(req->body, req->body_len);
+		call->has_body = true;
 		call->headers = curl_slist_append(call->headers, "Content-Type: application/json");
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
@@ -395,10 +516,12 @@ nw_curl_active(const struct nw_curl_pool *up)
 }
 
 struct nw_curl_pool *
-nw_curl_pool_new(unsigned max_connections)
+nw_curl_pool_new(const struct nw_upstream_options *opts)
 {
 	struct nw_curl_pool *up = g_new0(struct nw_curl_pool, 1);
 
+	up->tls_ca_file = g_strdup(opts->tls_ca_file);
+	up->tls_no_verify = opts->tls_no_verify;
 	up->multi = curl_multi_init();
 	up->epfd = epoll_create1(EPOLL_CLOEXEC);
 	up->socks = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
@@ -411,7 +534,7 @@ nw_curl_pool_new(unsigned max_connections)
 	curl_multi_setopt(up->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
 	curl_multi_setopt(up->multi, CURLMOPT_TIMERDATA, up);
 	curl_multi_setopt(up->multi, CURLMOPT_MAXCONNECTS, 4096L);
-	curl_multi_setopt(up->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)max_connections);
+	curl_multi_setopt(up->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)opts->max_connections);
 
 	up->io = g_unix_fd_source_new(up->epfd, G_IO_IN);
 	g_source_set_callback(up->io, (GSourceFunc)(void (*)(void))on_epoll_ready, up, NULL);
@@ -452,5 +575,6 @@ nw_curl_pool_free(struct nw_curl_pool *up)
 	close(up->epfd);
 	g_hash_table_destroy(up->socks);
 	g_ptr_array_free(up->reap, TRUE);
+	g_free(up->tls_ca_file);
 	g_free(up);
 }

@@ -7,7 +7,7 @@
 #include "net/upstream-backend.h"
 
 struct nw_upstream {
-	unsigned max_connections;
+	struct nw_upstream_options opts; /* tls_ca_file owned */
 	struct nw_h1_pool *h1;
 	struct nw_curl_pool *tls;  /* made on the first https call */
 };
@@ -17,7 +17,8 @@ nw_upstream_new(const struct nw_upstream_options *opts)
 {
 	struct nw_upstream *up = g_new0(struct nw_upstream, 1);
 
-	up->max_connections = opts->max_connections;
+	up->opts = *opts;
+	up->opts.tls_ca_file = g_strdup(opts->tls_ca_file);
 	if (!opts->use_libcurl)
 		up->h1 = nw_h1_pool_new(opts->max_connections);
 	return up;
@@ -30,6 +31,7 @@ nw_upstream_free(struct nw_upstream *up)
 		return;
 	nw_h1_pool_free(up->h1);
 	nw_curl_pool_free(up->tls);
+	g_free((char *)up->opts.tls_ca_file);
 	g_free(up);
 }
 
@@ -40,7 +42,7 @@ nw_upstream_start(struct nw_upstream *up, const struct nw_upstream_request *req,
 	if (up->h1 != NULL && g_ascii_strncasecmp(req->url, "http://", 7) == 0)
 		return nw_h1_start(up->h1, req, handlers, data);
 	if (up->tls == NULL)
-		up->tls = nw_curl_pool_new(up->max_connections);
+		up->tls = nw_curl_pool_new(&up->opts);
 	return nw_curl_start(up->tls, req, handlers, data);
 }
 

@@ -2,17 +2,15 @@
  * Engine HTTP client: one pool per purpose (the serving pool, the control
  * pool), bound to the GLib loop. Plain-http engines are served by
  * Narwhal's own HTTP/1.1 client (net/http1-client.c), https engines by
- * libcurl (net/upstream-curl.c); both report through these types. Failures
- * are reported with libcurl's error codes either way, so callers need not
- * know which client served a call.
+ * libcurl (net/upstream-curl.c); both report through these types and
+ * Narwhal's own failure codes, so callers need not know which client
+ * served a call (libcurl's codes stay inside upstream-curl.c).
  */
 #ifndef NW_UPSTREAM_H
 #define NW_UPSTREAM_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#include <curl/curl.h>
 
 struct nw_upstream;
 struct nw_upstream_call;
@@ -22,6 +20,9 @@ struct nw_upstream_options {
 	                           * for each of the two clients; calls beyond
 	                           * it wait for a connection in arrival order */
 	bool use_libcurl;         /* libcurl for http URLs too (tests) */
+	/* https engines (docs/configuration.md, engine.tls_*): */
+	const char *tls_ca_file;  /* CA bundle (PEM), copied; NULL: the system's */
+	bool tls_no_verify;       /* accept any certificate and name */
 };
 
 struct nw_upstream_request {
@@ -32,14 +33,35 @@ struct nw_upstream_request {
 	size_t body_len;
 	char *owned_body;         /* instead of body: malloc'd, the call takes it
 	                           * (freed even when the start fails) */
-	long connect_timeout_ms;  /* 0: 300 s, curl's default */
+	long connect_timeout_ms;  /* 0: 300 s; shared among a host's addresses */
 	long timeout_ms;          /* whole transfer; 0: none */
 };
 
+/* How a call ended. Every code but OK and BAD_RESPONSE is a transport
+ * failure: the engine gave no usable HTTP answer (docs/deployment.md,
+ * engine connections). */
+enum nw_upstream_code {
+	NW_UPSTREAM_OK = 0,        /* the response arrived whole */
+	NW_UPSTREAM_RESOLVE,       /* the host name did not resolve */
+	NW_UPSTREAM_CONNECT,       /* no address accepted a connection */
+	NW_UPSTREAM_TIMEOUT,       /* connect_timeout_ms or timeout_ms passed */
+	NW_UPSTREAM_SEND,          /* the request could not be written */
+	NW_UPSTREAM_RECV,          /* the connection failed or closed before the
+	                            * response ended */
+	NW_UPSTREAM_MALFORMED,     /* not HTTP/1.x as RFC 9112 frames it: a bad
+	                            * status line, header or chunk, a head too big */
+	NW_UPSTREAM_BAD_RESPONSE,  /* well-framed, but in a form the client cannot
+	                            * decode (a transfer coding other than chunked) */
+	NW_UPSTREAM_TLS,           /* TLS handshake or certificate check failed */
+	NW_UPSTREAM_FAILED,        /* anything else (the client's own failure) */
+};
+
 struct nw_upstream_result {
-	CURLcode code;            /* CURLE_OK when the transfer completed */
+	enum nw_upstream_code code;
 	long status;              /* HTTP status, 0 when none arrived */
-	const char *error;        /* what failed, when code != CURLE_OK */
+	const char *error;        /* what failed, when code != NW_UPSTREAM_OK:
+	                           * may name the engine's address, so it is for
+	                           * logs, never for clients */
 };
 
 struct nw_upstream_handlers {

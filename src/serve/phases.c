@@ -169,7 +169,7 @@ tokenize_done(struct nw_request *r, const struct nw_upstream_result *res)
 	int rc = 0;
 
 	r->phase = NW_PT_NONE;
-	if (res->code == CURLE_OK && r->leg.status == 200)
+	if (res->code == NW_UPSTREAM_OK && r->leg.status == 200)
 		doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
 	if (doc != NULL && (rc = d->ops->parse_tokenize(d->ctx, doc, &count)) == 0) {
 		json_decref(doc);
@@ -666,6 +666,14 @@ fail_by_status(struct nw_request *r, const struct nw_dialect *d)
 	}
 }
 
+/* A transport failure, or an answer the engine client cannot decode
+ * (engine_bad_response, docs/deployment.md). */
+static nw_fail_kind
+transfer_failure(const struct nw_upstream_result *res)
+{
+	return res->code == NW_UPSTREAM_BAD_RESPONSE ? NW_FAIL_BAD_RESPONSE : NW_FAIL_TRANSPORT;
+}
+
 static void
 prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 {
@@ -675,9 +683,9 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	int rc;
 
 	r->phase = NW_PT_NONE;
-	if (res->code != CURLE_OK) {
+	if (res->code != NW_UPSTREAM_OK) {
 		s->counters.prefill_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->error);
+		nw_request_fail(r, transfer_failure(res), 0, res->error);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
@@ -732,13 +740,13 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 		if (r->finished)
 			return; /* the collector's last event failed it */
 		s->counters.decode_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
+		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != NW_UPSTREAM_OK ? res->error :
 		                "the engine's stream ended without its terminator");
 		return;
 	}
-	if (res->code != CURLE_OK) {
+	if (res->code != NW_UPSTREAM_OK) {
 		s->counters.decode_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->error);
+		nw_request_fail(r, transfer_failure(res), 0, res->error);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {

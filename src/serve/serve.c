@@ -279,7 +279,7 @@ probe_done(void *data, const struct nw_upstream_result *res)
 	int rc = -EPROTO;
 
 	s->model_probe = NULL;
-	if (res->code == CURLE_OK && res->status == 200)
+	if (res->code == NW_UPSTREAM_OK && res->status == 200)
 		doc = json_loadb(s->model_probe_body->str, s->model_probe_body->len, 0, NULL);
 	if (doc != NULL)
 		rc = d->ops->parse_models(d->ctx, doc, &info);

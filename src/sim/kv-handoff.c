@@ -115,7 +115,7 @@ on_pull_done(void *data, const struct nw_upstream_result *res)
 	double transfer_s;
 
 	call->pull = NULL;
-	if (res->code != CURLE_OK) {
+	if (res->code != NW_UPSTREAM_OK) {
 		g_autofree char *why = g_strdup_printf("the producer did not answer (%s)", res->error);
 		sim_kv_load_failed(call, why);
 		return;
@@ -157,9 +157,10 @@ sim_kv_pull_start(struct sim_call *call)
 	const json_t *kv = call->kv_in;
 	const char *host = json_string_value(json_object_get(kv, "remote_host"));
 	json_int_t port = json_integer_value(json_object_get(kv, "remote_port"));
+	const char *scheme = call->node->fleet->opts->tls_cert_pem ? "https" : "http";
 	g_autofree char *url = strchr(host, ':')
-		? g_strdup_printf("http://[%s]:%" JSON_INTEGER_FORMAT "/sim/kv/pull", host, port)
-		: g_strdup_printf("http://%s:%" JSON_INTEGER_FORMAT "/sim/kv/pull", host, port);
+		? g_strdup_printf("%s://[%s]:%" JSON_INTEGER_FORMAT "/sim/kv/pull", scheme, host, port)
+		: g_strdup_printf("%s://%s:%" JSON_INTEGER_FORMAT "/sim/kv/pull", scheme, host, port);
 	json_t *body = json_pack("{s:O, s:O}", "remote_engine_id",
 	                         json_object_get(kv, "remote_engine_id"), "remote_request_id",
 	                         json_object_get(kv, "remote_request_id"));

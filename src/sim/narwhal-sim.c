@@ -130,6 +130,19 @@ list_presets(void)
 	}
 }
 
+/* A PEM file for the TLS endpoints, whole. */
+static bool
+read_pem(const char *flag, const char *path, char **out, char **error)
+{
+	GError *gerror = NULL;
+
+	if (g_file_get_contents(path, out, NULL, &gerror))
+		return true;
+	*error = g_strdup_printf("%s: %s", flag, gerror->message);
+	g_error_free(gerror);
+	return false;
+}
+
 static bool
 check_options(struct sim_options *o, const char *policy, char **error)
 {
@@ -157,6 +170,14 @@ check_options(struct sim_options *o, const char *policy, char **error)
 	                                  != strlen(o->id_prefix))
 		*error = g_strdup_printf("--id-prefix: expected letters, digits, '.', '_' and '-', "
 		                         "got \"%s\"", o->id_prefix);
+	else if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL))
+		*error = g_strdup("--tls-cert and --tls-key: give both or neither");
+	else if (o->tls_cert_file != NULL && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+		*error = g_strdup("--tls-cert: this libmicrohttpd is built without TLS");
+	else if (o->tls_cert_file != NULL &&
+	         (!read_pem("--tls-cert", o->tls_cert_file, &o->tls_cert_pem, error) ||
+	          !read_pem("--tls-key", o->tls_key_file, &o->tls_key_pem, error)))
+		return false;
 	else
 		return true;
 	return false;
@@ -207,9 +228,10 @@ fleet_json(const struct sim_fleet *fleet)
 
 	for (unsigned i = 0; i < fleet->n_nodes; i++) {
 		const struct sim_node *node = fleet->nodes[i];
+		const char *scheme = fleet->opts->tls_cert_pem ? "https" : "http";
 		g_autofree char *url = strchr(fleet->opts->host, ':')
-			? g_strdup_printf("http://[%s]:%u", fleet->opts->host, node->port)
-			: g_strdup_printf("http://%s:%u", fleet->opts->host, node->port);
+			? g_strdup_printf("%s://[%s]:%u", scheme, fleet->opts->host, node->port)
+			: g_strdup_printf("%s://%s:%u", scheme, fleet->opts->host, node->port);
 
 		json_array_append_new(engines, json_pack("{s:s, s:s, s:s, s:s, s:f}",
 		                                         "id", node->id, "url", url, "dialect", "vllm",
@@ -240,7 +262,10 @@ static bool
 fleet_start(struct sim_fleet *fleet, char **error)
 {
 	const struct sim_options *o = fleet->opts;
-	struct nw_upstream_options uo = { .max_connections = 1024 };
+	/* KV pulls between the fleet's own engines: with TLS, the test's
+	 * certificate need not name the host the pulls use. */
+	struct nw_upstream_options uo = { .max_connections = 1024,
+	                                  .tls_no_verify = o->tls_cert_pem != NULL };
 	GError *gerror = NULL;
 
 	fleet->loop = g_main_loop_new(NULL, FALSE);
@@ -412,6 +437,10 @@ main(int argc, char **argv)
 		  "Fault: a shortened KV lease, model seconds", "S" },
 		{ "fault-unhealthy", 0, 0, G_OPTION_ARG_NONE, &ff.unhealthy,
 		  "Fault: /health answers 503", NULL },
+		{ "tls-cert", 0, 0, G_OPTION_ARG_FILENAME, &o.tls_cert_file,
+		  "Engines serve HTTPS with this PEM certificate (with --tls-key)", "FILE" },
+		{ "tls-key", 0, 0, G_OPTION_ARG_FILENAME, &o.tls_key_file,
+		  "The PEM private key of --tls-cert", "FILE" },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
 		{ NULL },
 	};
@@ -499,6 +528,12 @@ out:
 	g_free(o.served_model_name);
 	g_free(o.id_prefix);
 	g_free(o.fleet_out);
+	g_free(o.tls_cert_file);
+	g_free(o.tls_key_file);
+	g_free(o.tls_cert_pem);
+	if (o.tls_key_pem != NULL)
+		memset(o.tls_key_pem, 0, strlen(o.tls_key_pem));
+	g_free(o.tls_key_pem);
 	g_free(ff.hang);
 	return status;
 }

@@ -240,6 +240,8 @@ sim_node_listen(struct sim_node *node, GError **error)
 		.port = node->port,
 		.connection_timeout_s = 60,
 		.connection_limit = 8192,
+		.tls_cert_pem = node->fleet->opts->tls_cert_pem,
+		.tls_key_pem = node->fleet->opts->tls_key_pem,
 	};
 	char port[8];
 
@@ -307,7 +309,8 @@ json_t *
 sim_node_stats_json(const struct sim_node *node)
 {
 	struct sim_engine_stats st;
-	char *url = g_strdup_printf("http://%s:%u", node->fleet->opts->host, node->port);
+	char *url = g_strdup_printf("%s://%s:%u", node->fleet->opts->tls_cert_pem ? "https" : "http",
+	                            node->fleet->opts->host, node->port);
 	json_t *doc;
 
 	sim_engine_stats(node->engine, &st);

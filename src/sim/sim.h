@@ -44,6 +44,8 @@ struct sim_options {
 	char *id_prefix;
 	char *fleet_out;
 	json_t *faults;              /* from the --fault-* flags, applied at start */
+	char *tls_cert_file, *tls_key_file; /* both or neither: engines speak HTTPS */
+	char *tls_cert_pem, *tls_key_pem;   /* their contents, read at start */
 };
 
 /* Injected faults of one engine; all durations are model seconds. */

@@ -241,6 +241,8 @@ static const struct default_case default_cases[] = {
 	{ "6", "engine.pool_timeout_s", "5.0" },
 	{ "6", "engine.connect_timeout_s", "10.0" },
 	{ "6", "engine.health_timeout_s", "5.0" },
+	{ "narwhal", "engine.tls_ca_file", "null" },
+	{ "narwhal", "engine.tls_verify", "true" },
 	{ "7", "controller.advisory", "false" },
 	{ "7", "controller.monitor_interval_s", "1.0" },
 	{ "7", "controller.monitor_failure_limit", "5" },
@@ -435,6 +437,16 @@ static const struct range_case range_cases[] = {
 	SECS_POS("6", "engine.pool_timeout_s"),
 	SECS_POS("6", "engine.connect_timeout_s"),
 	SECS_POS("6", "engine.health_timeout_s"),
+	/* Issue 9: https engines' CA bundle must be a readable file. */
+	{ "narwhal", "engine.tls_ca_file", "null", true, NULL },
+	{ "narwhal", "engine.tls_ca_file", "\"/etc/hostname\"", true, NULL },
+	{ "narwhal", "engine.tls_ca_file", "\"/nonexistent/ca.pem\"", false,
+	  "\"/nonexistent/ca.pem\" is not a file: null (the system's CA store) or a readable PEM "
+	  "file of CA certificates" },
+	{ "narwhal", "engine.tls_ca_file", "\"/tmp\"", false, "is not a file" },
+	{ "narwhal", "engine.tls_ca_file", "5", false, "wrong type" },
+	{ "narwhal", "engine.tls_verify", "false", true, NULL },
+	{ "narwhal", "engine.tls_verify", "\"no\"", false, "wrong type" },
 
 	{ "7", "controller.advisory", "true", true, NULL },
 	{ "7", "controller.advisory", "1", false, "wrong type" },
@@ -825,7 +837,11 @@ static const struct url_case url_cases[] = {
 	{ "http://h:65536", NULL },
 	{ "http://h", NULL },
 	{ "http://h:", NULL },
-	{ "https://h:8000", NULL },
+	/* Issue 9: https engines, through libcurl. */
+	{ "https://h:8000", "https://h:8000" },
+	{ "https://[::1]:8443/", "https://[::1]:8443" },
+	{ "https://h", NULL },
+	{ "httpss://h:8000", NULL },
 	{ "h:8000", NULL },
 	{ "http://h:8000/v1", NULL },
 	{ "http://h:8000//", NULL },
@@ -850,7 +866,7 @@ test_url(gconstpointer data)
 	} else {
 		g_assert_null(o.cfg);
 		g_assert_nonnull(find_problem(o.problems, "fleet.engines[0].url",
-		                              "an http://host:port URL with no path"));
+		                              "an http://host:port or https://host:port URL with no path"));
 	}
 	outcome_clear(&o);
 	g_free(doc);
@@ -917,7 +933,7 @@ test_fleet_required(void)
 	expect("{\"fleet\": {\"engines\": [{\"url\": \"http://h:1\"}]}}", false, "fleet.engines[0].id",
 	       "missing: a name of letters, digits", false);
 	expect("{\"fleet\": {\"engines\": [{\"id\": \"a\"}]}}", false, "fleet.engines[0].url",
-	       "missing: an http://host:port URL", false);
+	       "missing: an http://host:port or https://host:port URL", false);
 	expect("{\"fleet\": {\"engines\": [{\"id\": \"a b\", \"url\": \"http://h:1\"}]}}", false,
 	       "fleet.engines[0].id", "not allowed (' ')", false);
 	expect("{\"fleet\": {\"engines\": [{\"id\": \"A-1.b_2\", \"url\": \"http://h:1\"}]}}", true,

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gio/gio.h>
 #include <glib-unix.h>
 #include <glib.h>
 
@@ -123,9 +124,13 @@ test_parse_chunked(void)
 	            "0\r\nX-Trailer: yes\r\n\r\n",
 	            "data: abcdefghijklmnopqrstuvwxyz", 200, NW_H1_CHUNKED, false);
 	/* A length next to chunked is ignored, and the connection not trusted. */
-	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+	assert_body("HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n"
 	            "2\r\nok\r\n0\r\n\r\n",
 	            "ok", 200, NW_H1_CHUNKED, true);
+	/* Empty list elements and the coding's case do not matter. */
+	assert_body("HTTP/1.1 200 OK\r\nTransfer-Encoding: , Chunked ,\r\n\r\n"
+	            "2\r\nok\r\n0\r\n\r\n",
+	            "ok", 200, NW_H1_CHUNKED, false);
 	/* Leading zeros in a chunk size are allowed, however many. */
 	assert_body("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 	            "000000000000000000002\r\nok\r\n00\r\n\r\n",
@@ -177,6 +182,45 @@ test_parse_invalid(void)
 		g_string_append(big, "X-Padding: 0123456789abcdef0123456789abcdef\r\n");
 	assert_invalid(big->str);
 	g_string_free(big, TRUE);
+}
+
+static void
+assert_coding_refused(const char *codings)
+{
+	g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\n%s\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	                                        codings);
+	struct nw_h1_head head;
+
+	if (nw_h1_parse_head(resp, strlen(resp), false, &head) != NW_H1_HEAD_CODING)
+		g_error("not refused as undecodable: %s", codings);
+}
+
+static void
+test_parse_codings(void)
+{
+	struct nw_h1_head head;
+	const char *gz = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
+	const char *gz204 = "HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n";
+
+	/* Issue 9, the engine client: a transfer coding the client cannot
+	 * decode fails the call; it is never passed on as identity. */
+	g_test_summary("RFC 9112 6.1: a body whose transfer codings are not exactly one chunked "
+	               "(gzip, chunked not last, chunked twice, identity) is refused as "
+	               "undecodable; with no body to decode, the codings do not matter");
+	assert_coding_refused("Transfer-Encoding: gzip");
+	assert_coding_refused("Transfer-Encoding: gzip, chunked");
+	assert_coding_refused("Transfer-Encoding: chunked, gzip");
+	assert_coding_refused("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip");
+	assert_coding_refused("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked");
+	assert_coding_refused("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked");
+	assert_coding_refused("Transfer-Encoding: identity");
+	assert_coding_refused("Transfer-Encoding: chunked;q=1");
+	assert_coding_refused("Transfer-Encoding: ");
+	assert_coding_refused("Content-Length: 2\r\nTransfer-Encoding: deflate");
+	g_assert_cmpint(nw_h1_parse_head(gz, strlen(gz), true, &head), ==, (ssize_t)strlen(gz));
+	g_assert_cmpint(head.framing, ==, NW_H1_NO_BODY);
+	g_assert_cmpint(nw_h1_parse_head(gz204, strlen(gz204), false, &head), ==,
+	                (ssize_t)strlen(gz204));
 }
 
 static void
@@ -367,7 +411,7 @@ server_stop(struct server *srv)
 
 struct result {
 	bool done;
-	CURLcode code;
+	enum nw_upstream_code code;
 	long status;
 	char *error;
 	GString *body;
@@ -491,14 +535,21 @@ struct env {
 };
 
 static void
+env_start_with(struct env *e, const struct action *script, unsigned n,
+               const struct nw_upstream_options *uo, const char *host)
+{
+	server_start(&e->srv, script, n);
+	e->up = nw_upstream_new(uo);
+	e->url = url_of(&e->srv, host);
+}
+
+static void
 env_start(struct env *e, const struct action *script, unsigned n, unsigned max_connections,
           const char *host)
 {
 	struct nw_upstream_options uo = { .max_connections = max_connections };
 
-	server_start(&e->srv, script, n);
-	e->up = nw_upstream_new(&uo);
-	e->url = url_of(&e->srv, host);
+	env_start_with(e, script, n, &uo, host);
 }
 
 static void
@@ -513,7 +564,7 @@ env_stop(struct env *e)
 /* One POST to its end: checks the outcome and, when given, the body;
  * returns the status. */
 static long
-exchange(struct env *e, long timeout_ms, CURLcode code, const char *body)
+exchange(struct env *e, long timeout_ms, enum nw_upstream_code code, const char *body)
 {
 	struct result r;
 	long status;
@@ -539,7 +590,7 @@ test_keep_alive_and_request(void)
 	               "type and length; sequential calls share one kept-alive connection");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
 	for (int i = 0; i < 5; i++)
-		g_assert_cmpint(exchange(&e, 0, CURLE_OK, "hello"), ==, 200);
+		g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "hello"), ==, 200);
 	g_assert_cmpuint(e.srv.accepted, ==, 1);
 	sent = e.srv.last_request->str;
 	g_assert_true(g_str_has_prefix(sent, "POST /v1/completions?x=1 HTTP/1.1\r\n"));
@@ -563,31 +614,109 @@ test_engine_closes_idle(void)
 	g_test_summary("An idle connection the engine closes is dropped, so the next request "
 	               "opens a new one; a new connection closed unanswered is a failure");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	settle(20);
-	exchange(&e, 0, CURLE_GOT_NOTHING, NULL);
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_RECV, NULL);
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.accepted, ==, 3);
 	env_stop(&e);
 }
 
+/* data: non-NULL runs the libcurl client (the https path) instead. */
 static void
-test_stale_reuse_retried(void)
+test_stale_reuse_not_resent(gconstpointer libcurl)
 {
 	static const struct action script[] = {
 		{ OK_REPLY, 0, false },
-		{ NULL, 0, true },     /* on the reused connection: dropped unanswered */
+		{ NULL, 0, true },     /* on the reused connection: read whole, dropped unanswered */
 		{ OK_REPLY, 0, false },
 	};
+	struct nw_upstream_options uo = { .max_connections = 4, .use_libcurl = libcurl != NULL };
 	struct env e;
 
-	g_test_summary("A reused connection that dies with nothing read gets the request again "
-	               "on a new connection, and the caller sees one clean answer");
-	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	exchange(&e, 0, CURLE_OK, "hello");
-	exchange(&e, 0, CURLE_OK, "hello");
+	/* Issue 9, the engine client: a POST that may have been processed is
+	 * never sent twice (a prefill sent twice orphans a KV lease). */
+	g_test_summary("A reused connection that dies after the whole request was written, with "
+	               "nothing read, fails the call: the engine saw the request exactly once");
+	env_start_with(&e, script, G_N_ELEMENTS(script), &uo, "127.0.0.1");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_RECV, NULL);
+	g_assert_cmpuint(e.srv.requests, ==, 2);
+	/* libcurl opens its fresh connection before it can be stopped. */
+	g_assert_cmpuint(e.srv.accepted, ==, libcurl ? 2 : 1);
+	settle(20); /* nothing goes out later either */
+	g_assert_cmpuint(e.srv.requests, ==, 2);
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.requests, ==, 3);
+	env_stop(&e);
+}
+
+/* Resets every connection the server holds (RST, not FIN), at once. */
+static void
+server_reset_peers(struct server *srv)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	while (srv->peers->len > 0) {
+		struct peer *p = srv->peers->pdata[0];
+
+		setsockopt(p->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		peer_free(p);
+	}
+}
+
+static void
+test_unsent_request_resent(void)
+{
+	static const struct action script[] = { { OK_REPLY, 0, false } };
+	struct env e;
+
+	/* Issue 9, the engine client: a request is resent on a fresh
+	 * connection when it provably did not reach the engine. */
+	g_test_summary("A reused connection the engine reset before the request went out (the "
+	               "write fails) gets the request on a fresh connection, and the caller sees "
+	               "one clean answer");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	/* The reset lands before the loop can notice it: the parked
+	 * connection is reused and its write fails. */
+	server_reset_peers(&e.srv);
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
+	g_assert_cmpuint(e.srv.requests, ==, 2);
 	g_assert_cmpuint(e.srv.accepted, ==, 2);
+	env_stop(&e);
+}
+
+static void
+test_undecodable_coding(gconstpointer libcurl)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+		  "5\r\nhello\r\n0\r\n\r\n", 0, false },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\nhello",
+		  0, true },
+		{ OK_REPLY, 0, false },
+	};
+	struct nw_upstream_options uo = { .max_connections = 4, .use_libcurl = libcurl != NULL };
+	struct env e;
+
+	/* Issue 9, the engine client: an undecodable transfer coding fails the
+	 * call with a bad-response error (engine_bad_response); nothing of the
+	 * body is handed on as if it were identity. */
+	g_test_summary("A gzip transfer coding, with or without chunked, fails the call as a bad "
+	               "response before any body byte is handed on; the next call is served");
+	env_start_with(&e, script, G_N_ELEMENTS(script), &uo, "127.0.0.1");
+	for (int i = 0; i < 2; i++) {
+		struct result r;
+
+		call(e.up, e.url, 0, &r);
+		wait_done(&r);
+		g_assert_cmpint(r.code, ==, NW_UPSTREAM_BAD_RESPONSE);
+		g_assert_cmpuint(r.data_calls, ==, 0);
+		g_assert_nonnull(strstr(r.error, "transfer coding"));
+		result_clear(&r);
+	}
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	env_stop(&e);
 }
 
@@ -606,11 +735,11 @@ test_framings_over_the_wire(void)
 	g_test_summary("Chunked answers in 3-byte pieces, error statuses with their bodies, an "
 	               "interim 100 before a 204, and bodies that end at EOF all arrive whole");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "data: token"), ==, 200);
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "busy"), ==, 503);
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, ""), ==, 204);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "data: token"), ==, 200);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "busy"), ==, 503);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, ""), ==, 204);
 	g_assert_cmpuint(e.srv.accepted, ==, 1); /* all on one connection so far */
-	g_assert_cmpint(exchange(&e, 0, CURLE_OK, "to the end"), ==, 200);
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "to the end"), ==, 200);
 	env_stop(&e);
 }
 
@@ -654,9 +783,9 @@ test_failures(void)
 	g_test_summary("Truncated bodies, junk heads, silence past the timeout and refused "
 	               "connections fail with their own codes, never before start returns");
 	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
-	exchange(&e, 0, CURLE_PARTIAL_FILE, NULL);
-	exchange(&e, 0, CURLE_WEIRD_SERVER_REPLY, NULL);
-	exchange(&e, 150, CURLE_OPERATION_TIMEDOUT, NULL);
+	exchange(&e, 0, NW_UPSTREAM_RECV, NULL);
+	exchange(&e, 0, NW_UPSTREAM_MALFORMED, NULL);
+	exchange(&e, 150, NW_UPSTREAM_TIMEOUT, NULL);
 
 	/* A port nobody listens on (bound, never listening). */
 	fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -664,7 +793,7 @@ test_failures(void)
 	getsockname(fd, (struct sockaddr *)&a, &len);
 	g_free(e.url);
 	e.url = g_strdup_printf("http://127.0.0.1:%u/", ntohs(a.sin_port));
-	exchange(&e, 0, CURLE_COULDNT_CONNECT, NULL);
+	exchange(&e, 0, NW_UPSTREAM_CONNECT, NULL);
 	close(fd);
 	env_stop(&e);
 }
@@ -703,13 +832,196 @@ test_connect_timeout(void)
 	g_assert_nonnull(nw_upstream_start(up, &req, &handlers, &r));
 	r.started = true;
 	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OPERATION_TIMEDOUT);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_TIMEOUT);
 	g_assert_true(g_str_has_prefix(r.error, "Connection timed out"));
 	result_clear(&r);
 	nw_upstream_free(up);
 	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++)
 		close(fillers[i]);
 	close(fd);
+}
+
+/* A resolver that knows two names: two.test, whose first address
+ * (127.0.0.2) is black-holed by the test and whose second is the server,
+ * and bad.test, which fails. It counts its look-ups. */
+G_DECLARE_FINAL_TYPE(FakeResolver, fake_resolver, FAKE, RESOLVER, GResolver)
+
+struct _FakeResolver {
+	GResolver parent;
+	unsigned lookups;
+};
+
+G_DEFINE_TYPE(FakeResolver, fake_resolver, G_TYPE_RESOLVER)
+
+static GList *
+fake_lookup(GResolver *r, const gchar *host, GCancellable *cancel, GError **error)
+{
+	((FakeResolver *)r)->lookups++;
+	if (strcmp(host, "two.test") == 0)
+		return g_list_append(g_list_append(NULL, g_inet_address_new_from_string("127.0.0.2")),
+		                     g_inet_address_new_from_string("127.0.0.1"));
+	g_set_error(error, G_RESOLVER_ERROR, G_RESOLVER_ERROR_NOT_FOUND, "no such test name");
+	return NULL;
+}
+
+static void
+fake_lookup_async(GResolver *r, const gchar *host, GCancellable *cancel,
+                  GAsyncReadyCallback done, gpointer data)
+{
+	GTask *task = g_task_new(r, cancel, done, data);
+	GError *error = NULL;
+	GList *addrs = fake_lookup(r, host, cancel, &error);
+
+	if (addrs != NULL)
+		g_task_return_pointer(task, addrs, (GDestroyNotify)g_resolver_free_addresses);
+	else
+		g_task_return_error(task, error);
+	g_object_unref(task);
+}
+
+static GList *
+fake_lookup_finish(GResolver *r, GAsyncResult *res, GError **error)
+{
+	return g_task_propagate_pointer(G_TASK(res), error);
+}
+
+static void
+fake_resolver_class_init(FakeResolverClass *klass)
+{
+	GResolverClass *rc = G_RESOLVER_CLASS(klass);
+
+	rc->lookup_by_name = fake_lookup;
+	rc->lookup_by_name_async = fake_lookup_async;
+	rc->lookup_by_name_finish = fake_lookup_finish;
+}
+
+static void
+fake_resolver_init(FakeResolver *self)
+{
+}
+
+/* A client pool made while the fake resolver is the default. */
+static struct nw_upstream *
+upstream_with_resolver(FakeResolver **out)
+{
+	GResolver *saved = g_resolver_get_default();
+	FakeResolver *fake = g_object_new(fake_resolver_get_type(), NULL);
+	struct nw_upstream_options uo = { .max_connections = 4 };
+	struct nw_upstream *up;
+
+	g_resolver_set_default(G_RESOLVER(fake));
+	up = nw_upstream_new(&uo);
+	g_resolver_set_default(saved);
+	g_object_unref(saved);
+	*out = fake;
+	return up;
+}
+
+static void
+test_connect_slices_and_cache(void)
+{
+	static const struct action script[] = { { OK_REPLY, 0, true } }; /* a new connection each */
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct server srv;
+	FakeResolver *fake;
+	struct nw_upstream *up;
+	g_autofree char *url = NULL;
+	int hole, fillers[4];
+
+	/* Issue 9, the engine client: each resolved address gets its own slice
+	 * of engine.connect_timeout_s; resolutions are cached for a bounded
+	 * time. */
+	g_test_summary("A host whose first address never answers (a full accept queue) is still "
+	               "reached on its second within the connect timeout, and a second "
+	               "connection uses the cached resolution");
+	server_start(&srv, script, G_N_ELEMENTS(script));
+	a.sin_addr.s_addr = htonl(0x7f000002);
+	a.sin_port = htons(srv.port);
+	hole = socket(AF_INET, SOCK_STREAM, 0);
+	if (bind(hole, (struct sockaddr *)&a, sizeof a) != 0) {
+		g_test_skip("cannot bind 127.0.0.2 with the server's port");
+		close(hole);
+		server_stop(&srv);
+		return;
+	}
+	g_assert_cmpint(listen(hole, 0), ==, 0);
+	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++) {
+		fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		(void)connect(fillers[i], (struct sockaddr *)&a, sizeof a);
+	}
+	settle(50);
+	up = upstream_with_resolver(&fake);
+	url = g_strdup_printf("http://two.test:%u/", srv.port);
+	for (int i = 0; i < 2; i++) {
+		struct nw_upstream_request req = {
+			.method = "GET", .url = url, .connect_timeout_ms = 800, .timeout_ms = 5000,
+		};
+		struct result r = { 0 };
+		int64_t t0 = g_get_monotonic_time();
+
+		r.body = g_string_new(NULL);
+		g_assert_nonnull(nw_upstream_start(up, &req, &handlers, &r));
+		r.started = true;
+		wait_done(&r);
+		if (r.code != NW_UPSTREAM_OK)
+			g_error("call %d: %d %s", i, r.code, r.error);
+		g_assert_cmpstr(r.body->str, ==, "hello");
+		/* The black hole had its half of the budget first. */
+		g_assert_cmpint(g_get_monotonic_time() - t0, >=, 350 * 1000);
+		result_clear(&r);
+	}
+	g_assert_cmpuint(srv.accepted, ==, 2);
+	g_assert_cmpuint(fake->lookups, ==, 1);
+	nw_upstream_free(up);
+	g_object_unref(fake);
+	for (unsigned i = 0; i < G_N_ELEMENTS(fillers); i++)
+		close(fillers[i]);
+	close(hole);
+	server_stop(&srv);
+}
+
+/* Starts a GET to url on up and waits for its end. */
+static void
+get_to_end(struct nw_upstream *up, const char *url, struct result *r)
+{
+	memset(r, 0, sizeof *r);
+	r->body = g_string_new(NULL);
+	call_get(up, url, r);
+	r->call = NULL;
+	wait_done(r);
+}
+
+static void
+test_resolve_errors(void)
+{
+	struct nw_upstream_options uo = { .max_connections = 4 };
+	struct nw_upstream *up = nw_upstream_new(&uo);
+	FakeResolver *fake;
+	struct result r;
+
+	/* Issue 9, the engine client: resolver errors are reported with their
+	 * cause; a failed resolution is cached only briefly. */
+	g_test_summary("A name that does not resolve (the .invalid TLD, RFC 6761) fails the call "
+	               "as a resolve error naming the name and the resolver's cause; a second "
+	               "call at once does not ask the resolver again");
+	get_to_end(up, "http://narwhal-test.invalid:8000/v1/models", &r);
+	g_test_message("%s", r.error);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_RESOLVE);
+	g_assert_true(g_str_has_prefix(r.error, "Could not resolve narwhal-test.invalid: "));
+	g_assert_cmpuint(strlen(r.error), >, strlen("Could not resolve narwhal-test.invalid: "));
+	result_clear(&r);
+	nw_upstream_free(up);
+
+	up = upstream_with_resolver(&fake);
+	for (int i = 0; i < 2; i++) {
+		get_to_end(up, "http://bad.test:8000/", &r);
+		g_assert_cmpint(r.code, ==, NW_UPSTREAM_RESOLVE);
+		g_assert_cmpstr(r.error, ==, "Could not resolve bad.test: no such test name");
+		result_clear(&r);
+	}
+	g_assert_cmpuint(fake->lookups, ==, 1);
+	nw_upstream_free(up);
+	g_object_unref(fake);
 }
 
 static void
@@ -726,7 +1038,7 @@ test_pool_limit_and_names(void)
 		call(e.up, e.url, 0, &r[i]);
 	for (int i = 0; i < 4; i++) {
 		wait_done(&r[i]);
-		g_assert_cmpint(r[i].code, ==, CURLE_OK);
+		g_assert_cmpint(r[i].code, ==, NW_UPSTREAM_OK);
 		g_assert_cmpstr(r[i].body->str, ==, "hello");
 		result_clear(&r[i]);
 	}
@@ -773,7 +1085,7 @@ test_pause_cancel_and_big_heads(void)
 	g_assert_false(r.done);
 	r.call = NULL; /* not looked at in on_done */
 	wait_done(&r);
-	g_assert_cmpint(r.code, ==, CURLE_OK);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_OK);
 	g_assert_cmpstr(r.body->str, ==, "onetwo");
 	result_clear(&r);
 
@@ -788,8 +1100,8 @@ test_pause_cancel_and_big_heads(void)
 	g_assert_cmpuint(nw_upstream_active(e.up), ==, 0);
 	result_clear(&r);
 
-	exchange(&e, 0, CURLE_OK, "ok");
-	exchange(&e, 0, CURLE_OK, "hello");
+	exchange(&e, 0, NW_UPSTREAM_OK, "ok");
+	exchange(&e, 0, NW_UPSTREAM_OK, "hello");
 	g_assert_cmpuint(e.srv.accepted, ==, 2); /* the cancel closed the first */
 	env_stop(&e);
 	g_string_free(big, TRUE);
@@ -803,15 +1115,25 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/parse/chunked", test_parse_chunked);
 	g_test_add_func("/http1/parse/close-and-empty", test_parse_close_and_empty);
 	g_test_add_func("/http1/parse/invalid", test_parse_invalid);
+	g_test_add_func("/http1/parse/codings", test_parse_codings);
 	g_test_add_func("/http1/parse/find-header", test_find_header);
 	g_test_add_func("/http1/client/keep-alive-and-request", test_keep_alive_and_request);
 	g_test_add_func("/http1/client/engine-closes-idle", test_engine_closes_idle);
-	g_test_add_func("/http1/client/stale-reuse-retried", test_stale_reuse_retried);
+	g_test_add_data_func("/http1/client/stale-reuse-not-resent", NULL,
+	                     test_stale_reuse_not_resent);
+	g_test_add_data_func("/http1/libcurl/stale-reuse-not-resent", "libcurl",
+	                     test_stale_reuse_not_resent);
+	g_test_add_func("/http1/client/unsent-request-resent", test_unsent_request_resent);
 	g_test_add_func("/http1/client/framings", test_framings_over_the_wire);
+	g_test_add_data_func("/http1/client/undecodable-coding", NULL, test_undecodable_coding);
+	g_test_add_data_func("/http1/libcurl/undecodable-coding", "libcurl",
+	                     test_undecodable_coding);
 	g_test_add_func("/http1/client/header-lookup", test_header_lookup);
 	g_test_add_func("/http1/client/failures", test_failures);
 	g_test_add_func("/http1/client/connect-timeout", test_connect_timeout);
 	g_test_add_func("/http1/client/pool-limit-and-names", test_pool_limit_and_names);
+	g_test_add_func("/http1/client/connect-slices-and-cache", test_connect_slices_and_cache);
+	g_test_add_func("/http1/client/resolve-errors", test_resolve_errors);
 	g_test_add_func("/http1/client/pause-cancel-big-head", test_pause_cancel_and_big_heads);
 	return g_test_run();
 }

@@ -11,6 +11,8 @@
 
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "net/http-server.h"
 #include "net/upstream.h"
 
@@ -127,7 +129,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 
 	f->done++;
 	f->last_status = res->status;
-	if (res->code == CURLE_OK && res->status == 200)
+	if (res->code == NW_UPSTREAM_OK && res->status == 200)
 		f->ok++;
 	else
 		f->failed++;

@@ -227,7 +227,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 	struct run *run = cs->run;
 	struct rp_result *r = &run->results[cs->index];
 	int64_t now = g_get_monotonic_time();
-	bool transfer_ok = res->code == CURLE_OK;
+	bool transfer_ok = res->code == NW_UPSTREAM_OK;
 
 	r->finished = since_start(run, now);
 	r->e2e = (double)(now - cs->send_us) / 1e6;
@@ -243,7 +243,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 		/* An error event or status says more than the cut that followed. */
 		bool known = r->outcome == RP_OUT_ERROR_EVENT || r->outcome == RP_OUT_HTTP;
 
-		if (!known && res->code == CURLE_OPERATION_TIMEDOUT)
+		if (!known && res->code == NW_UPSTREAM_TIMEOUT)
 			r->outcome = RP_OUT_TIMEOUT;
 		else if (!known && cs->status == 0)
 			r->outcome = RP_OUT_TRANSPORT;
@@ -499,7 +499,7 @@ ask_done(void *data, const struct nw_upstream_result *res)
 	struct ask *a = data;
 
 	a->status = res->status;
-	if (res->code != CURLE_OK)
+	if (res->code != NW_UPSTREAM_OK)
 		a->error = g_strdup(res->error);
 	g_main_loop_quit(a->loop);
 }
