@@ -130,18 +130,19 @@ start_sizing(struct nw_request *r)
 		nw_phase_size_by_chars(r);
 		return;
 	}
-	/* Any available engine counts tokens; spread the calls. */
+	/* Any available engine whose dialect can count tokens does; spread
+	 * the calls. */
 	for (uint32_t k = 0; k < n && !found; k++) {
 		engine = (s->next_tokenize + k) % n;
-		found = engine_available(s, engine);
+		found = engine_available(s, engine) && s->dialects[engine].ops->build_tokenize != NULL;
 	}
 	s->next_tokenize = (engine + 1) % MAX(n, 1);
-	d = found ? nw_serve_dialect(s, engine) : NULL;
-	/* A dialect without the tokenise pair sizes by characters. */
-	if (d == NULL || d->ops->build_tokenize == NULL) {
+	/* No dialect in the fleet has the tokenise pair: by characters. */
+	if (!found) {
 		nw_phase_size_by_chars(r);
 		return;
 	}
+	d = nw_serve_dialect(s, engine);
 	{
 		struct narwhal_dialect_target target = target_for(r, engine, r->parsed.body);
 

@@ -38,6 +38,7 @@ struct mock {
 	const struct narwhal_host *host;
 	char label[32];
 	uint32_t caps; /* the mock dialect's capabilities */
+	int decide_rc; /* what the mock admission's decide returns when not 0 */
 };
 
 static struct mock *
@@ -60,7 +61,8 @@ mock_log(const struct mock *m, narwhal_log_level level, const char *what)
 }
 
 /* Config: {"label": string, "fail": string, "fail_unterminated": true,
- * "fail_silent": negative errno}; anything else is refused by name. */
+ * "fail_silent": negative errno, "caps": dialect capabilities, "decide_rc":
+ * what admission decide() returns}; anything else is refused by name. */
 static int
 mock_create(const struct narwhal_host *host, const json_t *config, void **instance,
             char *err, size_t err_len)
@@ -68,6 +70,7 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 	struct mock *m;
 	const char *label = "none";
 	uint32_t caps = NARWHAL_DIALECT_HANDOFF_SEQUENTIAL;
+	int decide_rc = 0;
 	const char *key;
 	json_t *value;
 
@@ -87,6 +90,8 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 			label = json_string_value(value);
 		} else if (strcmp(key, "caps") == 0 && json_is_integer(value)) {
 			caps = (uint32_t)json_integer_value(value);
+		} else if (strcmp(key, "decide_rc") == 0 && json_is_integer(value)) {
+			decide_rc = (int)json_integer_value(value);
 		} else if (strcmp(key, "fail") == 0 && json_is_string(value)) {
 			snprintf(err, err_len, "%s", json_string_value(value));
 			return -EINVAL;
@@ -106,6 +111,7 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 	m->magic = MOCK_MAGIC;
 	m->host = host;
 	m->caps = caps;
+	m->decide_rc = decide_rc;
 	snprintf(m->label, sizeof m->label, "%s", label);
 	host->counter_add(host->host_ctx, "mock_instances_total", 1.0);
 	host->gauge_set(host->host_ctx, "mock_live", 1.0);
@@ -296,6 +302,8 @@ mock_decide(void *instance, const struct narwhal_admission_request *req,
 	double prefill;
 
 	h->counter_add(h->host_ctx, "mock_decisions_total", 1.0);
+	if (m->decide_rc != 0)
+		return m->decide_rc; /* a policy that fails: the host must refuse */
 	if (req->prompt_tokens > 1000) {
 		out->verdict = NARWHAL_REFUSE_TOO_LONG;
 		out->reason = "too_long";

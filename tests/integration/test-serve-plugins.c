@@ -1,0 +1,259 @@
+/*
+ * The host's side of the plugin ABI (include/narwhal/plugin-abi.h,
+ * docs/plugins.md), end to end with real processes: optional dialect slots
+ * checked before use, a fleet that mixes dialects, and plugin calls that
+ * fail being refused rather than taken as "admit".
+ */
+#include "build-config.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <glib/gstdio.h>
+
+#include "integration/test-serve-common.h"
+
+/* A plugin directory with the built-in plugins and the mock dialect as
+ * "dialect-mock.so" (symbolic links). Freed with plugin_dir_free. */
+static char *
+plugin_dir_new(void)
+{
+	static const char *const builtin[] = {
+		"admission-open.so", "controller-static.so", "dialect-vllm.so",
+		"placement-least-loaded.so",
+	};
+	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
+	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",
+	                                              "mock-dialect.so", NULL);
+	g_autofree char *mock_link = NULL;
+	char *dir = g_dir_make_tmp("narwhal-plugins-XXXXXX", NULL);
+
+	g_assert_nonnull(built);
+	g_assert_nonnull(dir);
+	for (size_t i = 0; i < G_N_ELEMENTS(builtin); i++) {
+		g_autofree char *target = g_build_filename(built, builtin[i], NULL);
+		g_autofree char *link = g_build_filename(dir, builtin[i], NULL);
+
+		g_assert_cmpint(symlink(target, link), ==, 0);
+	}
+	mock_link = g_build_filename(dir, "dialect-mock.so", NULL);
+	g_assert_cmpint(symlink(mock, mock_link), ==, 0);
+	return dir;
+}
+
+static void
+plugin_dir_free(char *dir)
+{
+	g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
+	const char *name;
+
+	while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
+		g_autofree char *path = g_build_filename(dir, name, NULL);
+
+		g_unlink(path);
+	}
+	g_rmdir(dir);
+	g_free(dir);
+}
+
+/* Restart narwhal with engine i's dialect set as dialects[i] ('v': vllm,
+ * 'm': the mock) and the extra configuration. */
+static void
+restart_with_dialects(struct serve_env *e, const char *dialects, const char *config_json)
+{
+	json_t *engines = json_object_get(e->sim.fleet, "engines");
+
+	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
+	for (size_t i = 0; i < json_array_size(engines) && dialects[i]; i++)
+		json_object_set_new(json_array_get(engines, i), "dialect",
+		                    json_string(dialects[i] == 'm' ? "mock" : "vllm"));
+	if (!serve_start_daemon(e, config_json, NULL)) {
+		g_autofree char *log = serve_log(e);
+
+		g_error("narwhal did not start:\n%s", log);
+	}
+}
+
+static json_int_t
+engine_requests(struct serve_env *e, unsigned engine)
+{
+	json_t *stats = sim_engine_stats(&e->sim, engine);
+	json_int_t n = json_integer_value(json_object_get(stats, "http_requests_total"));
+
+	json_decref(stats);
+	return n;
+}
+
+static void
+post_ok(struct serve_env *e, unsigned n)
+{
+	g_autofree char *body = serve_completion_body(e, 4, FALSE);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct sim_reply r = { 0 };
+
+		serve_post(e, "/v1/completions", body, NULL, 10000, &r);
+		if (r.status != 200)
+			g_error("want 200, got %ld: %s", r.status, r.body->str);
+		sim_reply_clear(&r);
+	}
+}
+
+/* Issue 9: "a dialect without tokenise support crashes the daemon on its
+ * first request". The host checks the optional pair before calling it and
+ * sizes by characters. */
+static void
+test_dialect_without_tokenize(void)
+{
+	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
+	struct serve_env e;
+	char *dir;
+	g_autofree char *cfg = NULL;
+
+	if (!serve_start(&e, args, "pd", NULL))
+		return;
+	dir = plugin_dir_new();
+	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\"}, \"engine\": {\"tokenize\": true}}",
+	                      dir);
+	restart_with_dialects(&e, "mm", cfg);
+	post_ok(&e, 2);
+	g_assert_cmpint(serve_counter(&e, "tokenize_calls"), ==, 0);
+	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 2);
+	g_assert_cmpint(serve_counter(&e, "decode_started"), ==, 2);
+	g_assert_cmpint(serve_counter(&e, "plugin_call_errors"), ==, 0);
+	serve_clear(&e);
+	plugin_dir_free(dir);
+}
+
+/* Issue 9: capabilities are read per engine, so a fleet that mixes dialects
+ * works. An engine whose dialect cannot pair (capabilities 0, like
+ * llama.cpp) starts requests whatever its role and runs them whole. */
+static void
+test_aggregate_only_engine(void)
+{
+	static const char *const args[] = { "--engines", "3", "--time-scale", "20", NULL };
+	struct serve_env e;
+	char *dir;
+	g_autofree char *cfg = NULL;
+	json_int_t before[3];
+
+	if (!serve_start(&e, args, "dpd", NULL))
+		return;
+	dir = plugin_dir_new();
+	/* Sizing by characters keeps the vllm engines' tokenise calls out of
+	 * the counts. */
+	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\":"
+	                      " {\"mock\": {\"caps\": 0}}}, \"engine\": {\"tokenize\": false}}",
+	                      dir);
+	/* sim-0 (the mock, aggregate-only) ties with sim-1 (vllm prefill) on
+	 * load, and the lower instance ID wins (spec 5). */
+	restart_with_dialects(&e, "mvv", cfg);
+	for (unsigned i = 0; i < 3; i++)
+		before[i] = engine_requests(&e, i);
+	post_ok(&e, 3);
+	g_assert_cmpint(serve_counter(&e, "aggregate_started"), ==, 3);
+	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 0);
+	g_assert_cmpint(engine_requests(&e, 0) - before[0], ==, 3);
+	g_assert_cmpint(engine_requests(&e, 1) - before[1], ==, 0);
+	g_assert_cmpint(engine_requests(&e, 2) - before[2], ==, 0);
+	serve_clear(&e);
+	plugin_dir_free(dir);
+}
+
+/* A decode engine takes a handoff only from a prefill engine of its own
+ * dialect: the vllm prefill engine's requests decode on the vllm decode
+ * engine, never on the mock one, though the mock's ID is lower. */
+static void
+test_pairs_within_dialect(void)
+{
+	static const char *const args[] = { "--engines", "3", "--time-scale", "20", NULL };
+	struct serve_env e;
+	char *dir;
+	g_autofree char *cfg = NULL;
+	json_int_t before[3];
+
+	if (!serve_start(&e, args, "pdd", NULL))
+		return;
+	dir = plugin_dir_new();
+	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\"}, \"engine\": {\"tokenize\": false}}",
+	                      dir);
+	restart_with_dialects(&e, "vmv", cfg);
+	for (unsigned i = 0; i < 3; i++)
+		before[i] = engine_requests(&e, i);
+	post_ok(&e, 3);
+	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 3);
+	g_assert_cmpint(serve_counter(&e, "decode_started"), ==, 3);
+	g_assert_cmpint(engine_requests(&e, 1) - before[1], ==, 0);
+	g_assert_cmpint(engine_requests(&e, 2) - before[2], ==, 3);
+	serve_clear(&e);
+	plugin_dir_free(dir);
+}
+
+/* plugin-abi.h: a failed admission decision refuses the request (503),
+ * logged and counted; it never becomes "admit". */
+static void
+test_admission_failure_refuses(void)
+{
+	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
+	struct serve_env e;
+	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",
+	                                              "mock-good.so", NULL);
+	g_autofree char *cfg = g_strdup_printf(
+		"{\"plugins\": {\"admission\": {\"path\": \"%s\", \"config\": {\"decide_rc\": -5}}},"
+		" \"engine\": {\"tokenize\": false}}",
+		mock);
+	g_autofree char *body = NULL;
+	struct sim_reply r = { 0 };
+	json_int_t before;
+
+	if (!serve_start(&e, args, "pd", cfg))
+		return;
+	before = engine_requests(&e, 0) + engine_requests(&e, 1);
+	body = serve_completion_body(&e, 4, FALSE);
+	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
+	serve_assert_error(&r, 503, "admission_unavailable");
+	sim_reply_clear(&r);
+	g_assert_cmpint(serve_counter(&e, "plugin_call_errors"), ==, 1);
+	g_assert_cmpint(serve_counter(&e, "admitted"), ==, 0);
+	g_assert_cmpint(engine_requests(&e, 0) + engine_requests(&e, 1), ==, before);
+	g_assert_true(serve_wait_log(&e, "\"event\":\"plugin_call_failed\"", 2000));
+	serve_clear(&e);
+}
+
+/* The fleet's dialects own their handoff keys: a client kv_transfer_params
+ * is refused before any engine sees the request. */
+static void
+test_router_keys_refused(void)
+{
+	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
+	struct serve_env e;
+	g_autofree char *body = NULL;
+	struct sim_reply r = { 0 };
+	json_int_t before;
+
+	if (!serve_start(&e, args, "pd", NULL))
+		return;
+	before = engine_requests(&e, 0) + engine_requests(&e, 1);
+	body = g_strdup_printf("{\"model\": \"%s\", \"prompt\": \"x\", \"max_tokens\": 2,"
+	                       " \"kv_transfer_params\": {\"remote_host\": \"10.9.9.9\"}}",
+	                       e.model);
+	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
+	serve_assert_error(&r, 400, "unsupported_value");
+	g_assert_nonnull(strstr(r.body->str, "kv_transfer_params"));
+	sim_reply_clear(&r);
+	g_assert_cmpint(engine_requests(&e, 0) + engine_requests(&e, 1), ==, before);
+	serve_clear(&e);
+}
+
+int
+main(int argc, char **argv)
+{
+	g_test_init(&argc, &argv, NULL);
+	g_test_add_func("/serve/plugins/dialect-without-tokenize", test_dialect_without_tokenize);
+	g_test_add_func("/serve/plugins/aggregate-only-engine", test_aggregate_only_engine);
+	g_test_add_func("/serve/plugins/pairs-within-dialect", test_pairs_within_dialect);
+	g_test_add_func("/serve/plugins/admission-failure-refuses", test_admission_failure_refuses);
+	g_test_add_func("/serve/plugins/router-keys-refused", test_router_keys_refused);
+	return g_test_run();
+}
