@@ -50,13 +50,15 @@ add_length(struct nw_framing *f, const char *value, size_t value_len)
 
 		/* RFC 9112 6.3: a list of equal values may stand for one; an
 		 * empty, non-decimal, overlong or unequal value may not. */
-		if (len == 0 || len > 19)
+		if (len == 0)
 			f->length_bad = true;
 		for (size_t i = 0; i < len && !f->length_bad; i++) {
-			if (!g_ascii_isdigit(elem[i]))
+			uint64_t d = (uint64_t)(elem[i] - '0');
+
+			if (!g_ascii_isdigit(elem[i]) || n > (UINT64_MAX - d) / 10)
 				f->length_bad = true;
 			else
-				n = n * 10 + (uint64_t)(elem[i] - '0');
+				n = n * 10 + d;
 		}
 		if (!f->length_bad && f->n_length > 0 && n != f->length)
 			f->length_bad = true;
@@ -71,8 +73,8 @@ add_codings(struct nw_framing *f, const char *value, size_t value_len)
 {
 	const char *p = value, *end = value + value_len, *elem;
 	size_t len;
-	unsigned before = f->n_codings;
 
+	f->te_seen = true;
 	while (next_element(&p, end, &elem, &len)) {
 		if (len == 0)
 			continue; /* empty list elements are ignored (RFC 9110 5.6.1) */
@@ -84,8 +86,6 @@ add_codings(struct nw_framing *f, const char *value, size_t value_len)
 		if (!f->chunked_last)
 			f->coding_unknown = true;
 	}
-	if (f->n_codings == before)
-		f->coding_empty = true;
 }
 
 void
@@ -101,17 +101,15 @@ nw_framing_add(struct nw_framing *f, const char *name, size_t name_len, const ch
 nw_framing_verdict
 nw_framing_verdict_of(const struct nw_framing *f)
 {
-	bool te = f->n_codings > 0 || f->coding_empty;
-
-	if (te && f->n_length > 0)
+	if (f->te_seen && f->n_length > 0)
 		return NW_FRAMING_BOTH;
 	if (f->length_bad)
 		return NW_FRAMING_BAD_LENGTH;
-	if (!te)
+	if (!f->te_seen)
 		return f->n_length > 0 && f->length > 0 ? NW_FRAMING_LENGTH : NW_FRAMING_NONE;
 	/* chunked must come once and last (RFC 9112 6.3); any other coding is
 	 * one we cannot decode (501, RFC 9112 6.1). */
-	if (f->coding_empty || f->chunked_early)
+	if (f->n_codings == 0 || f->chunked_early)
 		return NW_FRAMING_BAD_CHUNKED;
 	if (f->coding_unknown)
 		return NW_FRAMING_UNKNOWN_CODING;

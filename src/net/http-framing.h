@@ -31,7 +31,7 @@ struct nw_framing {
 	bool chunked_last;     /* the last coding seen is chunked */
 	bool chunked_early;    /* chunked seen before another coding */
 	bool coding_unknown;   /* a coding other than chunked */
-	bool coding_empty;     /* a Transfer-Encoding field with no coding */
+	bool te_seen;          /* a Transfer-Encoding field, even an empty one */
 };
 
 /* Add one header field; fields other than Content-Length and
