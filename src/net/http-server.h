@@ -12,6 +12,12 @@
  *   when MHD announces the connection, so a client that leaves while its
  *   request is suspended on an engine is noticed at once, at no cost per
  *   request.
+ * - The front door (docs/api.md, "Framing and slow clients"): the body's
+ *   framing is checked before the handler's first call; heads and bodies
+ *   have deadlines and connections without a head a cap of their own,
+ *   kept in FIFO queues swept by one deadline source (no system call per
+ *   request); an answer sent before the body was read is followed by a
+ *   lingering close.
  */
 #ifndef NW_HTTP_SERVER_H
 #define NW_HTTP_SERVER_H
