@@ -445,6 +445,11 @@ test_sighup_ignored(void)
 	g_assert_true(serve_wait_log(&e, "\"event\":\"sighup_ignored\"", 5000));
 	g_assert_true(serve_raw_read_until(fd, got, "[DONE]", 30000));
 	close(fd);
+	/* Success is settled when the engine's transfer ends, just after the
+	 * client's [DONE]: poll for it. */
+	for (gint64 until = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+	     serve_counter(&e, "requests_ok") < 1 && g_get_monotonic_time() < until;)
+		g_usleep(10000);
 	g_assert_cmpint(serve_counter(&e, "requests_ok"), ==, 1);
 	g_string_free(got, TRUE);
 	serve_clear(&e);
