@@ -43,7 +43,7 @@ struct nw_daemon {
 	struct nw_upstream *control_pool;
 	struct nw_http_server *http;
 	struct nw_serve *serve;
-	guint sigterm, sigint;
+	guint sigterm, sigint, sighup;
 	guint stop_poll;
 	int64_t stop_started_us;
 	int exit_status;
@@ -222,7 +222,11 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 	for (guint k = 0; k < d->n_dialects; k++)
 		json_object_set_new(dialects, d->dialects[k].plugin->desc->name,
 		                    plugin_json(&d->dialects[k]));
-	body = json_pack("{s:s, s:s, s:f, s:i, s:{s:o, s:o, s:o, s:o}, s:o}",
+	struct nw_http_server_counters fc;
+
+	nw_http_server_counters(d->http, &fc);
+	body = json_pack("{s:s, s:s, s:f, s:i, s:{s:o, s:o, s:o, s:o}, s:o, "
+	                 "s:{s:I, s:I, s:I, s:I, s:I}}",
 	                 "status", "ok",
 	                 "version", PACKAGE_VERSION,
 	                 "uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
@@ -232,7 +236,13 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 	                 "placement", plugin_json(&d->placement),
 	                 "controller", plugin_json(&d->controller),
 	                 "dialects", dialects,
-	                 "counters", nw_serve_counters_to_json(d->serve));
+	                 "counters", nw_serve_counters_to_json(d->serve),
+	                 "front_door",
+	                 "framing_refusals", (json_int_t)fc.framing_refusals,
+	                 "head_timeouts", (json_int_t)fc.head_timeouts,
+	                 "body_timeouts", (json_int_t)fc.body_timeouts,
+	                 "pending_evictions", (json_int_t)fc.pending_evictions,
+	                 "lingering_closes", (json_int_t)fc.lingering_closes);
 	enum MHD_Result ret = nw_http_respond_json(conn, MHD_HTTP_OK, body);
 
 	json_decref(body);
@@ -296,6 +306,17 @@ on_stop_signal(gpointer data)
 	nw_serve_shutdown(d->serve);
 	d->stop_started_us = g_get_monotonic_time();
 	d->stop_poll = g_timeout_add(5, on_stop_poll, d);
+	return G_SOURCE_CONTINUE;
+}
+
+/* Configuration reload does not exist yet: SIGHUP, which would otherwise
+ * end the process, is logged and ignored (docs/deployment.md). */
+static gboolean
+on_hangup_signal(gpointer data)
+{
+	nw_log(NARWHAL_LOG_WARNING, "sighup_ignored", "message",
+	       "configuration reload is not supported: SIGHUP ignored, restart to apply "
+	       "a new configuration", NULL);
 	return G_SOURCE_CONTINUE;
 }
 
@@ -373,8 +394,12 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	http.host = cfg->server.host;
 	http.port = (uint16_t)cfg->server.port;
 	http.connection_timeout_s = (unsigned)MAX(1.0, cfg->server.client_timeout_s);
-	/* Completion requests, queued ones and a margin for control routes. */
+	/* Completion requests, queued ones and a margin for control routes;
+	 * connections still sending their head are capped apart. */
 	http.connection_limit = cfg->serving.max_connections + cfg->serving.queue_capacity + 64;
+	http.head_timeout_s = cfg->server.head_timeout_s;
+	http.body_timeout_s = cfg->server.body_timeout_s;
+	http.max_pending = cfg->server.max_pending_connections;
 	d->http = nw_http_server_start(&http, on_request, on_request_completed, d, error);
 	if (d->http == NULL)
 		goto fail;
@@ -385,6 +410,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	signal(SIGPIPE, SIG_IGN);
 	d->sigterm = g_unix_signal_add(SIGTERM, on_stop_signal, d);
 	d->sigint = g_unix_signal_add(SIGINT, on_stop_signal, d);
+	d->sighup = g_unix_signal_add(SIGHUP, on_hangup_signal, d);
 
 	g_snprintf(port, sizeof port, "%u", nw_http_server_port(d->http));
 	nw_log(NARWHAL_LOG_INFO, "listening", "host", cfg->server.host, "port", port,
@@ -415,6 +441,8 @@ nw_daemon_free(struct nw_daemon *d)
 		g_source_remove(d->sigterm);
 	if (d->sigint)
 		g_source_remove(d->sigint);
+	if (d->sighup)
+		g_source_remove(d->sighup);
 	if (d->stop_poll)
 		g_source_remove(d->stop_poll);
 	/* Requests still held are answered and cancelled before MHD lets

@@ -134,6 +134,14 @@ static const struct nw_field config_fields[] = {
 	  .valid = "an integer from 0 to 65535 (0 picks a free port)" },
 	{ CFG("server.client_timeout_s", NW_FT_DOUBLE, server.client_timeout_s), .def = 30.0,
 	  SECONDS_POS },
+	/* Beyond the spec: slow clients (docs/deployment.md, "Slow clients"). */
+	{ CFG("server.head_timeout_s", NW_FT_DOUBLE, server.head_timeout_s), .def = 10.0,
+	  SECONDS_POS },
+	{ CFG("server.body_timeout_s", NW_FT_DOUBLE, server.body_timeout_s), .def = 60.0,
+	  SECONDS_POS },
+	{ CFG("server.max_pending_connections", NW_FT_U32, server.max_pending_connections),
+	  .def = 1024, .flags = NW_FF_MIN | NW_FF_MAX, .min = 1, .max = 1048576,
+	  .valid = "an integer from 1 to 1048576" },
 	{ CFG("server.api_keys_env", NW_FT_STRING, server.api_keys_env), .flags = NW_FF_NULLABLE,
 	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
 	  .valid = "null (no client key needed) or the name of an environment variable "

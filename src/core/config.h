@@ -59,6 +59,9 @@ struct nw_config {
 		char *host;
 		uint32_t port; /* 0: ephemeral */
 		double client_timeout_s; /* idle and slow-client bound */
+		double head_timeout_s;   /* a whole request head (beyond the spec) */
+		double body_timeout_s;   /* a whole request body (beyond the spec) */
+		uint32_t max_pending_connections; /* connections without a head yet */
 		char *api_keys_env; /* NULL: no client key; else the variable holding them */
 	} server;
 

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -13,21 +14,52 @@
 #include <glib-unix.h>
 
 #include "core/log.h"
+#include "net/http-framing.h"
 #include "net/loop.h"
+
+/* Lingering close (RFC 9112 9.6): after an answer sent before the body was
+ * read, what the client still sends is read and dropped for this long, up
+ * to this many bytes, on at most this many sockets at once. Closing with
+ * unread data would send a reset, which makes the client's TCP stack drop
+ * the answer it has not read yet. */
+#define LINGER_US (5 * G_USEC_PER_SEC)
+#define LINGER_BYTES (64u << 20)
+#define LINGER_MAX 256u
 
 /* One client connection, from MHD's connection notice to its close. Its
  * socket joins the hang-up set once, for its whole life: adding it on every
  * suspend and removing it on every resume cost two epoll_ctl calls per
  * request. */
 struct watched {
+	struct nw_http_server *srv;
 	struct MHD_Connection *conn;
+	int sock;                /* the connection's socket */
 	int fd;                  /* -1: not (or no longer) in the hang-up set */
 	bool suspended;
 	bool peer_closed;        /* the hang-up came while MHD had the connection */
 	bool late;               /* in late_hangups rather than suspended */
+	bool in_request;         /* the handler saw this request's head */
+	bool deferred;           /* no body: the handler's first call waits */
+	bool body_pending;       /* a body was declared and is not read yet */
+	bool evicted;            /* closed for slowness or the abort: no linger */
 	nw_http_hangup_fn on_hangup;
 	void *data;
 	GList link;              /* in suspended, while suspended */
+	GQueue *slow_q;          /* heads_new, heads_idle or bodies; NULL: none */
+	GList slow_link;
+	int64_t since_us;        /* when it joined slow_q */
+	char *canned;            /* an answer to write at close (refuse, 408) */
+	size_t canned_len;
+};
+
+/* A socket in lingering close, after MHD let go of it. */
+struct lingerer {
+	struct nw_http_server *srv;
+	int fd;
+	size_t left;             /* bytes still to drop */
+	int64_t since_us;
+	GSource *io;
+	GList link;
 };
 
 struct nw_http_server {
@@ -41,6 +73,21 @@ struct nw_http_server {
 	GQueue late_hangups; /* suspended after their peer had closed */
 	bool running;       /* inside MHD_run: never re-enter it */
 	bool resumed;       /* a resume since the last MHD_run began */
+	bool quiet;         /* drop MHD's next message: a close we asked for */
+	bool stopping;      /* no lingering while MHD lets everything go */
+	nw_http_handler_fn handler;
+	nw_http_completed_fn completed;
+	void *app;
+	/* Slow clients: FIFO queues, each with one allowance, so the head of
+	 * each is the first to expire; one deadline source sweeps them. */
+	GQueue heads_new;   /* accepted, no whole head yet */
+	GQueue heads_idle;  /* kept alive after an answer, no next head yet */
+	GQueue bodies;      /* head seen, body not read yet */
+	GQueue lingering;   /* struct lingerer */
+	int64_t head_us, idle_us, body_us; /* allowances; 0: none */
+	unsigned max_pending;
+	GSource *sweep;
+	struct nw_http_server_counters counters;
 };
 
 static void
@@ -77,6 +124,205 @@ report_late_hangups(struct nw_http_server *srv)
 	}
 }
 
+/* --- slow clients ------------------------------------------------- */
+
+static int64_t
+allowance(const struct nw_http_server *srv, const GQueue *q)
+{
+	return q == &srv->bodies ? srv->body_us : q == &srv->heads_new ? srv->head_us
+	                                                                : srv->idle_us;
+}
+
+static void
+slow_leave(struct watched *w)
+{
+	if (w->slow_q == NULL)
+		return;
+	g_queue_unlink(w->slow_q, &w->slow_link);
+	w->slow_q = NULL;
+}
+
+/* Join a queue at its tail: the loop's time only grows, so each queue
+ * stays in deadline order. No system call: the sweep is re-armed only
+ * when this deadline comes before the one it has. */
+static void
+slow_join(struct nw_http_server *srv, struct watched *w, GQueue *q)
+{
+	int64_t allow = allowance(srv, q), at;
+
+	slow_leave(w);
+	if (allow <= 0 && q != &srv->heads_new && q != &srv->heads_idle)
+		return;
+	w->since_us = g_source_get_time(srv->io);
+	w->slow_q = q;
+	g_queue_push_tail_link(q, &w->slow_link);
+	if (allow <= 0)
+		return; /* counted for max_pending only */
+	at = w->since_us + allow;
+	if (nw_deadline_source_get(srv->sweep) < 0 || at < nw_deadline_source_get(srv->sweep))
+		nw_deadline_source_set(srv->sweep, at);
+}
+
+/* Make MHD close a connection it is reading: it sees the end of input at
+ * once (the shut read side wakes its epoll), or at the latest at the 1 s
+ * timeout. The write side stays open for a canned answer. */
+static void
+close_soon(struct watched *w, int how)
+{
+	slow_leave(w);
+	w->evicted = true;
+	shutdown(w->sock, how);
+	MHD_set_connection_option(w->conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+}
+
+/* An answer written by us at close, for when MHD takes none. */
+static void
+set_canned(struct watched *w, unsigned status, const json_t *body, const char *request_id)
+{
+	g_autofree char *text = json_dumps(body, JSON_COMPACT);
+	const char *reason = MHD_get_reason_phrase_for(status);
+	GString *out;
+
+	if (text == NULL || w->canned != NULL)
+		return;
+	out = g_string_sized_new(256 + strlen(text));
+	g_string_append_printf(out, "HTTP/1.1 %u %s\r\nConnection: close\r\n"
+	                       "Content-Type: application/json\r\nContent-Length: %zu\r\n",
+	                       status, reason ? reason : "Error", strlen(text));
+	if (request_id != NULL)
+		g_string_append_printf(out, "X-Request-Id: %s\r\n", request_id);
+	g_string_append_printf(out, "\r\n%s", text);
+	w->canned_len = out->len;
+	w->canned = g_string_free(out, FALSE);
+}
+
+static void
+linger_end(struct nw_http_server *srv, struct lingerer *l)
+{
+	g_queue_unlink(&srv->lingering, &l->link);
+	g_source_destroy(l->io);
+	g_source_unref(l->io);
+	close(l->fd);
+	g_free(l);
+}
+
+static gboolean
+on_linger_io(gint fd, GIOCondition cond, gpointer data)
+{
+	struct lingerer *l = data;
+	static char sink[64 * 1024];
+	ssize_t n;
+
+	while ((n = recv(fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+		if ((size_t)n >= l->left) {
+			l->left = 0;
+			break;
+		}
+		l->left -= (size_t)n;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && l->left > 0)
+		return G_SOURCE_CONTINUE;
+	/* End of input, an error or the byte bound: done. */
+	linger_end(l->srv, l);
+	return G_SOURCE_REMOVE;
+}
+
+/* Keep the socket past MHD's close: a duplicate holds it open, our FIN
+ * follows the answer already sent, and what arrives is dropped. */
+static void
+linger_start(struct nw_http_server *srv, int sock)
+{
+	struct lingerer *l;
+	int fd;
+
+	if (srv->lingering.length >= LINGER_MAX)
+		linger_end(srv, srv->lingering.head->data);
+	fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	shutdown(fd, SHUT_WR);
+	l = g_new0(struct lingerer, 1);
+	l->srv = srv;
+	l->fd = fd;
+	l->left = LINGER_BYTES;
+	l->since_us = g_source_get_time(srv->io);
+	l->link.data = l;
+	l->io = g_unix_fd_source_new(fd, G_IO_IN | G_IO_HUP | G_IO_ERR);
+	g_source_set_callback(l->io, (GSourceFunc)(void (*)(void))on_linger_io, l, NULL);
+	g_source_set_name(l->io, "narwhal-http-linger");
+	g_source_attach(l->io, NULL);
+	g_queue_push_tail_link(&srv->lingering, &l->link);
+	srv->counters.lingering_closes++;
+	if (nw_deadline_source_get(srv->sweep) < 0 ||
+	    l->since_us + LINGER_US < nw_deadline_source_get(srv->sweep))
+		nw_deadline_source_set(srv->sweep, l->since_us + LINGER_US);
+}
+
+/* Close what outlived its allowance, oldest first; re-arm for the next. */
+static unsigned
+expire(struct nw_http_server *srv, GQueue *q, int64_t now, int64_t *next, int how)
+{
+	int64_t allow = allowance(srv, q);
+	unsigned n = 0;
+
+	if (allow <= 0)
+		return 0;
+	while (q->head != NULL) {
+		struct watched *w = q->head->data;
+
+		if (w->since_us + allow > now) {
+			*next = *next < 0 ? w->since_us + allow : MIN(*next, w->since_us + allow);
+			break;
+		}
+		if (q == &srv->bodies) {
+			json_t *body = nw_http_error_body("invalid_request_error", "request_timeout",
+			                                  NULL, "the request body did not arrive within "
+			                                  "server.body_timeout_s");
+
+			set_canned(w, 408, body, NULL);
+			json_decref(body);
+		}
+		close_soon(w, how);
+		n++;
+	}
+	return n;
+}
+
+static void
+on_sweep(void *data)
+{
+	struct nw_http_server *srv = data;
+	int64_t now = g_get_monotonic_time(), next = -1;
+	unsigned heads, bodies;
+	char a[16], b[16];
+
+	heads = expire(srv, &srv->heads_new, now, &next, SHUT_RDWR);
+	heads += expire(srv, &srv->heads_idle, now, &next, SHUT_RDWR);
+	bodies = expire(srv, &srv->bodies, now, &next, SHUT_RD);
+	while (srv->lingering.head != NULL) {
+		struct lingerer *l = srv->lingering.head->data;
+
+		if (l->since_us + LINGER_US > now) {
+			next = next < 0 ? l->since_us + LINGER_US : MIN(next, l->since_us + LINGER_US);
+			break;
+		}
+		linger_end(srv, l);
+	}
+	nw_deadline_source_set(srv->sweep, next);
+	srv->counters.head_timeouts += heads;
+	srv->counters.body_timeouts += bodies;
+	if (heads + bodies == 0)
+		return;
+	/* One line a sweep, not one a connection: a flood of tricklers must
+	 * not flood the log too. */
+	g_snprintf(a, sizeof a, "%u", heads);
+	g_snprintf(b, sizeof b, "%u", bodies);
+	nw_log(NARWHAL_LOG_INFO, "slow_clients_closed", "head_timeouts", a, "body_timeouts", b,
+	       NULL);
+	/* Closed sockets are MHD's to reap. */
+	nw_deadline_source_set_in(srv->deadline, 0);
+}
+
 static void
 run_mhd(struct nw_http_server *srv)
 {
@@ -88,6 +334,7 @@ run_mhd(struct nw_http_server *srv)
 	srv->resumed = false;
 	MHD_run(srv->mhd);
 	srv->running = false;
+	srv->quiet = false;
 	/* A connection resumed from inside that run (by a callback) waits
 	 * for the next run, which MHD's own timeout does not ask for. */
 	if (srv->resumed)
@@ -135,6 +382,31 @@ on_hangup_io(gint fd, GIOCondition cond, gpointer data)
 	return G_SOURCE_CONTINUE;
 }
 
+static struct watched *
+watched_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return info ? info->socket_context : NULL;
+}
+
+/* server.max_pending_connections: a new connection pushes out the oldest
+ * that has not sent its head, a fresh one before a kept-alive one, so that
+ * tricklers cannot keep well-behaved clients out (docs/deployment.md). */
+static void
+evict_if_full(struct nw_http_server *srv)
+{
+	GQueue *q;
+
+	if (srv->max_pending == 0 || srv->heads_new.length + srv->heads_idle.length <= srv->max_pending)
+		return;
+	q = srv->heads_new.length > 1 || srv->heads_idle.length == 0 ? &srv->heads_new
+	                                                             : &srv->heads_idle;
+	srv->counters.pending_evictions++;
+	close_soon(q->head->data, SHUT_RDWR);
+}
+
 static void
 on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
               enum MHD_ConnectionNotificationCode code)
@@ -148,13 +420,18 @@ on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
 		struct epoll_event ev = { .events = EPOLLRDHUP | EPOLLHUP | EPOLLERR };
 
 		w = g_new0(struct watched, 1);
+		w->srv = srv;
 		w->conn = conn;
+		w->sock = info != NULL ? info->connect_fd : -1;
 		w->fd = -1;
 		w->link.data = w;
+		w->slow_link.data = w;
 		ev.data.ptr = w;
 		if (info != NULL && epoll_ctl(srv->hangup_epfd, EPOLL_CTL_ADD, info->connect_fd, &ev) == 0)
 			w->fd = info->connect_fd;
 		*socket_context = w;
+		slow_join(srv, w, &srv->heads_new);
+		evict_if_full(srv);
 		return;
 	}
 	w = *socket_context;
@@ -164,8 +441,94 @@ on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
 	unwatch(srv, w);
 	if (w->suspended)
 		g_queue_unlink(w->late ? &srv->late_hangups : &srv->suspended, &w->link);
+	slow_leave(w);
+	if (w->canned != NULL && w->sock >= 0)
+		(void)send(w->sock, w->canned, w->canned_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	/* Answered before its body was read: let the client read the answer. */
+	if (w->body_pending && !w->evicted && !srv->stopping && w->sock >= 0)
+		linger_start(srv, w->sock);
+	g_free(w->canned);
 	g_free(w);
 	*socket_context = NULL;
+}
+
+/* --- the handler's entry: framing, deferral, slow-client queues ------ */
+
+static enum MHD_Result
+framing_field(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+              const char *value, size_t value_size)
+{
+	nw_framing_add(cls, key, key_size, value, value_size);
+	return MHD_YES;
+}
+
+static enum MHD_Result
+on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+          const char *version, const char *upload, size_t *upload_size, void **request)
+{
+	struct nw_http_server *srv = cls;
+	struct watched *w = watched_of(conn);
+	enum MHD_Result ret;
+
+	if (w != NULL && !w->in_request) {
+		struct nw_framing f = { 0 };
+		nw_framing_verdict v;
+
+		/* The first call: the head is whole. MHD used the first
+		 * Content-Length, or any Transfer-Encoding, as it found them;
+		 * refuse what it would misread (docs/api.md, "Framing"). */
+		w->in_request = true;
+		slow_leave(w);
+		MHD_get_connection_values_n(conn, MHD_HEADER_KIND, framing_field, &f);
+		v = nw_framing_verdict_of(&f);
+		if (v == NW_FRAMING_NONE) {
+			w->deferred = true;
+			return MHD_YES;
+		}
+		w->body_pending = true;
+		if (nw_framing_status(v) != 0) {
+			srv->counters.framing_refusals++;
+			return nw_http_respond_error(conn, nw_framing_status(v), "invalid_request_error",
+			                             nw_framing_code(v), NULL, nw_framing_message(v));
+		}
+		slow_join(srv, w, &srv->bodies);
+		return srv->handler(srv->app, conn, url, method, version, upload, upload_size, request);
+	}
+	if (w != NULL && w->deferred) {
+		/* A request without a body, complete: its first call now, and
+		 * its final call at once if the first did not answer. */
+		w->deferred = false;
+		ret = srv->handler(srv->app, conn, url, method, version, upload, upload_size, request);
+		if (ret == MHD_YES && *request != NULL)
+			ret = srv->handler(srv->app, conn, url, method, version, upload, upload_size,
+			                   request);
+		return ret;
+	}
+	if (w != NULL && *upload_size == 0 && w->body_pending) {
+		w->body_pending = false;
+		slow_leave(w);
+	}
+	return srv->handler(srv->app, conn, url, method, version, upload, upload_size, request);
+}
+
+static void
+on_completed(void *cls, struct MHD_Connection *conn, void **request,
+             enum MHD_RequestTerminationCode why)
+{
+	struct nw_http_server *srv = cls;
+	struct watched *w = watched_of(conn);
+
+	if (w != NULL) {
+		w->in_request = false;
+		w->deferred = false;
+		/* Kept alive: the next head has its allowance from now. */
+		if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK && !w->body_pending && !w->evicted)
+			slow_join(srv, w, &srv->heads_idle);
+		else
+			slow_leave(w);
+	}
+	if (srv->completed != NULL)
+		srv->completed(srv->app, conn, request, why);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) G_GNUC_PRINTF(2, 0);
@@ -173,7 +536,14 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) G_GNUC_PRINTF(2, 0);
 static void
 mhd_log(void *cls, const char *fmt, va_list ap)
 {
-	char *msg = g_strdup_vprintf(fmt, ap);
+	struct nw_http_server *srv = cls;
+	char *msg;
+
+	if (srv->quiet) {
+		srv->quiet = false;
+		return;
+	}
+	msg = g_strdup_vprintf(fmt, ap);
 
 	g_strchomp(msg);
 	nw_log(NARWHAL_LOG_WARNING, "http_server", "message", msg, NULL);
@@ -212,6 +582,14 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	}
 
 	srv = g_new0(struct nw_http_server, 1);
+	srv->handler = handler;
+	srv->completed = completed;
+	srv->app = data;
+	srv->head_us = (int64_t)(opts->head_timeout_s * G_USEC_PER_SEC);
+	srv->idle_us = srv->head_us > 0
+	               ? srv->head_us + (int64_t)opts->connection_timeout_s * G_USEC_PER_SEC : 0;
+	srv->body_us = (int64_t)(opts->body_timeout_s * G_USEC_PER_SEC);
+	srv->max_pending = opts->max_pending;
 	/* Before MHD starts: its connection notices add to this set. */
 	srv->hangup_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (srv->hangup_epfd < 0) {
@@ -226,12 +604,13 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	if (opts->tls_cert_pem != NULL)
 		flags |= MHD_USE_TLS;
 	srv->mhd = MHD_start_daemon(flags, opts->port, NULL, NULL,
-	                            handler, data,
-	                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+	                            on_access, srv,
+	                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
 	                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 	                            MHD_OPTION_CONNECTION_TIMEOUT, opts->connection_timeout_s,
-	                            MHD_OPTION_CONNECTION_LIMIT, opts->connection_limit,
-	                            MHD_OPTION_NOTIFY_COMPLETED, completed, data,
+	                            MHD_OPTION_CONNECTION_LIMIT,
+	                            opts->connection_limit + opts->max_pending,
+	                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
 	                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
 	                            MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 	                            MHD_OPTION_CONNECTION_MEMORY_LIMIT,
@@ -255,6 +634,7 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	g_source_set_name(srv->io, "narwhal-http-io");
 	g_source_attach(srv->io, NULL);
 	srv->deadline = nw_deadline_source_new("narwhal-http-deadline", on_mhd_deadline, srv);
+	srv->sweep = nw_deadline_source_new("narwhal-http-slow-clients", on_sweep, srv);
 
 	srv->hangup_io = g_unix_fd_source_new(srv->hangup_epfd, G_IO_IN);
 	g_source_set_callback(srv->hangup_io, (GSourceFunc)(void (*)(void))on_hangup_io, srv, NULL);
@@ -272,14 +652,6 @@ nw_http_server_port(const struct nw_http_server *srv)
 	return srv->port;
 }
 
-static struct watched *
-watched_of(struct MHD_Connection *conn)
-{
-	const union MHD_ConnectionInfo *info =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-
-	return info ? info->socket_context : NULL;
-}
 
 void
 nw_http_server_suspend(struct nw_http_server *srv, struct MHD_Connection *conn,
@@ -330,6 +702,29 @@ nw_http_server_abort(struct MHD_Connection *conn)
 	if (info != NULL)
 		shutdown(info->connect_fd, SHUT_RDWR);
 	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+	if (watched_of(conn) != NULL)
+		watched_of(conn)->evicted = true; /* nothing to linger for */
+}
+
+enum MHD_Result
+nw_http_server_refuse(struct MHD_Connection *conn, unsigned status, const json_t *body,
+                      const char *request_id)
+{
+	struct watched *w = watched_of(conn);
+
+	if (w != NULL) {
+		set_canned(w, status, body, request_id);
+		slow_leave(w);
+		/* MHD reports the MHD_NO as an application error: it is not. */
+		w->srv->quiet = true;
+	}
+	return MHD_NO;
+}
+
+void
+nw_http_server_counters(const struct nw_http_server *srv, struct nw_http_server_counters *out)
+{
+	*out = srv->counters;
 }
 
 unsigned
@@ -349,10 +744,14 @@ nw_http_server_stop(struct nw_http_server *srv)
 
 		nw_http_server_resume(srv, ((struct watched *)l->data)->conn);
 	}
+	srv->stopping = true;
 	if (srv->mhd) {
 		MHD_run(srv->mhd);
 		MHD_stop_daemon(srv->mhd);
 	}
+	while (srv->lingering.head != NULL)
+		linger_end(srv, srv->lingering.head->data);
+	nw_deadline_source_destroy(srv->sweep);
 	nw_deadline_source_destroy(srv->deadline);
 	if (srv->io) {
 		g_source_destroy(srv->io);

@@ -12,6 +12,12 @@
  *   when MHD announces the connection, so a client that leaves while its
  *   request is suspended on an engine is noticed at once, at no cost per
  *   request.
+ * - The front door (docs/api.md, "Framing and slow clients"): the body's
+ *   framing is checked before the handler's first call; heads and bodies
+ *   have deadlines and connections without a head a cap of their own,
+ *   kept in FIFO queues swept by one deadline source (no system call per
+ *   request); an answer sent before the body was read is followed by a
+ *   lingering close.
  */
 #ifndef NW_HTTP_SERVER_H
 #define NW_HTTP_SERVER_H
@@ -35,15 +41,35 @@ struct nw_http_server_options {
 	const char *host;          /* numeric IPv4 or IPv6 address */
 	uint16_t port;             /* 0: ephemeral */
 	unsigned connection_timeout_s; /* idle and slow clients */
-	unsigned connection_limit;
+	unsigned connection_limit; /* admitted requests; pending heads come on top */
+	/* Slow clients (docs/deployment.md, "Slow clients"); 0 is off. */
+	double head_timeout_s;     /* a whole head, from accept or the last answer */
+	double body_timeout_s;     /* a whole body, from the end of its head */
+	unsigned max_pending;      /* connections without a head: the oldest goes */
 	const char *tls_cert_pem;  /* with tls_key_pem: serve HTTPS (GnuTLS), */
 	const char *tls_key_pem;   /* for narwhal-sim's TLS endpoints */
+};
+
+/* What the front door refused or closed, for /narwhal/health. */
+struct nw_http_server_counters {
+	uint64_t framing_refusals; /* 400/501 for Content-Length/Transfer-Encoding */
+	uint64_t head_timeouts;    /* closed: no whole head within head_timeout_s */
+	uint64_t body_timeouts;    /* 408: no whole body within body_timeout_s */
+	uint64_t pending_evictions; /* closed: max_pending reached, oldest head out */
+	uint64_t lingering_closes;  /* answered early, unread body drained */
 };
 
 /* The request handler, with libmicrohttpd's access-handler contract: it is
  * called for the headers, then for each body chunk, then once with
  * *upload_size == 0; it must queue a response or suspend before returning
- * MHD_YES on that last call (M1). */
+ * MHD_YES on that last call (M1). Its first call either answers (leaving
+ * *request NULL) or sets *request.
+ *
+ * The server checks the body's framing before the first call (400/501 and
+ * close, docs/api.md "Framing"). A request without a body gets its first
+ * call only once the request is complete, so that an answer there keeps
+ * the connection alive (libmicrohttpd closes a connection answered before
+ * its body was read); the final call follows at once if *request was set. */
 typedef enum MHD_Result (*nw_http_handler_fn)(void *data, struct MHD_Connection *conn,
                                               const char *url, const char *method,
                                               const char *version, const char *upload,
@@ -77,6 +103,17 @@ void nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *co
  * the socket is shut here and the connection given a 1 s timeout, whose
  * deadline makes the server run MHD and release the descriptor. */
 void nw_http_server_abort(struct MHD_Connection *conn);
+
+/* From the handler in the middle of a body, where libmicrohttpd takes no
+ * answer: answer status with body (the error envelope, copied) and close
+ * the connection, draining what the client still sends for a bounded time
+ * so that it reads the answer rather than a reset. Return the result from
+ * the handler (it is MHD_NO, which makes libmicrohttpd let go). */
+enum MHD_Result nw_http_server_refuse(struct MHD_Connection *conn, unsigned status,
+                                      const json_t *body, const char *request_id);
+
+void nw_http_server_counters(const struct nw_http_server *srv,
+                             struct nw_http_server_counters *out);
 
 /* Number of connections currently suspended. */
 unsigned nw_http_server_suspended(const struct nw_http_server *srv);

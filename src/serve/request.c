@@ -616,18 +616,21 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 		if (r->state != NW_REQ_READING || r->finished)
 			return MHD_YES; /* already answered: discard */
 		if (r->body_in->len + n > s->cfg->serving.max_request_bytes) {
-			/* A chunked body has no length to refuse up front. MHD takes
-			 * no answer mid-body, so keep reading and discarding (the
-			 * branch above) and queue the 413 on the final call. */
+			/* A chunked body has no length to refuse up front, and MHD
+			 * takes no answer mid-body: the server sends the 413 and
+			 * closes now rather than read the rest (docs/api.md). */
 			struct nw_client_error err;
+			json_t *body;
+			enum MHD_Result ret;
 
 			s->counters.too_large++;
 			nw_log(NARWHAL_LOG_INFO, "request_too_large", "request_id", r->id, NULL);
-			g_string_truncate(r->body_in, 0);
 			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
 			nw_request_finish(r, false);
-			nw_request_answer_error(r, err.status, err.type, err.code, NULL, err.message);
-			return MHD_YES;
+			body = nw_http_error_body(err.type, err.code, NULL, err.message);
+			ret = nw_http_server_refuse(r->conn, err.status, body, r->id);
+			json_decref(body);
+			return ret;
 		}
 		g_string_append_len(r->body_in, upload, (gssize)n);
 		return MHD_YES;
