@@ -43,10 +43,17 @@ hex4(const char *p)
 	return v;
 }
 
+static inline void
+put(GString *out, char c)
+{
+	if (out)
+		g_string_append_c(out, c);
+}
+
 bool
 nw_json_string_decode(const char *body, size_t len, GString *out)
 {
-	size_t start = out->len;
+	size_t start = out ? out->len : 0;
 	size_t i = 0;
 
 	while (i < len) {
@@ -59,21 +66,22 @@ nw_json_string_decode(const char *body, size_t len, GString *out)
 		if (run > i) {
 			if (!g_utf8_validate_len(body + i, run - i, NULL))
 				goto bad;
-			g_string_append_len(out, body + i, (gssize)(run - i));
+			if (out)
+				g_string_append_len(out, body + i, (gssize)(run - i));
 			i = run;
 			continue;
 		}
 		if (body[i] != '\\' || i + 1 >= len)
 			goto bad; /* a raw quote or control character, or a lone '\' */
 		switch (body[i + 1]) {
-		case '"': g_string_append_c(out, '"'); break;
-		case '\\': g_string_append_c(out, '\\'); break;
-		case '/': g_string_append_c(out, '/'); break;
-		case 'b': g_string_append_c(out, '\b'); break;
-		case 'f': g_string_append_c(out, '\f'); break;
-		case 'n': g_string_append_c(out, '\n'); break;
-		case 'r': g_string_append_c(out, '\r'); break;
-		case 't': g_string_append_c(out, '\t'); break;
+		case '"': put(out, '"'); break;
+		case '\\': put(out, '\\'); break;
+		case '/': put(out, '/'); break;
+		case 'b': put(out, '\b'); break;
+		case 'f': put(out, '\f'); break;
+		case 'n': put(out, '\n'); break;
+		case 'r': put(out, '\r'); break;
+		case 't': put(out, '\t'); break;
 		case 'u': {
 			int hi, lo;
 			gunichar c;
@@ -92,7 +100,8 @@ nw_json_string_decode(const char *body, size_t len, GString *out)
 			} else {
 				c = (gunichar)hi;
 			}
-			g_string_append_unichar(out, c);
+			if (out)
+				g_string_append_unichar(out, c);
 			i += 6;
 			continue;
 		}
@@ -103,7 +112,8 @@ nw_json_string_decode(const char *body, size_t len, GString *out)
 	}
 	return true;
 bad:
-	g_string_truncate(out, start);
+	if (out)
+		g_string_truncate(out, start);
 	return false;
 }
 

@@ -49,7 +49,8 @@ bool nw_chunk_shape_learn(struct nw_chunk_shape *s, const char *payload, size_t 
                           const char *key);
 
 /* Whether payload has the learnt shape; if so its string, decoded, is
- * appended to text. */
+ * appended to text (NULL: only checked). A payload that matches the shape
+ * of a payload that was valid JSON is valid JSON, UTF-8 included. */
 bool nw_chunk_shape_match(const struct nw_chunk_shape *s, const char *payload, size_t len,
                           GString *text);
 
@@ -57,7 +58,7 @@ bool nw_chunk_shape_match(const struct nw_chunk_shape *s, const char *payload, s
  * and append it to out, as strictly as jansson reads strings: no raw
  * quote or control character, known escapes only, \u escapes with proper
  * surrogate pairs and never U+0000, and valid UTF-8. False leaves out as
- * it was. */
+ * it was; out NULL only checks. */
 bool nw_json_string_decode(const char *body, size_t len, GString *out);
 
 #endif /* NW_SERVE_CHUNK_SHAPE_H */

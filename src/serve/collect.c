@@ -107,13 +107,22 @@ on_event(void *data, const char *payload, size_t len)
 		                "serving.max_response_bytes");
 		return false;
 	}
-	if (!nw_event_read(r, c->first_token, payload, len, &ev)) {
-		/* A token chunk: merged without a parse when it has the shape. */
+	switch (nw_event_read(r, c->first_token, payload, len, &ev)) {
+	case NW_EVENT_SKIPPED:
+		/* A token chunk: merged without a parse when it has the shape
+		 * (which checks it is valid JSON); else parsed below. */
 		g_string_truncate(c->text, 0);
 		if (nw_chunk_shape_match(&c->shape, payload, len, c->text) &&
 		    nw_assembly_add_text(c->assembly, c->shape_choice, c->text->str,
 		                         c->text->len) == 0)
 			return true;
+		break;
+	case NW_EVENT_BAD:
+		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
+		                "the engine's stream has an event that is not valid JSON");
+		return false;
+	case NW_EVENT_PARSED:
+		break;
 	}
 	switch (ev.kind) {
 	case NARWHAL_SSE_DONE:

@@ -538,7 +538,10 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 bool
 nw_phase_streams(const struct nw_request *r)
 {
-	return r->parsed.stream || r->serve->cfg->engine.stream_decode;
+	/* A key that an engine answers only in a whole body (prompt_logprobs)
+	 * needs a non-streamed leg, bounded by the request deadline alone. */
+	return r->parsed.stream ||
+	       (r->serve->cfg->engine.stream_decode && !r->parsed.unstreamable);
 }
 
 /* The client body that decode and aggregate legs are built from. With

@@ -33,7 +33,7 @@
 
 static bool on_event(void *data, const char *payload, size_t len);
 
-bool
+nw_event_reading
 nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
               struct narwhal_sse_event *ev)
 {
@@ -47,11 +47,13 @@ nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
 	 * event is parsed. */
 	if (after_first_token && d->ops->sniff_sse != NULL &&
 	    !d->ops->sniff_sse(d->ctx, payload, len))
-		return false;
+		return NW_EVENT_SKIPPED;
 	ev->kind = NARWHAL_SSE_OTHER;
+	/* Decode event data that the dialect cannot read (not JSON, not
+	 * UTF-8) is never passed on as a success (docs/api.md). */
 	if (d->ops->parse_sse(d->ctx, payload, len, ev) != 0)
-		ev->kind = NARWHAL_SSE_OTHER; /* unreadable: the engine's own */
-	return true;
+		return NW_EVENT_BAD;
+	return NW_EVENT_PARSED;
 }
 
 void
@@ -61,6 +63,7 @@ nw_relay_init(struct nw_relay *rl, size_t max_event)
 	rl->buf = g_byte_array_sized_new(4096);
 	nw_sse_init(&rl->sse, on_event, NULL);
 	nw_sse_set_max_event(&rl->sse, max_event);
+	nw_chunk_shape_init(&rl->shape);
 }
 
 void
@@ -69,6 +72,7 @@ nw_relay_clear(struct nw_relay *rl)
 	if (rl->buf != NULL)
 		g_byte_array_free(rl->buf, TRUE);
 	nw_sse_clear(&rl->sse);
+	nw_chunk_shape_clear(&rl->shape);
 	memset(rl, 0, sizeof *rl);
 }
 
@@ -78,24 +82,41 @@ unsent(const struct nw_relay *rl)
 	return rl->committed - rl->sent;
 }
 
-/* One whole event from the engine: decide whether the client gets it. */
+/*
+ * One whole event from the engine: decide whether the client gets it.
+ * Every event is checked to be readable before it is released: a token
+ * event that has the shape of the last token event parsed (the same bytes
+ * around one valid string, chunk-shape.h) is valid JSON without a parse,
+ * and the rest go through the dialect.
+ */
 static bool
 on_event(void *data, const char *payload, size_t len)
 {
 	struct nw_request *r = data;
 	struct nw_relay *rl = &r->relay;
+	size_t end = rl->chunk_base + rl->sse.boundary;
 	struct narwhal_sse_event ev;
 
-	/* The event is released up to the blank line that ended it. */
-	rl->committed = rl->chunk_base + rl->sse.boundary;
-	if (!nw_event_read(r, rl->first_token, payload, len, &ev))
+	if (rl->first_token && nw_chunk_shape_match(&rl->shape, payload, len, NULL)) {
+		rl->committed = end;
 		return true; /* a token: relayed as it is */
+	}
+	if (nw_event_read(r, false, payload, len, &ev) == NW_EVENT_BAD) {
+		rl->bad_event = true; /* nw_relay_feed fails the leg */
+		return false;
+	}
+	/* The event is released up to the blank line that ended it. */
+	rl->committed = end;
 	switch (ev.kind) {
 	case NARWHAL_SSE_TOKENS:
 		if (!rl->first_token) {
 			rl->first_token = true;
 			nw_request_on_first_token(r);
 		}
+		if (!nw_chunk_shape_learn(&rl->shape, payload, len,
+		                          r->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? "content"
+		                                                                     : "text"))
+			nw_chunk_shape_reset(&rl->shape);
 		break;
 	case NARWHAL_SSE_ERROR:
 		rl->engine_error = true;
@@ -141,6 +162,11 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 	if (!go_on) {
 		/* Drop whatever followed the last event taken. */
 		g_byte_array_set_size(rl->buf, (guint)rl->committed);
+		if (rl->bad_event) {
+			nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
+			                "the engine's stream has an event that is not valid JSON");
+			return true;
+		}
 		if (rl->sse.overflow && !rl->engine_error && !rl->done) {
 			nw_request_fail(r, NW_FAIL_TOO_LARGE, 0,
 			                "an event of the engine's stream is larger than "

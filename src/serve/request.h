@@ -137,6 +137,8 @@ struct nw_relay {
 	bool finished;          /* nothing more will be added */
 	bool abort;             /* close without the final chunk */
 	bool paused;            /* the engine leg waits for the client to drain */
+	bool bad_event;         /* an event the dialect could not read: fail the leg */
+	struct nw_chunk_shape shape; /* of the token events: valid without a parse */
 };
 
 /* The engine stream behind a non-streamed answer (collect.c). */
@@ -294,12 +296,19 @@ void nw_leg_release(struct nw_request *r);
 /* --- relay.c -------------------------------------------------------- */
 
 void nw_relay_init(struct nw_relay *rl, size_t max_event);
-/* The dialect's reading of an engine event (relay and collector). After
- * the first token only an event that may be the terminator or an error is
- * parsed, since most are tokens and a JSON parse of each is wasted; the
- * rest return false with ev->kind NARWHAL_SSE_TOKENS. */
-bool nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
-                   struct narwhal_sse_event *ev);
+/* How nw_event_read found an event. */
+typedef enum nw_event_reading {
+	NW_EVENT_SKIPPED = 0,   /* not parsed: taken for a token (ev->kind TOKENS) */
+	NW_EVENT_PARSED,        /* ev says what it is */
+	NW_EVENT_BAD,           /* unreadable (not JSON, not UTF-8): fails the leg */
+} nw_event_reading;
+
+/* The dialect's reading of an engine event (relay and collector). With
+ * after_first_token only an event that may be the terminator or an error
+ * is parsed, since most are tokens and a JSON parse of each is wasted; the
+ * caller must then check a skipped event's validity itself. */
+nw_event_reading nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
+                               size_t len, struct narwhal_sse_event *ev);
 void nw_relay_clear(struct nw_relay *rl);
 /* Engine bytes of a 2xx stream; false when the relay is full and the
  * transfer must pause (curl hands the same bytes back later). */

@@ -403,6 +403,8 @@ main(int argc, char **argv)
 		  "Run model time F times faster than wall time (default 1)", "F" },
 		{ "no-delay", 0, 0, G_OPTION_ARG_NONE, &o.no_delay,
 		  "Steps take no time (benchmarks of the HTTP path)", NULL },
+		{ "enable-prompt-tokens-details", 0, 0, G_OPTION_ARG_NONE, &o.prompt_tokens_details,
+		  "Usage carries prompt_tokens_details (cached_tokens)", NULL },
 		{ "served-model-name", 0, 0, G_OPTION_ARG_STRING, &o.served_model_name,
 		  "Model name in requests and answers (default the preset's name)", "NAME" },
 		{ "max-model-len", 0, 0, G_OPTION_ARG_INT, &max_model_len,

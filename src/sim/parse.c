@@ -99,7 +99,7 @@ static const char one_prompt[] =
 
 bool
 sim_parse_prompt(const json_t *doc, bool chat, GArray *ids, uint32_t *tokens, uint64_t *seed,
-             struct sim_fail *f)
+                 char **text_out, struct sim_fail *f)
 {
 	const uint64_t basis = 14695981039346656037ull;
 	g_autofree char *chat_text = NULL;
@@ -176,6 +176,8 @@ sim_parse_prompt(const json_t *doc, bool chat, GArray *ids, uint32_t *tokens, ui
 		*tokens = sim_tokenize_count(text, strlen(text)) + (special ? 1 : 0);
 	}
 	*seed = fnv1a(basis, text, strlen(text));
+	if (text_out != NULL)
+		*text_out = g_strdup(text);
 	return true;
 }
 
@@ -228,6 +230,146 @@ parse_kv_params(struct sim_call *call, const json_t *doc, struct sim_fail *f)
 	return true;
 }
 
+/* An optional integer from 0 to SIM_MAX_LOGPROBS; -1 when absent. */
+static bool
+get_top(const json_t *doc, const char *key, int *out, struct sim_fail *f)
+{
+	const json_t *v = json_object_get(doc, key);
+
+	*out = -1;
+	if (v == NULL || json_is_null(v))
+		return true;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) > SIM_MAX_LOGPROBS)
+		return sim_fail_set(f, 400, key, "'%s' must be an integer from 0 to %d.", key,
+		                    SIM_MAX_LOGPROBS);
+	*out = (int)json_integer_value(v);
+	return true;
+}
+
+/*
+ * The tool calls a chat request asks for (docs/simulator.md): tool_choice
+ * "required" calls every tool in order, a named function calls that one;
+ * "auto", "none" or no tool_choice answer with text, as an engine without
+ * a tool parser would. *names gets the names as JSON literals, or NULL.
+ */
+static bool
+parse_tools(const json_t *doc, GPtrArray **names, struct sim_fail *f)
+{
+	const json_t *tools = json_object_get(doc, "tools");
+	const json_t *choice = json_object_get(doc, "tool_choice");
+	const char *wanted = NULL;
+	json_t *tool;
+	size_t i;
+
+	*names = NULL;
+	if (tools != NULL && !json_is_null(tools) && !json_is_array(tools))
+		return sim_fail_set(f, 400, "tools", "'tools' must be an array.");
+	json_array_foreach(tools, i, tool) {
+		if (!json_is_string(json_object_get(json_object_get(tool, "function"), "name")))
+			return sim_fail_set(f, 400, "tools",
+			                    "Each tool needs a 'function' with a string 'name'.");
+	}
+	if (choice == NULL || json_is_null(choice))
+		return true;
+	if (json_is_string(choice) && (strcmp(json_string_value(choice), "none") == 0 ||
+	                               strcmp(json_string_value(choice), "auto") == 0))
+		return true;
+	if (json_is_object(choice))
+		wanted = json_string_value(json_object_get(json_object_get(choice, "function"),
+		                                           "name"));
+	else if (!json_is_string(choice) || strcmp(json_string_value(choice), "required") != 0)
+		return sim_fail_set(f, 400, "tool_choice", "'tool_choice' must be \"none\", "
+		                    "\"auto\", \"required\" or a named function.");
+	if (json_is_object(choice) && wanted == NULL)
+		return sim_fail_set(f, 400, "tool_choice",
+		                    "A named 'tool_choice' needs a string function.name.");
+	if (json_array_size(tools) == 0)
+		return sim_fail_set(f, 400, "tool_choice",
+		                    "When using `tool_choice`, `tools` must be set.");
+	*names = g_ptr_array_new_with_free_func(g_free);
+	json_array_foreach(tools, i, tool) {
+		const json_t *name = json_object_get(json_object_get(tool, "function"), "name");
+		char *literal;
+
+		if (wanted != NULL && strcmp(json_string_value(name), wanted) != 0)
+			continue;
+		literal = json_dumps(name, JSON_ENCODE_ANY);
+		g_ptr_array_add(*names, g_strdup(literal));
+		free(literal);
+		if (wanted != NULL)
+			break;
+	}
+	if ((*names)->len == 0) {
+		g_ptr_array_free(*names, TRUE);
+		*names = NULL;
+		return sim_fail_set(f, 400, "tool_choice", "Tool '%s' was not found in 'tools'.",
+		                    wanted);
+	}
+	return true;
+}
+
+/* Tool calls, reasoning, logprobs and prompt_logprobs (output.h). */
+static bool
+parse_output(struct sim_call *call, const json_t *doc, struct sim_fail *f)
+{
+	const json_t *kwargs = json_object_get(doc, "chat_template_kwargs");
+	GPtrArray *names = NULL;
+	bool thinking = false, logprobs = false;
+	int top = -1, prompt_top;
+
+	if (!get_top(doc, "prompt_logprobs", &prompt_top, f))
+		return false;
+	/* vLLM checks this when it validates the request. */
+	if (call->stream && prompt_top > 0)
+		return sim_fail_set(f, 400, "prompt_logprobs",
+		                    "`prompt_logprobs` are not available when `stream=True`.");
+	if (call->chat) {
+		if (!get_bool(doc, "logprobs", false, &logprobs, f) ||
+		    !get_top(doc, "top_logprobs", &top, f))
+			return false;
+		if (top > 0 && !logprobs)
+			return sim_fail_set(f, 400, "top_logprobs", "When using `top_logprobs`, "
+			                    "`logprobs` must be set to true.");
+		top = logprobs ? MAX(top, 0) : -1;
+		if (kwargs != NULL && !json_is_null(kwargs) && !json_is_object(kwargs))
+			return sim_fail_set(f, 400, "chat_template_kwargs",
+			                    "'chat_template_kwargs' must be an object.");
+		if ((json_is_object(kwargs) &&
+		     !get_bool(kwargs, "enable_thinking", false, &thinking, f)) ||
+		    !parse_tools(doc, &names, f))
+			return false;
+	} else if (!get_top(doc, "logprobs", &top, f)) {
+		return false;
+	}
+	sim_output_plan(&call->output, call->max_tokens, thinking, names);
+	call->output.top = top;
+	call->output.prompt_top = prompt_top;
+	if (prompt_top >= 0 && call->prompt_text == NULL) {
+		/* A prompt of token ids: kept as given. */
+		const json_t *prompt = json_object_get(doc, "prompt");
+		json_t *id;
+		size_t i;
+
+		if (json_array_size(prompt) == 1 && json_is_array(json_array_get(prompt, 0)))
+			prompt = json_array_get(prompt, 0);
+		call->prompt_ids = g_array_new(FALSE, FALSE, sizeof(guint32));
+		json_array_foreach(prompt, i, id) {
+			guint32 v = (guint32)json_integer_value(id);
+
+			g_array_append_val(call->prompt_ids, v);
+		}
+	}
+	if (prompt_top < 0) {
+		g_free(call->prompt_text);
+		call->prompt_text = NULL;
+	} else if (call->prompt_text != NULL) {
+		call->prompt_bos = sim_tokenize_count(call->prompt_text, strlen(call->prompt_text)) <
+		                   call->prompt_tokens;
+	}
+	return true;
+}
+
 bool
 sim_parse_generation(struct sim_call *call, const json_t *doc, struct sim_fail *f)
 {
@@ -254,7 +396,8 @@ sim_parse_generation(struct sim_call *call, const json_t *doc, struct sim_fail *
 		    !get_bool(options, "continuous_usage_stats", false, &call->continuous_usage, f))
 			return false;
 	}
-	if (!sim_parse_prompt(doc, call->chat, NULL, &call->prompt_tokens, &call->text_seed, f))
+	if (!sim_parse_prompt(doc, call->chat, NULL, &call->prompt_tokens, &call->text_seed,
+	                      &call->prompt_text, f))
 		return false;
 	if (call->prompt_tokens == 0)
 		return sim_fail_set(f, 400, call->chat ? "messages" : "prompt", "The prompt is empty.");
@@ -270,7 +413,7 @@ sim_parse_generation(struct sim_call *call, const json_t *doc, struct sim_fail *
 		if (!call->chat)
 			call->max_tokens = MIN(call->max_tokens, 16u);
 	}
-	return parse_kv_params(call, doc, f);
+	return parse_output(call, doc, f) && parse_kv_params(call, doc, f);
 }
 
 json_t *

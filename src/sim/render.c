@@ -140,9 +140,13 @@ static void
 append_usage(GString *out, const struct sim_call *call, uint32_t completion, bool details)
 {
 	g_string_append_printf(out, "{\"prompt_tokens\":%" PRIu32 ",\"total_tokens\":%" PRIu32
-	                       ",\"completion_tokens\":%" PRIu32 "%s}",
-	                       call->prompt_tokens, call->prompt_tokens + completion, completion,
-	                       details ? ",\"prompt_tokens_details\":null" : "");
+	                       ",\"completion_tokens\":%" PRIu32,
+	                       call->prompt_tokens, call->prompt_tokens + completion, completion);
+	/* No prefix cache: nothing is ever cached. */
+	if (call->node->fleet->opts->prompt_tokens_details)
+		g_string_append(out, ",\"prompt_tokens_details\":{\"cached_tokens\":0}}");
+	else
+		g_string_append(out, details ? ",\"prompt_tokens_details\":null}" : "}");
 }
 
 static void
@@ -154,11 +158,98 @@ append_head(GString *out, const struct sim_call *call, const char *object)
 	                       object, call->created, model_json(call));
 }
 
+/* The pieces of tokens [0, n) that are of kind (tool calls: call c's). */
 static void
-append_text(GString *out, uint64_t seed, uint32_t first, uint32_t n)
+append_pieces(GString *out, const struct sim_call *call, uint32_t n, sim_out_kind kind,
+              unsigned c)
 {
-	for (uint32_t i = first; i < first + n; i++)
-		sim_json_escape(out, sim_token_piece(seed, i));
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned ci = 0;
+
+		if (sim_output_kind(&call->output, i, &ci) != kind || (kind == SIM_OUT_TOOL && ci != c))
+			continue;
+		if (kind == SIM_OUT_TOOL)
+			sim_output_append_args(&call->output, call->text_seed, i, out);
+		else
+			g_string_append(out, sim_token_piece(call->text_seed, i));
+	}
+}
+
+static const char *
+finish_reason(const struct sim_call *call)
+{
+	return call->output.n_calls > 0 ? "\"tool_calls\"" : "\"length\"";
+}
+
+static void
+append_prompt_logprobs(GString *out, const struct sim_call *call)
+{
+	json_t *list;
+	char *text;
+
+	if (call->output.prompt_top < 0) {
+		g_string_append(out, "null");
+		return;
+	}
+	list = sim_output_prompt_logprobs(call->prompt_text, call->prompt_bos, call->prompt_ids,
+	                                  call->output.prompt_top, call->text_seed);
+	text = json_dumps(list, JSON_COMPACT);
+	g_string_append(out, text ? text : "null");
+	free(text);
+	json_decref(list);
+}
+
+static void
+append_message(GString *out, const struct sim_call *call)
+{
+	const struct sim_output *o = &call->output;
+
+	g_string_append(out, "{\"role\":\"assistant\",\"content\":");
+	if (o->n_calls > 0) {
+		g_string_append(out, "null");
+	} else {
+		g_string_append_c(out, '"');
+		append_pieces(out, call, call->emitted, SIM_OUT_CONTENT, 0);
+		g_string_append_c(out, '"');
+	}
+	g_string_append(out, ",\"reasoning_content\":");
+	if (o->reasoning > 0) {
+		g_string_append_c(out, '"');
+		append_pieces(out, call, call->emitted, SIM_OUT_REASONING, 0);
+		g_string_append_c(out, '"');
+	} else {
+		g_string_append(out, "null");
+	}
+	g_string_append(out, ",\"tool_calls\":[");
+	for (unsigned c = 0; c < o->n_calls; c++) {
+		g_string_append(out, c ? ",{\"id\":\"" : "{\"id\":\"");
+		sim_output_append_call_id(call->text_seed, c, out);
+		g_string_append_printf(out, "\",\"type\":\"function\",\"function\":{\"name\":%s,"
+		                       "\"arguments\":\"", o->call_names[c]);
+		append_pieces(out, call, call->emitted, SIM_OUT_TOOL, c);
+		g_string_append(out, "\"}}");
+	}
+	g_string_append(out, "]}");
+}
+
+static void
+append_logprobs(GString *out, const struct sim_call *call, uint32_t first, uint32_t n,
+                uint32_t offset)
+{
+	if (call->output.top < 0) {
+		g_string_append(out, "null");
+	} else if (call->chat) {
+		g_string_append(out, "{\"content\":[");
+		for (uint32_t i = first; i < first + n; i++) {
+			if (i > first)
+				g_string_append_c(out, ',');
+			sim_output_append_chat_logprob(&call->output, call->text_seed, i, out);
+		}
+		g_string_append(out, "]}");
+	} else {
+		sim_output_append_completion_logprobs(&call->output, call->text_seed, first, n, offset,
+		                                      out);
+	}
 }
 
 void
@@ -168,38 +259,66 @@ sim_render_response(const struct sim_call *call, const json_t *kv_out, GString *
 
 	append_head(out, call, call->chat ? "chat.completion" : "text_completion");
 	if (call->chat) {
-		g_string_append(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
-		                "\"content\":\"");
-		append_text(out, call->text_seed, 0, call->emitted);
-		g_string_append(out, "\",\"reasoning_content\":null,\"tool_calls\":[]},"
-		                "\"logprobs\":null,\"finish_reason\":\"length\",\"stop_reason\":null}],"
-		                "\"usage\":");
+		g_string_append(out, ",\"choices\":[{\"index\":0,\"message\":");
+		append_message(out, call);
+		g_string_append(out, ",\"logprobs\":");
+		append_logprobs(out, call, 0, call->emitted, 0);
+		g_string_append_printf(out, ",\"finish_reason\":%s,\"stop_reason\":null}],\"usage\":",
+		                       finish_reason(call));
 	} else {
 		g_string_append(out, ",\"choices\":[{\"index\":0,\"text\":\"");
-		append_text(out, call->text_seed, 0, call->emitted);
-		g_string_append(out, "\",\"logprobs\":null,\"finish_reason\":\"length\","
-		                "\"stop_reason\":null,\"prompt_logprobs\":null}],\"usage\":");
+		append_pieces(out, call, call->emitted, SIM_OUT_CONTENT, 0);
+		g_string_append(out, "\",\"logprobs\":");
+		append_logprobs(out, call, 0, call->emitted, 0);
+		g_string_append(out, ",\"finish_reason\":\"length\",\"stop_reason\":null,"
+		                "\"prompt_logprobs\":");
+		append_prompt_logprobs(out, call);
+		g_string_append(out, "}],\"usage\":");
 	}
 	append_usage(out, call, call->emitted, true);
-	g_string_append(out, call->chat ? ",\"prompt_logprobs\":null,\"kv_transfer_params\":"
-	                                : ",\"kv_transfer_params\":");
+	if (call->chat) {
+		g_string_append(out, ",\"prompt_logprobs\":");
+		append_prompt_logprobs(out, call);
+	}
+	g_string_append(out, ",\"kv_transfer_params\":");
 	g_string_append(out, kv ? kv : "null");
 	g_string_append_c(out, '}');
 	free(kv);
 }
 
+/* The delta of chat token i: reasoning, content, or a piece of a tool
+ * call (whose first piece carries its id, type and name). */
 static void
-append_chunk_tail(GString *out, const struct sim_call *call, bool last, uint32_t completion)
+append_delta(GString *out, const struct sim_call *call, uint32_t i)
 {
-	g_string_append(out, last ? "\",\"logprobs\":null,\"finish_reason\":\"length\","
-	                            "\"stop_reason\":null}]"
-	                          : "\",\"logprobs\":null,\"finish_reason\":null,"
-	                            "\"stop_reason\":null}]");
-	if (call->continuous_usage) {
-		g_string_append(out, ",\"usage\":");
-		append_usage(out, call, completion, false);
+	unsigned c = 0;
+
+	switch (sim_output_kind(&call->output, i, &c)) {
+	case SIM_OUT_CONTENT:
+		g_string_append(out, "{\"content\":\"");
+		g_string_append(out, sim_token_piece(call->text_seed, i));
+		g_string_append(out, "\"}");
+		break;
+	case SIM_OUT_REASONING:
+		g_string_append(out, "{\"reasoning_content\":\"");
+		g_string_append(out, sim_token_piece(call->text_seed, i));
+		g_string_append(out, "\"}");
+		break;
+	case SIM_OUT_TOOL:
+		g_string_append(out, "{\"tool_calls\":[{");
+		if (i == sim_output_call_first(&call->output, c)) {
+			g_string_append(out, "\"id\":\"");
+			sim_output_append_call_id(call->text_seed, c, out);
+			g_string_append_printf(out, "\",\"type\":\"function\",\"index\":%u,\"function\":"
+			                       "{\"name\":%s,\"arguments\":\"", c,
+			                       call->output.call_names[c]);
+		} else {
+			g_string_append_printf(out, "\"index\":%u,\"function\":{\"arguments\":\"", c);
+		}
+		sim_output_append_args(&call->output, call->text_seed, i, out);
+		g_string_append(out, "\"}}]}");
+		break;
 	}
-	g_string_append(out, "}\n\n");
 }
 
 void
@@ -227,23 +346,25 @@ sim_render_chunks(struct sim_call *call, uint32_t first, uint32_t n, bool last)
 		g_string_append(out, "data: ");
 		if (call->chat) {
 			append_head(out, call, "chat.completion.chunk");
-			g_string_append(out, ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"");
-			sim_json_escape(out, sim_token_piece(call->text_seed, i));
-			g_string_append_c(out, '"');
-			g_string_append(out, "},\"logprobs\":null,\"finish_reason\":");
-			g_string_append(out, final ? "\"length\",\"stop_reason\":null}]"
-			                           : "null,\"stop_reason\":null}]");
-			if (call->continuous_usage) {
-				g_string_append(out, ",\"usage\":");
-				append_usage(out, call, i + 1, false);
-			}
-			g_string_append(out, "}\n\n");
+			g_string_append(out, ",\"choices\":[{\"index\":0,\"delta\":");
+			append_delta(out, call, i);
 		} else {
 			append_head(out, call, "text_completion");
 			g_string_append(out, ",\"choices\":[{\"index\":0,\"text\":\"");
-			sim_json_escape(out, sim_token_piece(call->text_seed, i));
-			append_chunk_tail(out, call, final, i + 1);
+			g_string_append(out, sim_token_piece(call->text_seed, i));
+			g_string_append_c(out, '"');
 		}
+		g_string_append(out, ",\"logprobs\":");
+		append_logprobs(out, call, i, 1, call->text_chars);
+		call->text_chars += (uint32_t)strlen(sim_token_piece(call->text_seed, i));
+		g_string_append(out, ",\"finish_reason\":");
+		g_string_append(out, final ? finish_reason(call) : "null");
+		g_string_append(out, ",\"stop_reason\":null}]");
+		if (call->continuous_usage) {
+			g_string_append(out, ",\"usage\":");
+			append_usage(out, call, i + 1, false);
+		}
+		g_string_append(out, "}\n\n");
 	}
 }
 

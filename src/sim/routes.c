@@ -45,7 +45,7 @@ sim_route_tokenize(struct sim_call *call)
 	chat = json_object_get(doc, "messages") != NULL;
 	ids = g_array_new(FALSE, FALSE, sizeof(guint32));
 	if (!sim_check_model(call->node, doc, &f) ||
-	    !sim_parse_prompt(doc, chat, ids, &count, &seed, &f)) {
+	    !sim_parse_prompt(doc, chat, ids, &count, &seed, NULL, &f)) {
 		g_array_free(ids, TRUE);
 		json_decref(doc);
 		return sim_respond_fail(call, &f);

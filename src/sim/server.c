@@ -42,6 +42,10 @@ sim_call_unref(struct sim_call *call)
 	if (call->pull_body)
 		g_string_free(call->pull_body, TRUE);
 	json_decref(call->kv_in);
+	sim_output_clear(&call->output);
+	g_free(call->prompt_text);
+	if (call->prompt_ids)
+		g_array_free(call->prompt_ids, TRUE);
 	g_free(call->request_id);
 	g_free(call->response_id);
 	g_free(call);

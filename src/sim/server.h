@@ -12,6 +12,7 @@
 #ifndef NW_SIM_SERVER_H
 #define NW_SIM_SERVER_H
 
+#include "sim/output.h"
 #include "sim/sim.h"
 
 /* Request bodies above this are answered 413. */
@@ -62,6 +63,10 @@ struct sim_call {
 	sim_request_kind kind;     /* what the request asked for */
 	json_t *kv_in;             /* do_remote_prefill params (owned) */
 	const char *kv_invalid;    /* why kv_in cannot be used, or NULL */
+	struct sim_output output;  /* tool calls, reasoning, logprobs */
+	char *prompt_text;         /* for prompt_logprobs: the prompt, or NULL */
+	GArray *prompt_ids;        /* for prompt_logprobs of a token-id prompt */
+	bool prompt_bos;           /* the prompt starts with the BOS token */
 
 	sim_call_state state;
 	bool suspended;            /* in the access handler (not a reader) */
@@ -74,6 +79,7 @@ struct sim_call {
 	double last_token_v;
 	uint32_t emitted;          /* tokens emitted to the client */
 	bool role_sent;            /* chat streams: the role delta went out */
+	uint32_t text_chars;       /* completions streams: text sent (text_offset) */
 
 	/* Answer. */
 	unsigned status;           /* non-streaming: the HTTP status to send */
@@ -129,9 +135,11 @@ json_t *sim_parse_body(struct sim_call *call, struct sim_fail *f);
 /* "model" absent, null or the served name; else 404. */
 bool sim_check_model(const struct sim_node *node, const json_t *doc, struct sim_fail *f);
 /* The prompt (completion form) or messages (chat form) as tokens; ids,
- * when given, receives the token ids and only text prompts are taken. */
+ * when given, receives the token ids and only text prompts are taken.
+ * text_out (may be NULL) gets a copy of the prompt's text (NULL for
+ * token ids). */
 bool sim_parse_prompt(const json_t *doc, bool chat, GArray *ids, uint32_t *tokens,
-                      uint64_t *seed, struct sim_fail *f);
+                      uint64_t *seed, char **text_out, struct sim_fail *f);
 /* A completion or chat request into the call's fields. */
 bool sim_parse_generation(struct sim_call *call, const json_t *doc, struct sim_fail *f);
 

@@ -37,6 +37,7 @@ struct sim_options {
 	guint64 seed;
 	double time_scale;
 	gboolean no_delay;
+	gboolean prompt_tokens_details; /* usage says cached_tokens */
 	char *served_model_name;     /* NULL: the model's name */
 	unsigned max_model_len;      /* 0: the model's */
 	double kv_lease_s;

@@ -69,6 +69,12 @@ sim_tokenize(const char *text, size_t len, GArray *ids)
 	}
 }
 
+size_t
+sim_token_len(const char *text, size_t len, size_t at)
+{
+	return token_len((const unsigned char *)text, len, at);
+}
+
 uint32_t
 sim_tokenize_count(const char *text, size_t len)
 {
@@ -174,8 +180,8 @@ static const char *const pieces[] = {
 };
 
 /* splitmix64's finaliser: a good mix of (seed, index) from two words. */
-static uint64_t
-mix64(uint64_t x)
+uint64_t
+sim_mix64(uint64_t x)
 {
 	x ^= x >> 30;
 	x *= 0xbf58476d1ce4e5b9ull;
@@ -188,7 +194,17 @@ mix64(uint64_t x)
 const char *
 sim_token_piece(uint64_t seed, uint32_t index)
 {
-	uint64_t h = mix64(mix64(seed) + index);
+	uint64_t h = sim_mix64(sim_mix64(seed) + index);
 
 	return pieces[h % G_N_ELEMENTS(pieces)];
+}
+
+const char *
+sim_token_alternative(uint64_t seed, uint32_t index, unsigned k)
+{
+	uint64_t h = sim_mix64(sim_mix64(seed) + index);
+
+	/* The k pieces after the chosen one in the list: distinct from it
+	 * and from each other for k below the list's length. */
+	return pieces[(h % G_N_ELEMENTS(pieces) + k) % G_N_ELEMENTS(pieces)];
 }

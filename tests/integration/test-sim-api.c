@@ -626,6 +626,129 @@ test_abort_on_disconnect(void)
 	sim_clear(&p);
 }
 
+/* Fold a chat stream's events into {reasoning, content, calls[] by index,
+ * logprobs entries, finish_reason} the way a client would. */
+static json_t *
+fold_chat_stream(const char *text)
+{
+	json_t *out = json_pack("{s:s, s:s, s:[], s:[], s:n}", "reasoning_content", "",
+	                        "content", "", "tool_calls", "logprobs", "finish_reason");
+	g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+
+	for (char **l = lines; *l; l++) {
+		json_t *ev, *ch, *delta, *v;
+		size_t i;
+
+		if (!g_str_has_prefix(*l, "data: {"))
+			continue;
+		ev = sim_json(*l + 6);
+		ch = json_array_get(json_object_get(ev, "choices"), 0);
+		delta = json_object_get(ch, "delta");
+		for (const char *const *k = (const char *const[]){ "reasoning_content", "content",
+		                                                   NULL }; *k; k++) {
+			if (json_is_string(json_object_get(delta, *k))) {
+				g_autofree char *cat = g_strconcat(json_string_value(json_object_get(out, *k)),
+				                                   json_string_value(json_object_get(delta, *k)),
+				                                   NULL);
+				json_object_set_new(out, *k, json_string(cat));
+			}
+		}
+		json_array_foreach(json_object_get(delta, "tool_calls"), i, v) {
+			json_t *calls = json_object_get(out, "tool_calls");
+			json_int_t idx = json_integer_value(json_object_get(v, "index"));
+			json_t *fn = json_object_get(v, "function");
+
+			if (idx == (json_int_t)json_array_size(calls)) {
+				/* The first delta of a call carries its id, type and name. */
+				g_assert_nonnull(json_object_get(v, "id"));
+				json_array_append_new(calls, json_pack("{s:O, s:O, s:{s:O, s:s}}",
+				                      "id", json_object_get(v, "id"),
+				                      "type", json_object_get(v, "type"), "function",
+				                      "name", json_object_get(fn, "name"), "arguments", ""));
+			} else {
+				g_assert_null(json_object_get(v, "id"));
+			}
+			{
+				json_t *f = json_object_get(json_array_get(calls, (size_t)idx), "function");
+				g_autofree char *cat = g_strconcat(
+					json_string_value(json_object_get(f, "arguments")),
+					json_string_value(json_object_get(fn, "arguments")), NULL);
+
+				json_object_set_new(f, "arguments", json_string(cat));
+			}
+		}
+		json_array_extend(json_object_get(out, "logprobs"),
+		                  json_object_get(json_object_get(ch, "logprobs"), "content"));
+		if (json_is_string(json_object_get(ch, "finish_reason")))
+			json_object_set(out, "finish_reason", json_object_get(ch, "finish_reason"));
+		json_decref(ev);
+	}
+	return out;
+}
+
+static void
+test_tools_reasoning_logprobs(void)
+{
+	struct sim_proc p;
+	struct sim_reply whole, streamed, r;
+	const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Where is the pod?\"}],"
+	                   "\"max_tokens\":9,\"chat_template_kwargs\":{\"enable_thinking\":true},"
+	                   "\"logprobs\":true,\"top_logprobs\":2,\"tool_choice\":\"required\","
+	                   "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"find\"}},"
+	                   "{\"type\":\"function\",\"function\":{\"name\":\"dive\"}}]";
+	g_autofree char *plain = g_strconcat(body, "}", NULL);
+	g_autofree char *stream = g_strconcat(body, ",\"stream\":true}", NULL);
+	json_t *doc, *msg, *folded, *want;
+
+	g_test_summary("/sim/issue-9/tools-reasoning-logprobs: a chat request with tools "
+	               "(tool_choice required), enable_thinking and logprobs answers the same "
+	               "reasoning, tool calls (one per tool, finish_reason tool_calls) and "
+	               "logprob values streamed as deltas by index and in one body");
+	g_assert_true(sim_start(&p, fast));
+	sim_http(p.ports[0], "POST", "/v1/chat/completions", plain, NULL, 10000, &whole);
+	g_assert_cmpint(whole.status, ==, 200);
+	sim_http(p.ports[0], "POST", "/v1/chat/completions", stream, NULL, 10000, &streamed);
+	g_assert_cmpint(streamed.status, ==, 200);
+	doc = sim_json(whole.body->str);
+	msg = json_object_get(json_array_get(json_object_get(doc, "choices"), 0), "message");
+	g_assert_true(json_is_null(json_object_get(msg, "content")));
+	g_assert_cmpuint(strlen(json_string_value(json_object_get(msg, "reasoning_content"))), >, 0);
+	g_assert_cmpuint(json_array_size(json_object_get(msg, "tool_calls")), ==, 2);
+	folded = fold_chat_stream(streamed.body->str);
+	want = json_pack("{s:O, s:s, s:O, s:O, s:O}",
+	                 "reasoning_content", json_object_get(msg, "reasoning_content"),
+	                 "content", "", "tool_calls", json_object_get(msg, "tool_calls"),
+	                 "logprobs", json_object_get(json_object_get(json_array_get(
+	                     json_object_get(doc, "choices"), 0), "logprobs"), "content"),
+	                 "finish_reason", json_object_get(json_array_get(
+	                     json_object_get(doc, "choices"), 0), "finish_reason"));
+	g_assert_cmpstr(json_string_value(json_object_get(want, "finish_reason")), ==, "tool_calls");
+	g_assert_cmpuint(json_array_size(json_object_get(want, "logprobs")), ==, 9);
+	g_assert_true(json_equal(folded, want));
+	json_decref(folded);
+	json_decref(want);
+	json_decref(doc);
+	sim_reply_clear(&whole);
+	sim_reply_clear(&streamed);
+
+	/* vLLM refuses prompt_logprobs on a stream, and a tool_choice naming
+	 * no tool. */
+	sim_http(p.ports[0], "POST", "/v1/completions", "{\"prompt\":\"a\",\"prompt_logprobs\":1,"
+	         "\"stream\":true}", NULL, 10000, &r);
+	g_assert_cmpint(r.status, ==, 400);
+	g_assert_nonnull(strstr(r.body->str, "\"param\":\"prompt_logprobs\""));
+	sim_reply_clear(&r);
+	sim_http(p.ports[0], "POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\","
+	         "\"content\":\"a\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+	         "\"x\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"y\"}}}",
+	         NULL, 10000, &r);
+	g_assert_cmpint(r.status, ==, 400);
+	g_assert_nonnull(strstr(r.body->str, "\"param\":\"tool_choice\""));
+	sim_reply_clear(&r);
+	g_assert_cmpint(sim_stop(&p, SIGTERM, 10000), ==, 0);
+	sim_clear(&p);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -634,6 +757,7 @@ main(int argc, char **argv)
 	g_test_add_func("/sim/issue3/fleet-description", test_fleet);
 	g_test_add_func("/sim/issue3/clean-exit", test_signals);
 	g_test_add_func("/sim/issue3/completions", test_completions);
+	g_test_add_func("/sim/issue-9/tools-reasoning-logprobs", test_tools_reasoning_logprobs);
 	g_test_add_func("/sim/issue3/chat-completions", test_chat);
 	g_test_add_func("/sim/issue3/streaming", test_streaming);
 	g_test_add_func("/sim/issue3/endpoints", test_endpoints);

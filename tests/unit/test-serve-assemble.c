@@ -219,6 +219,34 @@ test_chat_tool_calls(void)
 }
 
 static void
+test_chat_logprobs_usage_details(void)
+{
+	const char *const chunks[] = {
+		CHAT_DELTA(0, "{\"role\":\"assistant\",\"content\":\"\"}", "null"),
+		"{" CHAT_HEAD ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"},"
+		"\"logprobs\":{\"content\":[{\"token\":\" a\",\"logprob\":-0.5,\"bytes\":[32,97],"
+		"\"top_logprobs\":[]}]},\"finish_reason\":null}]}",
+		"{" CHAT_HEAD ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" b\"},"
+		"\"logprobs\":{\"content\":[{\"token\":\" b\",\"logprob\":-1.25,\"bytes\":[32,98],"
+		"\"top_logprobs\":[]}]},\"finish_reason\":\"length\"}]}",
+		"{" CHAT_HEAD ",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,"
+		"\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":2}}}",
+		NULL
+	};
+
+	g_test_summary("/serve/assemble/chat-logprobs-usage-details: issue 9, chat "
+	               "logprobs.content entries concatenate in order, and usage keeps its "
+	               "prompt_tokens_details");
+	check(NARWHAL_ROUTE_CHAT_COMPLETIONS, chunks,
+	      "{" CHAT_OUT ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+	      "\"content\":\" a b\"},\"logprobs\":{\"content\":["
+	      "{\"token\":\" a\",\"logprob\":-0.5,\"bytes\":[32,97],\"top_logprobs\":[]},"
+	      "{\"token\":\" b\",\"logprob\":-1.25,\"bytes\":[32,98],\"top_logprobs\":[]}]},"
+	      "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,"
+	      "\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":2}}}");
+}
+
+static void
 test_choices_sorted(void)
 {
 	const char *const chunks[] = {
@@ -385,6 +413,8 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/assemble/completions-logprobs", test_completions_logprobs);
 	g_test_add_func("/serve/assemble/chat-content", test_chat_content);
 	g_test_add_func("/serve/assemble/chat-tool-calls", test_chat_tool_calls);
+	g_test_add_func("/serve/assemble/chat-logprobs-usage-details",
+	                test_chat_logprobs_usage_details);
 	g_test_add_func("/serve/assemble/choices-sorted", test_choices_sorted);
 	g_test_add_func("/serve/assemble/reasoning", test_reasoning);
 	g_test_add_func("/serve/assemble/chat-whole-message", test_whole_message);

@@ -498,6 +498,44 @@ test_shape_key(void)
 	}
 }
 
+static void
+test_match_new_fields(void)
+{
+	static const char learnt[] = "{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":"
+	                             "{\"content\":\"a\"},\"logprobs\":null,\"finish_reason\":null}]}";
+	static const char *const other[] = {
+		/* logprobs, a tool call or reasoning where the plain chunk had none */
+		"{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},"
+		"\"logprobs\":{\"content\":[{\"token\":\"b\",\"logprob\":-1}]},\"finish_reason\":null}]}",
+		"{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,"
+		"\"function\":{\"arguments\":\"b\"}}]},\"logprobs\":null,\"finish_reason\":null}]}",
+		"{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"b\"},"
+		"\"logprobs\":null,\"finish_reason\":null}]}",
+		/* the shape, but invalid UTF-8 or a raw control byte in the string */
+		"{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":"
+		"{\"content\":\"\xff\xfe\"},\"logprobs\":null,\"finish_reason\":null}]}",
+		"{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":"
+		"{\"content\":\"\x01\"},\"logprobs\":null,\"finish_reason\":null}]}",
+	};
+	static const char good[] = "{\"id\":\"x\",\"choices\":[{\"index\":0,\"delta\":"
+	                           "{\"content\":\"\\u00e9t\xc3\xa9\"},\"logprobs\":null,"
+	                           "\"finish_reason\":null}]}";
+	struct nw_chunk_shape s;
+
+	g_test_summary("/serve/chunk-shape/issue-9-new-fields: a chunk with logprobs, a tool call "
+	               "or reasoning never matches a plain text chunk's shape, and a match "
+	               "checked without decoding (the relay's) still refuses invalid UTF-8");
+	nw_chunk_shape_init(&s);
+	g_assert_true(nw_chunk_shape_learn(&s, learnt, strlen(learnt), "content"));
+	for (size_t i = 0; i < G_N_ELEMENTS(other); i++) {
+		g_assert_false(nw_chunk_shape_match(&s, other[i], strlen(other[i]), NULL));
+		if (i >= 3) /* a full parse refuses these too */
+			g_assert_null(json_loads(other[i], 0, NULL));
+	}
+	g_assert_true(nw_chunk_shape_match(&s, good, strlen(good), NULL));
+	nw_chunk_shape_clear(&s);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -509,5 +547,6 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/chunk-shape/learn-refuses", test_learn_refuses);
 	g_test_add_func("/serve/chunk-shape/reset-clear", test_reset_clear);
 	g_test_add_func("/serve/chunk-shape/key", test_shape_key);
+	g_test_add_func("/serve/chunk-shape/issue-9-new-fields", test_match_new_fields);
 	return g_test_run();
 }
