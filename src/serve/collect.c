@@ -165,9 +165,9 @@ nw_collect_feed(struct nw_request *r, const char *bytes, size_t len)
 {
 	struct nw_collect *c = &r->collect;
 
-	if (c->done || r->finished)
+	if (c->done || nw_request_decided(r))
 		return true; /* after the terminator: let the transfer end */
-	if (!nw_sse_feed(&c->sse, bytes, len) && c->sse.overflow && !r->finished)
+	if (!nw_sse_feed(&c->sse, bytes, len) && c->sse.overflow && !nw_request_decided(r))
 		nw_request_fail(r, NW_FAIL_TOO_LARGE, 0, "an event of the engine's stream is larger "
 		                "than serving.max_response_bytes");
 	return true;
@@ -180,7 +180,7 @@ nw_collect_end(struct nw_request *r)
 
 	/* An engine that leaves out the blank line after its terminator
 	 * still ended its stream. */
-	if (!c->done && !r->finished)
+	if (!c->done && !nw_request_decided(r))
 		nw_sse_finish(&c->sse);
 	return c->done;
 }

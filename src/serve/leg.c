@@ -58,7 +58,7 @@ on_response(void *data, long status)
 	r->leg.relaying = true;
 	/* An aggregate stream commits on the engine's 200: before it, a
 	 * failure can still be retried. */
-	if (!r->stream_committed)
+	if (!nw_request_streaming(r))
 		nw_request_commit_stream(r);
 }
 
@@ -136,7 +136,7 @@ send_call(struct nw_request *r)
 	/* Spec 4.3: a disaggregated stream commits its 200 before decode
 	 * starts, and no earlier: the slot and connection waits and the
 	 * handoff check before this can still be retried. */
-	if (leg->kind == NW_LEG_DECODE && r->parsed.stream && !r->stream_committed)
+	if (leg->kind == NW_LEG_DECODE && r->parsed.stream && !nw_request_streaming(r))
 		nw_request_commit_stream(r);
 	/* The handoff cap runs from the start of the prefill HTTP request. */
 	if (leg->kind == NW_LEG_PREFILL && s->cfg->serving.handoff_timeout_s > 0)

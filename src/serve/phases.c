@@ -87,7 +87,7 @@ start_sizing(struct nw_request *r)
 	bool found = false;
 	int rc;
 
-	r->state = NW_REQ_SIZING;
+	nw_request_set_state(r, NW_REQ_SIZING);
 	if (r->parsed.prompt_token_ids > 0) {
 		r->prompt_tokens = r->parsed.prompt_token_ids;
 		r->prompt_tokens_exact = true;
@@ -160,7 +160,7 @@ enqueue(struct nw_request *r)
 		return;
 	}
 	s->counters.queued++;
-	r->state = NW_REQ_QUEUED;
+	nw_request_set_state(r, NW_REQ_QUEUED);
 	r->phase = NW_PT_QUEUE;
 	r->phase_until_us = g_get_monotonic_time() +
 	                    (int64_t)(s->cfg->serving.queue_timeout_s * 1e6);
@@ -378,7 +378,7 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	uint32_t n, full;
 	int32_t engine;
 
-	r->state = NW_REQ_PLACING;
+	nw_request_set_state(r, NW_REQ_PLACING);
 	r->placing = phase;
 	/* FIFO: whoever waits already goes first. */
 	if (r->phase_line != line && !nw_wait_line_empty(line)) {
@@ -475,7 +475,7 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	case NARWHAL_PHASE_PREFILL:
 		kind = NW_LEG_PREFILL;
 		s->counters.prefill_started++;
-		r->state = NW_REQ_PREFILL;
+		nw_request_set_state(r, NW_REQ_PREFILL);
 		rc = d->ops->build_prefill(d->ctx, r->route, r->parsed.body, &call);
 		break;
 	case NARWHAL_PHASE_DECODE:
@@ -487,14 +487,14 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		}
 		kind = NW_LEG_DECODE;
 		s->counters.decode_started++;
-		r->state = NW_REQ_DECODE;
+		nw_request_set_state(r, NW_REQ_DECODE);
 		rc = d->ops->build_decode(d->ctx, r->route, output_body(r), r->handoff, &call);
 		break;
 	case NARWHAL_PHASE_AGGREGATE:
 	default:
 		kind = NW_LEG_AGGREGATE;
 		s->counters.aggregate_started++;
-		r->state = NW_REQ_DECODE;
+		nw_request_set_state(r, NW_REQ_DECODE);
 		rc = d->ops->build_aggregate(d->ctx, r->route, output_body(r), &call);
 		break;
 	}
@@ -625,7 +625,7 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 			nw_collect_answer(r);
 			return;
 		}
-		if (r->finished)
+		if (nw_request_decided(r))
 			return; /* the collector's last event failed it */
 		s->counters.decode_failed_transport++;
 		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
@@ -655,7 +655,7 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 void
 nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res)
 {
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	/* The connection is back in the pool. */
 	if (r->leg.holds_pool) {

@@ -12,6 +12,60 @@
 #include "core/log.h"
 #include "serve/request.h"
 
+/* --- the state machine ---------------------------------------------- */
+
+#define BIT(st) (1u << (st))
+/* Every working state may end decided (a refusal, a failure, the client
+ * leaving). */
+#define DECIDED (BIT(NW_REQ_RESPONDING))
+
+static const unsigned legal_next[NW_REQ_N_STATES] = {
+	[NW_REQ_READING] = BIT(NW_REQ_SIZING) | DECIDED,
+	[NW_REQ_SIZING] = BIT(NW_REQ_QUEUED) | BIT(NW_REQ_PLACING) | DECIDED,
+	[NW_REQ_QUEUED] = BIT(NW_REQ_PLACING) | DECIDED,
+	/* An expired handoff fails a decode placement: BACKOFF. */
+	[NW_REQ_PLACING] = BIT(NW_REQ_PLACING) | BIT(NW_REQ_PREFILL) | BIT(NW_REQ_DECODE) |
+	                   BIT(NW_REQ_BACKOFF) | DECIDED,
+	[NW_REQ_PREFILL] = BIT(NW_REQ_PLACING) | BIT(NW_REQ_BACKOFF) | DECIDED,
+	[NW_REQ_DECODE] = BIT(NW_REQ_STREAMING) | BIT(NW_REQ_BACKOFF) | DECIDED,
+	[NW_REQ_BACKOFF] = BIT(NW_REQ_PLACING) | DECIDED,
+	/* Past the 200 there is no retry: only the end of the stream. */
+	[NW_REQ_STREAMING] = BIT(NW_REQ_STREAM_ENDING),
+	[NW_REQ_RESPONDING] = BIT(NW_REQ_DONE),
+	[NW_REQ_STREAM_ENDING] = BIT(NW_REQ_DONE),
+	[NW_REQ_DONE] = 0,
+};
+
+static const char *const state_names[NW_REQ_N_STATES] = {
+	[NW_REQ_READING] = "reading", [NW_REQ_SIZING] = "sizing", [NW_REQ_QUEUED] = "queued",
+	[NW_REQ_PLACING] = "placing", [NW_REQ_PREFILL] = "prefill", [NW_REQ_DECODE] = "decode",
+	[NW_REQ_BACKOFF] = "backoff", [NW_REQ_STREAMING] = "streaming",
+	[NW_REQ_RESPONDING] = "responding", [NW_REQ_STREAM_ENDING] = "stream_ending",
+	[NW_REQ_DONE] = "done",
+};
+
+bool
+nw_req_transition_legal(nw_req_state from, nw_req_state to)
+{
+	return from < NW_REQ_N_STATES && to < NW_REQ_N_STATES && (legal_next[from] & BIT(to));
+}
+
+const char *
+nw_req_state_name(nw_req_state state)
+{
+	return state < NW_REQ_N_STATES ? state_names[state] : "invalid";
+}
+
+void
+nw_request_set_state(struct nw_request *r, nw_req_state next)
+{
+	if (nw_log_enabled(NARWHAL_LOG_DEBUG) && next != r->state)
+		nw_log(NARWHAL_LOG_DEBUG, "request_state", "request_id", r->id, "from",
+		       nw_req_state_name(r->state), "to", nw_req_state_name(next), NULL);
+	g_return_if_fail(nw_req_transition_legal(r->state, next));
+	r->state = next;
+}
+
 /* --- creation and release ------------------------------------------ */
 
 static void on_timer(void *data);
@@ -157,7 +211,7 @@ nw_request_rearm(struct nw_request *r)
 {
 	int64_t when = -1;
 
-	if (r->finished) {
+	if (nw_request_decided(r)) {
 		nw_timer_cancel(r->serve->timers, &r->timer);
 		return;
 	}
@@ -186,11 +240,11 @@ on_wake(struct nw_request *r, unsigned wake)
 		r->serve->counters.admitted++;
 		nw_phase_begin_attempt(r);
 	}
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if (wake & NW_WAKE_POOL)
 		nw_leg_pool_granted(r);
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if ((wake & NW_WAKE_KICK) && r->state == NW_REQ_PLACING)
 		nw_phase_place(r, r->placing);
@@ -240,12 +294,12 @@ on_timer(void *data)
 	int64_t now = g_get_monotonic_time();
 	unsigned wake = r->wake;
 
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	r->wake = 0;
 	if (wake != 0)
 		on_wake(r, wake);
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if (now >= r->deadline_us) {
 		s->counters.deadline_expired++;
@@ -277,7 +331,7 @@ on_timer(void *data)
 	}
 	if (r->phase != NW_PT_NONE && now >= r->phase_until_us) {
 		on_phase_expired(r);
-		if (r->finished)
+		if (nw_request_decided(r))
 			return;
 	}
 	if (r->stall_until_us >= 0 && now >= r->stall_until_us) {
@@ -340,7 +394,8 @@ answer(struct nw_request *r, unsigned status, char *body, size_t len)
 	r->resp_status = status;
 	r->resp_body = body;
 	r->resp_len = body ? len : 0;
-	r->state = NW_REQ_RESPONDING;
+	/* The outcome was decided first (nw_request_finish). */
+	g_warn_if_fail(r->state == NW_REQ_RESPONDING);
 	nw_request_wake_client(r);
 }
 
@@ -382,7 +437,7 @@ queue_answer(struct nw_request *r)
 	enum MHD_Result ret;
 	unsigned status = 200;
 
-	if (r->stream_committed) {
+	if (nw_request_streaming(r)) {
 		resp = nw_relay_response(r);
 	} else {
 		if (r->resp_body == NULL) {
@@ -426,7 +481,7 @@ nw_request_finish(struct nw_request *r, bool ok)
 {
 	struct nw_serve *s = r->serve;
 
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	r->ok = ok;
 	if (ok) {
@@ -436,8 +491,8 @@ nw_request_finish(struct nw_request *r, bool ok)
 		s->counters.requests_failed++;
 	}
 	release_all(r);
-	r->finished = true;
-	r->state = NW_REQ_DONE;
+	nw_request_set_state(r, r->state == NW_REQ_STREAMING ? NW_REQ_STREAM_ENDING
+	                                                      : NW_REQ_RESPONDING);
 }
 
 /* The client's status, type and code for a failure. */
@@ -505,7 +560,7 @@ retry(struct nw_request *r, int32_t blamed)
 	s->counters.retries++;
 	backoff = nw_backoff_sample(s->rng, cfg->serving.retry_base_s, cfg->serving.retry_cap_s,
 	                            r->attempt - 1);
-	r->state = NW_REQ_BACKOFF;
+	nw_request_set_state(r, NW_REQ_BACKOFF);
 	r->phase = NW_PT_BACKOFF;
 	r->phase_until_us = g_get_monotonic_time() + (int64_t)(backoff * 1e6);
 	g_snprintf(attempt, sizeof attempt, "%u", r->attempt + 1);
@@ -522,9 +577,10 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	struct nw_serve *s = r->serve;
 	const char *type, *code;
 	unsigned status;
+	bool streaming = nw_request_streaming(r), reading = r->state == NW_REQ_READING;
 	g_autofree char *text = NULL;
 
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if (kind == NW_FAIL_CLIENT) {
 		nw_request_finish(r, false);
@@ -543,7 +599,7 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		nw_collect_answer(r);
 		return;
 	}
-	if (!r->stream_committed && nw_fail_retryable(kind) &&
+	if (!streaming && nw_fail_retryable(kind) &&
 	    r->attempt + 1 < s->cfg->serving.max_attempts && !s->stopping) {
 		if (nw_retry_budget_take(&s->budget)) {
 			retry(r, blamed_engine(r, kind));
@@ -557,12 +613,12 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code", code,
 	       "message", message, NULL);
 	nw_request_finish(r, false);
-	if (!r->body_read) {
+	if (reading) {
 		/* Still reading the body: MHD takes no answer now. Close. */
 		nw_http_server_abort(r->conn);
 		return;
 	}
-	if (r->stream_committed)
+	if (streaming)
 		nw_relay_error(r, type, code, message);
 	else
 		nw_request_answer_error(r, status, type, code, NULL, message);
@@ -588,14 +644,14 @@ nw_request_on_stream_end(struct nw_request *r, bool ok)
 void
 nw_request_commit_stream(struct nw_request *r)
 {
-	r->stream_committed = true;
+	nw_request_set_state(r, NW_REQ_STREAMING);
 	nw_request_wake_client(r);
 }
 
 void
 nw_request_shutdown(struct nw_request *r)
 {
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	r->serve->counters.shutdown_aborts++;
 	nw_request_fail(r, NW_FAIL_SHUTDOWN, 0, "Narwhal is shutting down");
@@ -612,7 +668,7 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 		size_t n = *upload_size;
 
 		*upload_size = 0;
-		if (r->state != NW_REQ_READING || r->finished)
+		if (r->state != NW_REQ_READING)
 			return MHD_YES; /* already answered: discard */
 		if (r->body_in->len + n > s->cfg->serving.max_request_bytes) {
 			/* A chunked body has no length to refuse up front. MHD takes
@@ -633,11 +689,10 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 	}
 	if (r->response_queued)
 		return MHD_YES;
-	if (r->state == NW_REQ_READING && !r->finished) {
-		r->body_read = true;
+	if (r->state == NW_REQ_READING)
 		nw_phase_begin(r);
-	}
-	if (r->stream_committed || r->state == NW_REQ_RESPONDING || r->finished)
+	/* A stream is answered once committed, a body once decided. */
+	if (r->state >= NW_REQ_STREAMING)
 		return queue_answer(r);
 	nw_request_suspend(r);
 	return MHD_YES;
@@ -653,13 +708,13 @@ nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode wh
 
 		g_snprintf(code, sizeof code, "%d", (int)why);
 		nw_log(NARWHAL_LOG_DEBUG, "request_done", "request_id", r->id, "termination", code,
-		       "outcome", r->finished ? (r->ok ? "ok" : "failed") : "open", NULL);
+		       "outcome", nw_request_decided(r) ? (r->ok ? "ok" : "failed") : "open", NULL);
 	}
 	/* A stream whose terminator went out is a success even if the
 	 * engine's transfer has not quite ended. */
-	if (!r->finished && r->relay.done && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+	if (!nw_request_decided(r) && r->relay.done && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		nw_request_finish(r, true);
-	if (!r->finished) {
+	if (!nw_request_decided(r)) {
 		if (!r->client_gone && why != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
 			r->client_gone = true;
 			s->counters.client_disconnects++;
@@ -668,6 +723,7 @@ nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode wh
 		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client left");
 	}
 	release_all(r);
+	nw_request_set_state(r, NW_REQ_DONE);
 	r->conn = NULL;
 	r->suspended = false;
 	g_queue_unlink(&s->requests, &r->link);

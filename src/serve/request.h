@@ -8,7 +8,14 @@
  *       PLACING(prefill) -> PREFILL -> PLACING(decode) -> DECODE
  *       (or PLACING(aggregate) -> DECODE with an aggregate leg)
  *     -> BACKOFF -> attempt k+1 ...   (before visible output only)
- *   -> RESPONDING -> DONE
+ *   -> [STREAMING] -> RESPONDING or STREAM_ENDING -> DONE
+ *
+ * r->state is the one record of where a request is; only
+ * nw_request_set_state() changes it, and it refuses a transition the
+ * diagram does not have. Once the outcome is decided (RESPONDING for a
+ * body answer, STREAM_ENDING for a committed stream) the request never
+ * goes back to work, and DONE, reached when the HTTP server is finished
+ * with it, is never left.
  *
  * Every timer of a request (request deadline, queue, pool, prefill, first
  * token, read gap, handoff, backoff, tokenise, wake-ups) is folded into its
@@ -84,17 +91,26 @@ struct nw_serve {
 	GString *model_probe_body;
 };
 
+/* The order matters: every state from NW_REQ_STREAMING on has its answer
+ * chosen, every state from NW_REQ_RESPONDING on its outcome decided. */
 typedef enum nw_req_state {
-	NW_REQ_READING,
-	NW_REQ_SIZING,
-	NW_REQ_QUEUED,
-	NW_REQ_PLACING,
-	NW_REQ_PREFILL,
-	NW_REQ_DECODE,
-	NW_REQ_BACKOFF,
-	NW_REQ_RESPONDING,
-	NW_REQ_DONE,
+	NW_REQ_READING,         /* the body is arriving */
+	NW_REQ_SIZING,          /* counting the prompt's tokens */
+	NW_REQ_QUEUED,          /* waiting for admission */
+	NW_REQ_PLACING,         /* choosing an engine, or waiting for a slot */
+	NW_REQ_PREFILL,         /* the prefill leg is out */
+	NW_REQ_DECODE,          /* the decode or aggregate leg is out, nothing sent */
+	NW_REQ_BACKOFF,         /* between attempts */
+	NW_REQ_STREAMING,       /* the 200 is committed: the client sees the stream */
+	NW_REQ_RESPONDING,      /* decided: a body answer (or none, client gone) */
+	NW_REQ_STREAM_ENDING,   /* decided: the committed stream drains and ends */
+	NW_REQ_DONE,            /* the HTTP server is finished with the request */
+	NW_REQ_N_STATES
 } nw_req_state;
+
+/* Whether the lifecycle has an edge from one state to the other. */
+bool nw_req_transition_legal(nw_req_state from, nw_req_state to);
+const char *nw_req_state_name(nw_req_state state);
 
 /* Why a request or an attempt failed (nw_fail_kind, serve/retry.h)
  * decides retry and the answer. */
@@ -215,13 +231,10 @@ struct nw_request {
 	unsigned wake;                /* NW_WAKE_* */
 
 	/* The client answer. */
-	bool body_read;               /* the whole body arrived */
-	bool stream_committed;        /* 200 queued for a stream */
 	bool response_queued;         /* MHD has our response */
 	bool suspended;               /* we suspended the connection */
 	bool client_gone;
-	bool finished;                /* the outcome is decided */
-	bool ok;
+	bool ok;                      /* the outcome, once decided */
 	unsigned resp_status;
 	char *resp_body;              /* malloc'd (MHD frees it) */
 	size_t resp_len;
@@ -245,6 +258,24 @@ enum MHD_Result nw_request_on_handler(struct nw_request *r, const char *upload,
 void nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode why);
 /* Stop: answer 503 (or end the stream with an error event). */
 void nw_request_shutdown(struct nw_request *r);
+
+/* The one way r->state changes (a transition the lifecycle lacks is
+ * refused with a critical and the state kept). */
+void nw_request_set_state(struct nw_request *r, nw_req_state next);
+
+/* The outcome is decided: no more engine work. */
+static inline bool
+nw_request_decided(const struct nw_request *r)
+{
+	return r->state >= NW_REQ_RESPONDING;
+}
+
+/* The answer is a stream whose 200 is committed. */
+static inline bool
+nw_request_streaming(const struct nw_request *r)
+{
+	return r->state == NW_REQ_STREAMING || r->state == NW_REQ_STREAM_ENDING;
+}
 
 /* For phases.c, leg.c and relay.c. */
 void nw_request_rearm(struct nw_request *r);
