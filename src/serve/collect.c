@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "serve/request.h"
+#include "serve/serve-internal.h"
 
 static bool on_event(void *data, const char *payload, size_t len);
 

@@ -13,6 +13,8 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 /* Error bodies are kept only to be classified and quoted. */
 #define ERROR_BODY_MAX (64u << 10)

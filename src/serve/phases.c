@@ -13,6 +13,8 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 /* --- validation ----------------------------------------------------- */
 

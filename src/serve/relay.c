@@ -25,6 +25,7 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/serve-internal.h"
 
 #define RELAY_BACKLOG_MAX (64u << 10)
 #define RELAY_STALL_US (200 * 1000)

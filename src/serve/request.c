@@ -11,6 +11,8 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 /* --- the state machine ---------------------------------------------- */
 

@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/serve-internal.h"
 
 #define PATH_COMPLETIONS "/v1/completions"
 #define PATH_CHAT "/v1/chat/completions"
