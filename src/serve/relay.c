@@ -235,9 +235,9 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 			rl->sent = rl->committed = 0;
 		}
 		if (rl->paused && unsent(rl) <= RELAY_BACKLOG_MAX / 2) {
-			/* The client drains: let the engine go on (C7: the held
-			 * bytes come back from the loop; libcurl may hand them
-			 * over right here). */
+			/* The client drains: let the engine go on (the held
+			 * bytes come back from the loop, or right here:
+			 * net/upstream.h, on_data). */
 			rl->paused = false;
 			r->stall_until_us = -1;
 			/* A paused engine is silent through no fault of its own. */
@@ -250,7 +250,8 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (rl->finished)
 		return MHD_CONTENT_READER_END_OF_STREAM;
-	/* M1: never return 0 without suspending. */
+	/* libmicrohttpd polls a reader that returns 0 without a suspend
+	 * (net/http-server.h, the handler contract). */
 	nw_request_suspend(r);
 	return 0;
 }
