@@ -601,6 +601,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		return;
 	}
 	json_decref(doc);
+	r->handoff_from = (int32_t)r->leg.engine;
 	nw_leg_release(r);
 	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
 	/* The stream commits when its decode leg goes out (leg.c), not here:

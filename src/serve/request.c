@@ -106,7 +106,7 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	r->deadline_us = r->arrival_us + (int64_t)(s->cfg->serving.request_timeout_s * 1e6);
 	r->body_in = g_string_new(NULL);
 	r->excluded = g_new0(uint8_t, MAX(s->fleet->view.n_engines, 1));
-	r->queued_on = r->prefill_engine = r->decode_engine = -1;
+	r->queued_on = r->prefill_engine = r->decode_engine = r->handoff_from = -1;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -165,6 +165,7 @@ nw_request_release_attempt(struct nw_request *r)
 		nw_phase_release_slot(r, NARWHAL_PHASE_DECODE);
 	json_decref(r->handoff);
 	r->handoff = NULL;
+	r->handoff_from = -1;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -537,12 +538,15 @@ failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const ch
 	}
 }
 
-/* The engine that a failure is blamed on, to exclude it next attempt. */
+/* The engine that a failure is blamed on, to exclude it next attempt. An
+ * expired handoff is its producer's: the prefill engine whose KV did not
+ * last, not the decode engine that never got to read it (issue 9). */
 static int32_t
 blamed_engine(const struct nw_request *r, nw_fail_kind kind)
 {
-	if (kind == NW_FAIL_HANDOFF || r->leg.kind == NW_LEG_NONE ||
-	    r->leg.kind == NW_LEG_TOKENIZE)
+	if (kind == NW_FAIL_HANDOFF)
+		return r->handoff_from;
+	if (r->leg.kind == NW_LEG_NONE || r->leg.kind == NW_LEG_TOKENIZE)
 		return -1;
 	return (int32_t)r->leg.engine;
 }

@@ -112,6 +112,7 @@ struct nw_request {
 	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
 	int32_t decode_engine;        /* engine holding our decode slot, -1 */
 	json_t *handoff;
+	int32_t handoff_from;         /* the prefill engine that produced it, -1 */
 	int64_t handoff_until_us;     /* -1: no cap running */
 	int64_t ft_until_us;          /* first-token deadline, -1: none */
 
