@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "serve/request.h"
+#include "serve/phases.h"
 #include "serve/serve-internal.h"
 
 static bool on_event(void *data, const char *payload, size_t len);
@@ -63,46 +64,6 @@ nw_collect_begin(struct nw_request *r)
 	c->done = false;
 }
 
-/* The message of an in-band error event, for the client. */
-static char *
-event_message(const char *payload, size_t len)
-{
-	json_t *doc = json_loadb(payload, len, 0, NULL);
-	json_t *err = json_object_get(doc, "error");
-	const char *msg = json_string_value(json_is_object(err) ? json_object_get(err, "message")
-	                                                        : err);
-	char *text = g_strdup(msg ? msg : "the engine sent an error event");
-
-	json_decref(doc);
-	return text;
-}
-
-static void
-fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev, const char *payload,
-             size_t len)
-{
-	struct nw_serve *s = r->serve;
-	g_autofree char *msg = event_message(payload, len);
-	g_autofree char *text = g_strdup_printf("engine %s: %s",
-	                                        s->cfg->fleet.engines[r->leg.engine].id, msg);
-
-	s->counters.stream_errors++;
-	switch (ev->error_class) {
-	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
-		s->counters.context_too_long++;
-		nw_request_fail(r, NW_FAIL_CONTEXT, 0, msg);
-		break;
-	case NARWHAL_ERROR_RETRYABLE:
-		nw_request_fail(r, NW_FAIL_STATUS, 0, text);
-		break;
-	case NARWHAL_ERROR_PERMANENT:
-	default:
-		s->counters.permanent_errors++;
-		nw_request_fail(r, NW_FAIL_PERMANENT, 0, text);
-		break;
-	}
-}
-
 static bool
 on_event(void *data, const char *payload, size_t len)
 {
@@ -130,7 +91,7 @@ on_event(void *data, const char *payload, size_t len)
 		c->done = true;
 		return false; /* nothing after the terminator matters */
 	case NARWHAL_SSE_ERROR:
-		fail_in_band(r, &ev, payload, len);
+		nw_phase_fail_in_band(r, &ev, payload, len);
 		return false;
 	case NARWHAL_SSE_TOKENS:
 	case NARWHAL_SSE_USAGE:

@@ -46,6 +46,8 @@
 	X(read_gap_timeouts)             /* decode_read_timeout_s silent gaps */ \
 	X(deadline_expired)              /* request_timeout_s passed */ \
 	X(context_too_long)              /* engine said the prompt does not fit */ \
+	X(refused_context_length)        /* 400 before any leg: cannot fit the model */ \
+	X(handoff_missing)               /* a 2xx prefill answer without a handoff */ \
 	X(permanent_errors)              /* other engine errors not retried */ \
 	X(client_disconnects)            \
 	X(backpressure_closes)           /* a stream client stopped reading */ \

@@ -169,6 +169,61 @@ enqueue(struct nw_request *r)
 	nw_request_rearm(r);
 }
 
+static const char *
+prompt_param(const struct nw_request *r)
+{
+	return r->route == NARWHAL_ROUTE_COMPLETIONS ? "prompt" : "messages";
+}
+
+/* Whether the request provably cannot fit the model: its exact token
+ * count and the model's length (learnt from the models answer) known. */
+static bool
+context_exceeded(const struct nw_request *r)
+{
+	int64_t max_len = r->serve->max_model_len;
+
+	if (max_len <= 0 || !r->prompt_tokens_exact)
+		return false;
+	if (r->prompt_tokens >= (uint64_t)max_len)
+		return true;
+	return r->parsed.max_tokens_set &&
+	       r->prompt_tokens + r->parsed.max_tokens > (uint64_t)max_len;
+}
+
+void
+nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err)
+{
+	int64_t max_len = r->serve->max_model_len;
+	const char *what = prompt_param(r);
+	bool known = max_len > 0 && r->prompt_tokens_exact;
+
+	/* The client's own request, never an engine leg's rewritten one (a
+	 * prefill leg asks for 1 output token). */
+	if (known && r->prompt_tokens >= (uint64_t)max_len)
+		nw_client_error_set(err, 400, "context_length_exceeded", what,
+		                    "the prompt has %" G_GUINT64_FORMAT " tokens and the model's "
+		                    "context length is %" G_GINT64_FORMAT " tokens: shorten the %s",
+		                    r->prompt_tokens, max_len, what);
+	else if (known && r->parsed.max_tokens_set)
+		nw_client_error_set(err, 400, "context_length_exceeded", "max_tokens",
+		                    "the prompt has %" G_GUINT64_FORMAT " tokens and max_tokens asks "
+		                    "for %u more, but the model's context length is %" G_GINT64_FORMAT
+		                    " tokens: lower max_tokens to at most %" G_GUINT64_FORMAT
+		                    " or shorten the %s", r->prompt_tokens, r->parsed.max_tokens,
+		                    max_len, (uint64_t)max_len - r->prompt_tokens, what);
+	else if (r->parsed.max_tokens_set)
+		nw_client_error_set(err, 400, "context_length_exceeded", "max_tokens",
+		                    "the prompt (%s%" G_GUINT64_FORMAT " tokens) with max_tokens %u "
+		                    "does not fit the model's context length: lower max_tokens or "
+		                    "shorten the %s", r->prompt_tokens_exact ? "" : "about ",
+		                    r->prompt_tokens, r->parsed.max_tokens, what);
+	else
+		nw_client_error_set(err, 400, "context_length_exceeded", what,
+		                    "the prompt (%s%" G_GUINT64_FORMAT " tokens) does not fit the "
+		                    "model's context length: shorten the %s",
+		                    r->prompt_tokens_exact ? "" : "about ", r->prompt_tokens, what);
+}
+
 static void
 admission(struct nw_request *r)
 {
@@ -192,6 +247,16 @@ admission(struct nw_request *r)
 		.projected_ttft_s = NAN, .reason = NULL,
 	};
 
+	/* Before any leg, so that a stream that cannot fit gets its 400 as an
+	 * HTTP status (issue 9), not after a 200. */
+	if (context_exceeded(r)) {
+		struct nw_client_error err;
+
+		s->counters.refused_context_length++;
+		nw_phase_context_error(r, &err);
+		answer_client_error(r, &err);
+		return;
+	}
 	if (ops->decide(s->admission->ctx, &req, &dec) != 0)
 		dec.verdict = NARWHAL_ADMIT; /* a failing policy must not stop serving */
 	switch (dec.verdict) {
@@ -552,6 +617,32 @@ engine_message(const GString *body, long status)
 	return text;
 }
 
+void
+nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
+                      const char *payload, size_t len)
+{
+	struct nw_serve *s = r->serve;
+	g_autofree char *detail = g_strndup(payload, len);
+
+	/* A committed stream counts the error event it sends (relay.c). */
+	if (!nw_request_streaming(r))
+		s->counters.stream_errors++;
+	switch (ev->error_class) {
+	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
+		s->counters.context_too_long++;
+		nw_request_fail_engine(r, NW_FAIL_CONTEXT, 0, detail, NULL);
+		break;
+	case NARWHAL_ERROR_RETRYABLE:
+		nw_request_fail_engine(r, NW_FAIL_STATUS, 0, detail, NULL);
+		break;
+	case NARWHAL_ERROR_PERMANENT:
+	default:
+		s->counters.permanent_errors++;
+		nw_request_fail_engine(r, NW_FAIL_PERMANENT, 0, detail, NULL);
+		break;
+	}
+}
+
 static void
 fail_by_status(struct nw_request *r, const struct nw_dialect *d)
 {
@@ -559,18 +650,19 @@ fail_by_status(struct nw_request *r, const struct nw_dialect *d)
 	long status = r->leg.status;
 	narwhal_error_class cls = d->ops->classify_error(d->ctx, (int)status, r->leg.collected->str,
 	                                                 r->leg.collected->len);
-	g_autofree char *msg = engine_message(r->leg.collected, status);
-	g_autofree char *text = g_strdup_printf("engine %s: %s",
-	                                        s->cfg->fleet.engines[r->leg.engine].id, msg);
+	const char *body = r->leg.collected->str;
+	g_autofree char *msg = NULL;
 
 	if (cls == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
 		s->counters.context_too_long++;
-		nw_request_fail(r, NW_FAIL_CONTEXT, status, msg);
+		nw_request_fail_engine(r, NW_FAIL_CONTEXT, status, body, NULL);
 	} else if (cls == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(status)) {
-		nw_request_fail(r, NW_FAIL_STATUS, status, text);
+		nw_request_fail_engine(r, NW_FAIL_STATUS, status, body, NULL);
 	} else {
 		s->counters.permanent_errors++;
-		nw_request_fail(r, NW_FAIL_PERMANENT, status, text);
+		if (nw_fail_passes_on(NW_FAIL_PERMANENT, status))
+			msg = engine_message(r->leg.collected, status);
+		nw_request_fail_engine(r, NW_FAIL_PERMANENT, status, body, msg);
 	}
 }
 
@@ -584,7 +676,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	r->phase = NW_PT_NONE;
 	if (res->code != CURLE_OK) {
 		s->counters.prefill_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->error);
+		nw_request_fail_engine(r, NW_FAIL_TRANSPORT, 0, res->error, NULL);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
@@ -596,11 +688,19 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	if (doc == NULL || d->ops->parse_prefill(d->ctx, doc, &r->handoff) != 0) {
 		json_decref(doc);
 		s->counters.prefill_failed_status++;
-		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
-		                "the prefill engine's answer has no readable handoff");
+		nw_request_fail_engine(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
+		                       "the prefill engine's answer has no readable handoff", NULL);
 		return;
 	}
 	json_decref(doc);
+	if (r->handoff == NULL) {
+		/* The dialect expected a handoff and found none: the decode leg
+		 * goes on without one (the engine prefills again), but the
+		 * operator should know (issue 9). */
+		s->counters.handoff_missing++;
+		nw_log(NARWHAL_LOG_WARNING, "handoff_missing", "request_id", r->id, "engine",
+		       s->cfg->fleet.engines[r->leg.engine].id, NULL);
+	}
 	r->handoff_from = (int32_t)r->leg.engine;
 	nw_leg_release(r);
 	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
@@ -631,13 +731,13 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 		if (nw_request_decided(r))
 			return; /* the collector's last event failed it */
 		s->counters.decode_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
-		                "the engine's stream ended without its terminator");
+		nw_request_fail_engine(r, NW_FAIL_TRANSPORT, 0, res->code != CURLE_OK ? res->error :
+		                       "the engine's stream ended without its terminator", NULL);
 		return;
 	}
 	if (res->code != CURLE_OK) {
 		s->counters.decode_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->error);
+		nw_request_fail_engine(r, NW_FAIL_TRANSPORT, 0, res->error, NULL);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {

@@ -8,6 +8,9 @@
 #include <narwhal/plugin-abi.h>
 
 #include <stdbool.h>
+#include <stddef.h>
+
+#include "serve/request-parse.h"
 
 struct nw_request;
 
@@ -22,5 +25,12 @@ void nw_phase_place(struct nw_request *r, narwhal_phase phase);
 void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
 void nw_phase_unqueue(struct nw_request *r);
 void nw_phase_leave_line(struct nw_request *r);
+/* The client's view of a context-length refusal: its own prompt and
+ * max_tokens, never an engine leg's. */
+void nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err);
+/* An engine's in-band error event (relay and collector): classified by the
+ * dialect, logged in full, failed with Narwhal's own message. */
+void nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
+                           const char *payload, size_t len);
 
 #endif /* NW_SERVE_PHASES_H */

@@ -25,6 +25,7 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
 #include "serve/serve-internal.h"
 
 #define RELAY_BACKLOG_MAX (64u << 10)
@@ -84,6 +85,21 @@ nw_relay_init(struct nw_relay *rl, size_t max_event)
 }
 
 void
+nw_relay_begin(struct nw_request *r)
+{
+	struct nw_relay *rl = &r->relay;
+
+	if (nw_request_streaming(r))
+		return;
+	/* Whatever an earlier attempt left before the 200 was never sent. */
+	g_byte_array_set_size(rl->buf, 0);
+	nw_sse_reset(&rl->sse);
+	rl->sent = rl->committed = rl->chunk_base = 0;
+	rl->first_token = rl->engine_error = rl->done = rl->finished = false;
+	rl->abort = rl->paused = false;
+}
+
+void
 nw_relay_clear(struct nw_relay *rl)
 {
 	if (rl->buf != NULL)
@@ -105,11 +121,25 @@ on_event(void *data, const char *payload, size_t len)
 	struct nw_request *r = data;
 	struct nw_relay *rl = &r->relay;
 	struct narwhal_sse_event ev;
+	size_t before = rl->committed;
 
 	/* The event is released up to the blank line that ended it. */
 	rl->committed = rl->chunk_base + rl->sse.boundary;
 	if (!nw_event_read(r, rl->first_token, payload, len, &ev))
 		return true; /* a token: relayed as it is */
+	if (ev.kind == NARWHAL_SSE_ERROR) {
+		/* The engine's own words stay out of the client's stream (they
+		 * may name addresses and paths): the failure adds Narwhal's
+		 * error event instead, or retries before the 200 is committed. */
+		rl->committed = before;
+		rl->engine_error = true;
+		nw_phase_fail_in_band(r, &ev, payload, len);
+		return false; /* nothing after it */
+	}
+	/* serving.stream_commit first_event: the decode engine's first event
+	 * commits the 200 (docs/configuration.md). */
+	if (r->state == NW_REQ_DECODE)
+		nw_request_commit_stream(r);
 	switch (ev.kind) {
 	case NARWHAL_SSE_TOKENS:
 		if (!rl->first_token) {
@@ -118,8 +148,7 @@ on_event(void *data, const char *payload, size_t len)
 		}
 		break;
 	case NARWHAL_SSE_ERROR:
-		rl->engine_error = true;
-		return false; /* nothing after it */
+		break; /* above */
 	case NARWHAL_SSE_DONE:
 		rl->done = true;
 		return false;
@@ -170,13 +199,10 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 		/* After the terminator the client's stream ends only with the
 		 * engine's transfer (nw_relay_end): cutting it short would cost
 		 * the engine connection its keep-alive. The read gap and the
-		 * deadline bound an engine that never ends it. */
-		if (!rl->done) {
-			rl->finished = true;
-			nw_request_on_stream_end(r, false);
-		}
+		 * deadline bound an engine that never ends it. After an error
+		 * event the request has failed already (on_event). */
 	}
-	if (unsent(rl) > 0)
+	if (unsent(rl) > 0 && nw_request_streaming(r))
 		nw_request_wake_client(r);
 	return true;
 }

@@ -40,6 +40,9 @@ void nw_relay_init(struct nw_relay *rl, size_t max_event);
 bool nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
                    struct narwhal_sse_event *ev);
 void nw_relay_clear(struct nw_relay *rl);
+/* A decode or aggregate leg answered 2xx: before the 200 is committed,
+ * start the relay afresh (serving.stream_commit first_event retries). */
+void nw_relay_begin(struct nw_request *r);
 /* Engine bytes of a 2xx stream; false when the relay is full and the
  * transfer must pause (curl hands the same bytes back later). */
 bool nw_relay_feed(struct nw_request *r, const char *bytes, size_t len);

@@ -508,8 +508,10 @@ failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const ch
 	case NW_FAIL_TRANSPORT: *status = 502; *code = "engine_unreachable"; break;
 	case NW_FAIL_STATUS: *status = 502; *code = "engine_error"; break;
 	case NW_FAIL_PERMANENT:
-		if (engine_status >= 400 && engine_status < 500) {
-			*status = (unsigned)engine_status;
+		/* An engine's validation of the client's own request (issue 9);
+		 * any other 4xx is a refusal of what Narwhal sent. */
+		if (nw_fail_passes_on(NW_FAIL_PERMANENT, engine_status)) {
+			*status = 400;
 			*type = "invalid_request_error";
 			*code = "engine_rejected";
 		} else {
@@ -577,6 +579,54 @@ retry(struct nw_request *r, int32_t blamed)
 	nw_request_rearm(r);
 }
 
+/* Whether the client reads the engine's own message for a failure. */
+bool
+nw_fail_passes_on(nw_fail_kind kind, long engine_status)
+{
+	return kind == NW_FAIL_PERMANENT && (engine_status == 400 || engine_status == 422);
+}
+
+void
+nw_request_fail_engine(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                       const char *detail, const char *engine_message)
+{
+	struct nw_serve *s = r->serve;
+	const char *engine = s->cfg->fleet.engines[r->leg.engine].id;
+	struct nw_client_error err;
+	g_autofree char *text = NULL;
+	char st[16];
+
+	if (nw_request_decided(r))
+		return;
+	g_snprintf(st, sizeof st, "%ld", engine_status);
+	/* The full text, which may name addresses, paths and internals, is
+	 * the operator's (docs/deployment.md). */
+	nw_log(NARWHAL_LOG_WARNING, "engine_error", "request_id", r->id, "engine", engine,
+	       "status", st, "detail", detail, NULL);
+	if (kind == NW_FAIL_CONTEXT) {
+		nw_phase_context_error(r, &err);
+		nw_request_fail(r, kind, engine_status, err.message);
+		return;
+	}
+	if (nw_fail_passes_on(kind, engine_status) && engine_message != NULL) {
+		nw_request_fail(r, kind, engine_status, engine_message);
+		return;
+	}
+	if (kind == NW_FAIL_TRANSPORT)
+		text = g_strdup_printf("engine %s could not be reached or cut its answer short "
+		                       "(request %s)", engine, r->id);
+	else if (kind == NW_FAIL_BAD_RESPONSE)
+		text = g_strdup_printf("engine %s sent an answer Narwhal cannot read (request %s)",
+		                       engine, r->id);
+	else if (engine_status == 0)
+		text = g_strdup_printf("engine %s reported an error in its stream (request %s)",
+		                       engine, r->id);
+	else
+		text = g_strdup_printf("engine %s failed with HTTP %ld (request %s)", engine,
+		                       engine_status, r->id);
+	nw_request_fail(r, kind, engine_status, text);
+}
+
 void
 nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, const char *message)
 {
@@ -585,6 +635,8 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	unsigned status;
 	bool streaming = nw_request_streaming(r), reading = r->state == NW_REQ_READING;
 	g_autofree char *text = NULL;
+	struct nw_client_error ctx;
+	const char *param = NULL;
 
 	if (nw_request_decided(r))
 		return;
@@ -616,6 +668,10 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		message = text;
 	}
 	failure_answer(kind, engine_status, &status, &type, &code);
+	if (kind == NW_FAIL_CONTEXT) {
+		nw_phase_context_error(r, &ctx);
+		param = ctx.param[0] ? ctx.param : NULL;
+	}
 	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code", code,
 	       "message", message, NULL);
 	nw_request_finish(r, false);
@@ -627,24 +683,7 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	if (streaming)
 		nw_relay_error(r, type, code, message);
 	else
-		nw_request_answer_error(r, status, type, code, NULL, message);
-}
-
-/* The engine's stream ended: with the terminator (ok) or with its own
- * error event, which the client already has. */
-void
-nw_request_on_stream_end(struct nw_request *r, bool ok)
-{
-	if (ok) {
-		/* Success is settled when the leg's transfer completes; the
-		 * client's stream ends once drained. */
-		return;
-	}
-	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code",
-	       "engine_stream_error", "message", "the engine sent an error event", NULL);
-	r->serve->counters.stream_errors++;
-	nw_request_finish(r, false);
-	nw_request_wake_client(r);
+		nw_request_answer_error(r, status, type, code, param, message);
 }
 
 void

@@ -186,12 +186,22 @@ void nw_request_answer_error(struct nw_request *r, unsigned status, const char *
 void nw_request_answer_text(struct nw_request *r, char *text, size_t len);
 void nw_request_refuse(struct nw_request *r, unsigned status, const char *code,
                        double retry_after_s, const char *message);
+/* message: what the client reads (Narwhal's own words). */
 void nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status,
                      const char *message);
+/* A failure the leg's engine caused. detail (its body, error event or
+ * transport error, which may name addresses and paths) goes to the log
+ * only; the client reads engine_message when the failure passes it on
+ * (nw_fail_passes_on: a 400 or 422 about the client's own request), a
+ * description of its own request for a context-length refusal, and
+ * otherwise a message naming the engine's configured id and the request
+ * id (docs/api.md, errors). */
+void nw_request_fail_engine(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                            const char *detail, const char *engine_message);
+bool nw_fail_passes_on(nw_fail_kind kind, long engine_status);
 void nw_request_wake_client(struct nw_request *r);
 void nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res);
 void nw_request_on_first_token(struct nw_request *r);
-void nw_request_on_stream_end(struct nw_request *r, bool ok);
 void nw_request_commit_stream(struct nw_request *r);
 
 #endif /* NW_SERVE_REQUEST_H */
