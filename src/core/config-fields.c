@@ -15,6 +15,7 @@
 _Static_assert(sizeof(nw_admission_mode) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(nw_log_format) == sizeof(int), "enums are stored as int");
 _Static_assert(sizeof(nw_engine_role) == sizeof(int), "enums are stored as int");
+_Static_assert(sizeof(nw_stream_commit) == sizeof(int), "enums are stored as int");
 
 const struct nw_enum_name nw_admission_names[] = {
 	{ "predictive", NW_ADMISSION_PREDICTIVE },
@@ -25,6 +26,12 @@ const struct nw_enum_name nw_admission_names[] = {
 const struct nw_enum_name nw_role_names[] = {
 	{ "prefill", NW_ROLE_PREFILL },
 	{ "decode", NW_ROLE_DECODE },
+	{ NULL, 0 },
+};
+
+static const struct nw_enum_name stream_commit_names[] = {
+	{ "before_decode", NW_STREAM_COMMIT_BEFORE_DECODE },
+	{ "first_event", NW_STREAM_COMMIT_FIRST_EVENT },
 	{ NULL, 0 },
 };
 
@@ -192,6 +199,9 @@ static const struct nw_field config_fields[] = {
 	  SECONDS_POS },
 	{ CFG("serving.prefill_timeout_s", NW_FT_DOUBLE, serving.prefill_timeout_s), .def = 120.0,
 	  SECONDS_POS },
+	{ CFG("serving.stream_commit", NW_FT_ENUM, serving.stream_commit),
+	  .def = NW_STREAM_COMMIT_BEFORE_DECODE, .names = stream_commit_names,
+	  .valid = "one of \"before_decode\", \"first_event\"" },
 
 	/* engine: spec 4.1 and 6 */
 	{ CFG("engine.control_connections", NW_FT_U32, engine.control_connections), .def = 0,

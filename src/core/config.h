@@ -29,6 +29,12 @@ typedef enum nw_engine_role {
 	NW_ROLE_DECODE = 2,
 } nw_engine_role;
 
+/* When a streamed request's 200 is committed (docs/configuration.md). */
+typedef enum nw_stream_commit {
+	NW_STREAM_COMMIT_BEFORE_DECODE = 0, /* spec 4.3 */
+	NW_STREAM_COMMIT_FIRST_EVENT = 1,   /* beyond the spec */
+} nw_stream_commit;
+
 typedef enum nw_log_format {
 	NW_LOG_FORMAT_JSON = 0,
 	NW_LOG_FORMAT_TEXT = 1,
@@ -93,6 +99,7 @@ struct nw_config {
 		uint64_t max_response_bytes;
 		double request_timeout_s;
 		double prefill_timeout_s;
+		nw_stream_commit stream_commit;
 	} serving;
 
 	struct {

@@ -21,6 +21,8 @@
 #include <string.h>
 
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 static bool on_event(void *data, const char *payload, size_t len);
 
@@ -62,37 +64,6 @@ nw_collect_begin(struct nw_request *r)
 	c->done = false;
 }
 
-static void
-fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev, const char *payload,
-             size_t len)
-{
-	struct nw_serve *s = r->serve;
-	const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
-	struct narwhal_engine_error err;
-	g_autofree char *text = NULL;
-	const char *msg;
-
-	nw_dialect_read_error(d, 0, payload, len, &err);
-	msg = err.message[0] != '\0' ? err.message : "the engine sent an error event";
-	text = g_strdup_printf("engine %s: %s", d->ref.id, msg);
-
-	s->counters.stream_errors++;
-	switch (ev->error_class) {
-	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
-		s->counters.context_too_long++;
-		nw_request_fail(r, NW_FAIL_CONTEXT, 0, msg);
-		break;
-	case NARWHAL_ERROR_RETRYABLE:
-		nw_request_fail(r, NW_FAIL_STATUS, 0, text);
-		break;
-	case NARWHAL_ERROR_PERMANENT:
-	default:
-		s->counters.permanent_errors++;
-		nw_request_fail(r, NW_FAIL_PERMANENT, 0, text);
-		break;
-	}
-}
-
 static bool
 on_event(void *data, const char *payload, size_t len)
 {
@@ -129,7 +100,7 @@ on_event(void *data, const char *payload, size_t len)
 		c->done = true;
 		return false; /* nothing after the terminator matters */
 	case NARWHAL_SSE_ERROR:
-		fail_in_band(r, &ev, payload, len);
+		nw_phase_fail_in_band(r, &ev, payload, len);
 		return false;
 	case NARWHAL_SSE_TOKENS:
 	case NARWHAL_SSE_USAGE:
@@ -165,9 +136,9 @@ nw_collect_feed(struct nw_request *r, const char *bytes, size_t len)
 {
 	struct nw_collect *c = &r->collect;
 
-	if (c->done || r->finished)
+	if (c->done || nw_request_decided(r))
 		return true; /* after the terminator: let the transfer end */
-	if (!nw_sse_feed(&c->sse, bytes, len) && c->sse.overflow && !r->finished)
+	if (!nw_sse_feed(&c->sse, bytes, len) && c->sse.overflow && !nw_request_decided(r))
 		nw_request_fail(r, NW_FAIL_TOO_LARGE, 0, "an event of the engine's stream is larger "
 		                "than serving.max_response_bytes");
 	return true;
@@ -180,7 +151,7 @@ nw_collect_end(struct nw_request *r)
 
 	/* An engine that leaves out the blank line after its terminator
 	 * still ended its stream. */
-	if (!c->done && !r->finished)
+	if (!c->done && !nw_request_decided(r))
 		nw_sse_finish(&c->sse);
 	return c->done;
 }

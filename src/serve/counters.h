@@ -46,6 +46,8 @@
 	X(read_gap_timeouts)             /* decode_read_timeout_s silent gaps */ \
 	X(deadline_expired)              /* request_timeout_s passed */ \
 	X(context_too_long)              /* engine said the prompt does not fit */ \
+	X(refused_context_length)        /* 400 before any leg: cannot fit the model */ \
+	X(handoff_missing)               /* a 2xx prefill answer without a handoff */ \
 	X(permanent_errors)              /* other engine errors not retried */ \
 	X(client_disconnects)            \
 	X(backpressure_closes)           /* a stream client stopped reading */ \
@@ -56,8 +58,7 @@
 	X(engine_status_4xx)             \
 	X(engine_status_5xx)             \
 	X(shutdown_aborts)               /* requests cut by a stop signal */ \
-	X(plugin_call_errors)            /* a plugin slot failed (logged) */ \
-	X(handoff_missing)               /* a 2xx prefill answer without a handoff */
+	X(plugin_call_errors)            /* a plugin slot failed (logged) */
 
 struct nw_serve_counters {
 #define NW_SERVE_COUNTER_FIELD(name) uint64_t name;

@@ -13,6 +13,8 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 /* Error bodies are kept only to be classified and quoted. */
 #define ERROR_BODY_MAX (64u << 10)
@@ -56,9 +58,12 @@ on_response(void *data, long status)
 		return;
 	}
 	r->leg.relaying = true;
+	nw_relay_begin(r);
 	/* An aggregate stream commits on the engine's 200: before it, a
-	 * failure can still be retried. */
-	if (!r->stream_committed)
+	 * failure can still be retried. With serving.stream_commit
+	 * first_event every stream waits for its first event (relay.c). */
+	if (!nw_request_streaming(r) &&
+	    s->cfg->serving.stream_commit == NW_STREAM_COMMIT_BEFORE_DECODE)
 		nw_request_commit_stream(r);
 }
 
@@ -135,8 +140,10 @@ send_call(struct nw_request *r)
 	}
 	/* Spec 4.3: a disaggregated stream commits its 200 before decode
 	 * starts, and no earlier: the slot and connection waits and the
-	 * handoff check before this can still be retried. */
-	if (leg->kind == NW_LEG_DECODE && r->parsed.stream && !r->stream_committed)
+	 * handoff check before this can still be retried. serving.stream_commit
+	 * first_event holds it until the first event (relay.c). */
+	if (leg->kind == NW_LEG_DECODE && r->parsed.stream && !nw_request_streaming(r) &&
+	    s->cfg->serving.stream_commit == NW_STREAM_COMMIT_BEFORE_DECODE)
 		nw_request_commit_stream(r);
 	/* The handoff cap runs from the start of the prefill HTTP request. */
 	if (leg->kind == NW_LEG_PREFILL && s->cfg->serving.handoff_timeout_s > 0)

@@ -13,6 +13,8 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 /* --- validation ----------------------------------------------------- */
 
@@ -119,7 +121,7 @@ start_sizing(struct nw_request *r)
 	bool found = false;
 	int rc;
 
-	r->state = NW_REQ_SIZING;
+	nw_request_set_state(r, NW_REQ_SIZING);
 	if (r->parsed.prompt_token_ids > 0) {
 		r->prompt_tokens = r->parsed.prompt_token_ids;
 		r->prompt_tokens_exact = true;
@@ -209,11 +211,66 @@ enqueue(struct nw_request *r)
 		return;
 	}
 	s->counters.queued++;
-	r->state = NW_REQ_QUEUED;
+	nw_request_set_state(r, NW_REQ_QUEUED);
 	r->phase = NW_PT_QUEUE;
 	r->phase_until_us = g_get_monotonic_time() +
 	                    (int64_t)(s->cfg->serving.queue_timeout_s * 1e6);
 	nw_request_rearm(r);
+}
+
+static const char *
+prompt_param(const struct nw_request *r)
+{
+	return r->route == NARWHAL_ROUTE_COMPLETIONS ? "prompt" : "messages";
+}
+
+/* Whether the request provably cannot fit the model: its exact token
+ * count and the model's length (learnt from the models answer) known. */
+static bool
+context_exceeded(const struct nw_request *r)
+{
+	int64_t max_len = r->serve->max_model_len;
+
+	if (max_len <= 0 || !r->prompt_tokens_exact)
+		return false;
+	if (r->prompt_tokens >= (uint64_t)max_len)
+		return true;
+	return r->parsed.max_tokens_set &&
+	       r->prompt_tokens + r->parsed.max_tokens > (uint64_t)max_len;
+}
+
+void
+nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err)
+{
+	int64_t max_len = r->serve->max_model_len;
+	const char *what = prompt_param(r);
+	bool known = max_len > 0 && r->prompt_tokens_exact;
+
+	/* The client's own request, never an engine leg's rewritten one (a
+	 * prefill leg asks for 1 output token). */
+	if (known && r->prompt_tokens >= (uint64_t)max_len)
+		nw_client_error_set(err, 400, "context_length_exceeded", what,
+		                    "the prompt has %" G_GUINT64_FORMAT " tokens and the model's "
+		                    "context length is %" G_GINT64_FORMAT " tokens: shorten the %s",
+		                    r->prompt_tokens, max_len, what);
+	else if (known && r->parsed.max_tokens_set)
+		nw_client_error_set(err, 400, "context_length_exceeded", "max_tokens",
+		                    "the prompt has %" G_GUINT64_FORMAT " tokens and max_tokens asks "
+		                    "for %u more, but the model's context length is %" G_GINT64_FORMAT
+		                    " tokens: lower max_tokens to at most %" G_GUINT64_FORMAT
+		                    " or shorten the %s", r->prompt_tokens, r->parsed.max_tokens,
+		                    max_len, (uint64_t)max_len - r->prompt_tokens, what);
+	else if (r->parsed.max_tokens_set)
+		nw_client_error_set(err, 400, "context_length_exceeded", "max_tokens",
+		                    "the prompt (%s%" G_GUINT64_FORMAT " tokens) with max_tokens %u "
+		                    "does not fit the model's context length: lower max_tokens or "
+		                    "shorten the %s", r->prompt_tokens_exact ? "" : "about ",
+		                    r->prompt_tokens, r->parsed.max_tokens, what);
+	else
+		nw_client_error_set(err, 400, "context_length_exceeded", what,
+		                    "the prompt (%s%" G_GUINT64_FORMAT " tokens) does not fit the "
+		                    "model's context length: shorten the %s",
+		                    r->prompt_tokens_exact ? "" : "about ", r->prompt_tokens, what);
 }
 
 static void
@@ -239,8 +296,19 @@ admission(struct nw_request *r)
 		.struct_size = sizeof dec, .verdict = NARWHAL_REFUSE, .retry_after_s = 1.0,
 		.projected_ttft_s = NAN, .reason = NULL,
 	};
-	int rc = ops->decide(s->admission->ctx, &req, &dec);
+	int rc;
 
+	/* Before any leg, so that a stream that cannot fit gets its 400 as an
+	 * HTTP status (issue 9), not after a 200. */
+	if (context_exceeded(r)) {
+		struct nw_client_error err;
+
+		s->counters.refused_context_length++;
+		nw_phase_context_error(r, &err);
+		answer_client_error(r, &err);
+		return;
+	}
+	rc = ops->decide(s->admission->ctx, &req, &dec);
 	/* A failing policy refuses (plugin-abi.h): admitting what nobody
 	 * priced could break every admitted request's targets. */
 	if (rc != 0) {
@@ -465,7 +533,7 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	uint32_t n, full;
 	int32_t engine;
 
-	r->state = NW_REQ_PLACING;
+	nw_request_set_state(r, NW_REQ_PLACING);
 	r->placing = phase;
 	/* FIFO: whoever waits already goes first. */
 	if (r->phase_line != line && !nw_wait_line_empty(line)) {
@@ -578,7 +646,7 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	case NARWHAL_PHASE_PREFILL:
 		kind = NW_LEG_PREFILL;
 		s->counters.prefill_started++;
-		r->state = NW_REQ_PREFILL;
+		nw_request_set_state(r, NW_REQ_PREFILL);
 		target = target_for(r, engine, r->parsed.body);
 		slot = "build_prefill";
 		rc = d->ops->build_prefill(d->ctx, &target, &call);
@@ -592,7 +660,7 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		}
 		kind = NW_LEG_DECODE;
 		s->counters.decode_started++;
-		r->state = NW_REQ_DECODE;
+		nw_request_set_state(r, NW_REQ_DECODE);
 		target = target_for(r, engine, output_body(r));
 		slot = "build_decode";
 		rc = d->ops->build_decode(d->ctx, &target, r->handoff, &call);
@@ -601,7 +669,7 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	default:
 		kind = NW_LEG_AGGREGATE;
 		s->counters.aggregate_started++;
-		r->state = NW_REQ_DECODE;
+		nw_request_set_state(r, NW_REQ_DECODE);
 		target = target_for(r, engine, output_body(r));
 		slot = "build_aggregate";
 		rc = d->ops->build_aggregate(d->ctx, &target, &call);
@@ -648,25 +716,54 @@ nw_request_on_first_token(struct nw_request *r)
 
 /* --- the end of an engine leg ---------------------------------------- */
 
+void
+nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
+                      const char *payload, size_t len)
+{
+	struct nw_serve *s = r->serve;
+	g_autofree char *detail = g_strndup(payload, len);
+
+	/* A committed stream counts the error event it sends (relay.c). */
+	if (!nw_request_streaming(r))
+		s->counters.stream_errors++;
+	switch (ev->error_class) {
+	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
+		s->counters.context_too_long++;
+		nw_request_fail_engine(r, NW_FAIL_CONTEXT, 0, detail, NULL);
+		break;
+	case NARWHAL_ERROR_RETRYABLE:
+		nw_request_fail_engine(r, NW_FAIL_STATUS, 0, detail, NULL);
+		break;
+	case NARWHAL_ERROR_CLIENT:
+	case NARWHAL_ERROR_PERMANENT:
+	default:
+		s->counters.permanent_errors++;
+		nw_request_fail_engine(r, NW_FAIL_PERMANENT, 0, detail, NULL);
+		break;
+	}
+}
+
 static void
 fail_by_status(struct nw_request *r, const struct nw_dialect *d)
 {
 	struct nw_serve *s = r->serve;
 	long status = r->leg.status;
+	const char *body = r->leg.collected->str;
 	struct narwhal_engine_error err;
-	g_autofree char *text = NULL;
 
-	nw_dialect_read_error(d, status, r->leg.collected->str, r->leg.collected->len, &err);
-	text = g_strdup_printf("engine %s: %s", d->ref.id,
-	                       err.message[0] != '\0' ? err.message : "no message");
+	nw_dialect_read_error(d, status, body, r->leg.collected->len, &err);
 	if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
 		s->counters.context_too_long++;
-		nw_request_fail(r, NW_FAIL_CONTEXT, status, err.message);
+		nw_request_fail_engine(r, NW_FAIL_CONTEXT, status, body, NULL);
 	} else if (err.error_class == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(status)) {
-		nw_request_fail(r, NW_FAIL_STATUS, status, text);
+		nw_request_fail_engine(r, NW_FAIL_STATUS, status, body, NULL);
 	} else {
 		s->counters.permanent_errors++;
-		nw_request_fail(r, NW_FAIL_PERMANENT, status, text);
+		/* Only the dialect knows whether the engine refused the client's
+		 * own request; only then may the client read its words. */
+		nw_request_fail_engine(r, NW_FAIL_PERMANENT, status, body,
+		                       err.error_class == NARWHAL_ERROR_CLIENT && err.message[0] != '\0'
+		                               ? err.message : NULL);
 	}
 }
 
@@ -689,7 +786,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	r->phase = NW_PT_NONE;
 	if (res->code != NW_UPSTREAM_OK) {
 		s->counters.prefill_failed_transport++;
-		nw_request_fail(r, transfer_failure(res), 0, res->error);
+		nw_request_fail_engine(r, transfer_failure(res), 0, res->error, NULL);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
@@ -704,12 +801,13 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		if (doc != NULL)
 			dialect_failed(r, d, "parse_prefill", rc);
 		s->counters.prefill_failed_status++;
-		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
-		                "the prefill engine's answer has no readable handoff");
+		nw_request_fail_engine(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
+		                       "the prefill engine's answer has no readable handoff", NULL);
 		return;
 	}
-	/* The dialect expected a handoff and found none: the decode engine
-	 * will prefill again, which works but costs the prefill twice. */
+	/* The dialect expected a handoff and found none: the decode leg goes
+	 * on without one (the engine prefills again, which costs the prefill
+	 * twice), but the operator should know. */
 	if (r->handoff == NULL) {
 		s->counters.handoff_missing++;
 		nw_log(NARWHAL_LOG_WARNING, "handoff_missing", "request_id", r->id, "engine",
@@ -741,16 +839,16 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 			nw_collect_answer(r);
 			return;
 		}
-		if (r->finished)
+		if (nw_request_decided(r))
 			return; /* the collector's last event failed it */
 		s->counters.decode_failed_transport++;
-		nw_request_fail(r, NW_FAIL_TRANSPORT, 0, res->code != NW_UPSTREAM_OK ? res->error :
-		                "the engine's stream ended without its terminator");
+		nw_request_fail_engine(r, NW_FAIL_TRANSPORT, 0, res->code != NW_UPSTREAM_OK ? res->error :
+		                       "the engine's stream ended without its terminator", NULL);
 		return;
 	}
 	if (res->code != NW_UPSTREAM_OK) {
 		s->counters.decode_failed_transport++;
-		nw_request_fail(r, transfer_failure(res), 0, res->error);
+		nw_request_fail_engine(r, transfer_failure(res), 0, res->error, NULL);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
@@ -771,7 +869,7 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 void
 nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res)
 {
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	/* The connection is back in the pool. */
 	if (r->leg.holds_pool) {

@@ -25,6 +25,8 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
 
 #define RELAY_BACKLOG_MAX (64u << 10)
 #define RELAY_STALL_US (200 * 1000)
@@ -67,6 +69,21 @@ nw_relay_init(struct nw_relay *rl, size_t max_event)
 }
 
 void
+nw_relay_begin(struct nw_request *r)
+{
+	struct nw_relay *rl = &r->relay;
+
+	if (nw_request_streaming(r))
+		return;
+	/* Whatever an earlier attempt left before the 200 was never sent. */
+	g_byte_array_set_size(rl->buf, 0);
+	nw_sse_reset(&rl->sse);
+	rl->sent = rl->committed = rl->chunk_base = 0;
+	rl->first_token = rl->engine_error = rl->done = rl->finished = false;
+	rl->abort = rl->paused = false;
+}
+
+void
 nw_relay_clear(struct nw_relay *rl)
 {
 	if (rl->buf != NULL)
@@ -96,6 +113,7 @@ on_event(void *data, const char *payload, size_t len)
 	struct nw_relay *rl = &r->relay;
 	size_t end = rl->chunk_base + rl->sse.boundary;
 	struct narwhal_sse_event ev;
+	size_t before = rl->committed;
 
 	if (rl->first_token && nw_chunk_shape_match(&rl->shape, payload, len, NULL)) {
 		rl->committed = end;
@@ -107,6 +125,19 @@ on_event(void *data, const char *payload, size_t len)
 	}
 	/* The event is released up to the blank line that ended it. */
 	rl->committed = end;
+	if (ev.kind == NARWHAL_SSE_ERROR) {
+		/* The engine's own words stay out of the client's stream (they
+		 * may name addresses and paths): the failure adds Narwhal's
+		 * error event instead, or retries before the 200 is committed. */
+		rl->committed = before;
+		rl->engine_error = true;
+		nw_phase_fail_in_band(r, &ev, payload, len);
+		return false; /* nothing after it */
+	}
+	/* serving.stream_commit first_event: the decode engine's first event
+	 * commits the 200 (docs/configuration.md). */
+	if (r->state == NW_REQ_DECODE)
+		nw_request_commit_stream(r);
 	switch (ev.kind) {
 	case NARWHAL_SSE_TOKENS:
 		if (!rl->first_token) {
@@ -119,8 +150,7 @@ on_event(void *data, const char *payload, size_t len)
 			nw_chunk_shape_reset(&rl->shape);
 		break;
 	case NARWHAL_SSE_ERROR:
-		rl->engine_error = true;
-		return false; /* nothing after it */
+		break; /* above */
 	case NARWHAL_SSE_DONE:
 		rl->done = true;
 		return false;
@@ -176,13 +206,10 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 		/* After the terminator the client's stream ends only with the
 		 * engine's transfer (nw_relay_end): cutting it short would cost
 		 * the engine connection its keep-alive. The read gap and the
-		 * deadline bound an engine that never ends it. */
-		if (!rl->done) {
-			rl->finished = true;
-			nw_request_on_stream_end(r, false);
-		}
+		 * deadline bound an engine that never ends it. After an error
+		 * event the request has failed already (on_event). */
 	}
-	if (unsent(rl) > 0)
+	if (unsent(rl) > 0 && nw_request_streaming(r))
 		nw_request_wake_client(r);
 	return true;
 }
@@ -241,9 +268,9 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 			rl->sent = rl->committed = 0;
 		}
 		if (rl->paused && unsent(rl) <= RELAY_BACKLOG_MAX / 2) {
-			/* The client drains: let the engine go on (C7: the held
-			 * bytes come back from the loop; libcurl may hand them
-			 * over right here). */
+			/* The client drains: let the engine go on (the held
+			 * bytes come back from the loop, or right here:
+			 * net/upstream.h, on_data). */
 			rl->paused = false;
 			r->stall_until_us = -1;
 			/* A paused engine is silent through no fault of its own. */
@@ -256,7 +283,8 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (rl->finished)
 		return MHD_CONTENT_READER_END_OF_STREAM;
-	/* M1: never return 0 without suspending. */
+	/* libmicrohttpd polls a reader that returns 0 without a suspend
+	 * (net/http-server.h, the handler contract). */
 	nw_request_suspend(r);
 	return 0;
 }

@@ -11,6 +11,62 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/phases.h"
+#include "serve/serve-internal.h"
+
+/* --- the state machine ---------------------------------------------- */
+
+#define BIT(st) (1u << (st))
+/* Every working state may end decided (a refusal, a failure, the client
+ * leaving). */
+#define DECIDED (BIT(NW_REQ_RESPONDING))
+
+static const unsigned legal_next[NW_REQ_N_STATES] = {
+	[NW_REQ_READING] = BIT(NW_REQ_SIZING) | DECIDED,
+	[NW_REQ_SIZING] = BIT(NW_REQ_QUEUED) | BIT(NW_REQ_PLACING) | DECIDED,
+	[NW_REQ_QUEUED] = BIT(NW_REQ_PLACING) | DECIDED,
+	/* An expired handoff fails a decode placement: BACKOFF. */
+	[NW_REQ_PLACING] = BIT(NW_REQ_PLACING) | BIT(NW_REQ_PREFILL) | BIT(NW_REQ_DECODE) |
+	                   BIT(NW_REQ_BACKOFF) | DECIDED,
+	[NW_REQ_PREFILL] = BIT(NW_REQ_PLACING) | BIT(NW_REQ_BACKOFF) | DECIDED,
+	[NW_REQ_DECODE] = BIT(NW_REQ_STREAMING) | BIT(NW_REQ_BACKOFF) | DECIDED,
+	[NW_REQ_BACKOFF] = BIT(NW_REQ_PLACING) | DECIDED,
+	/* Past the 200 there is no retry: only the end of the stream. */
+	[NW_REQ_STREAMING] = BIT(NW_REQ_STREAM_ENDING),
+	[NW_REQ_RESPONDING] = BIT(NW_REQ_DONE),
+	[NW_REQ_STREAM_ENDING] = BIT(NW_REQ_DONE),
+	[NW_REQ_DONE] = 0,
+};
+
+static const char *const state_names[NW_REQ_N_STATES] = {
+	[NW_REQ_READING] = "reading", [NW_REQ_SIZING] = "sizing", [NW_REQ_QUEUED] = "queued",
+	[NW_REQ_PLACING] = "placing", [NW_REQ_PREFILL] = "prefill", [NW_REQ_DECODE] = "decode",
+	[NW_REQ_BACKOFF] = "backoff", [NW_REQ_STREAMING] = "streaming",
+	[NW_REQ_RESPONDING] = "responding", [NW_REQ_STREAM_ENDING] = "stream_ending",
+	[NW_REQ_DONE] = "done",
+};
+
+bool
+nw_req_transition_legal(nw_req_state from, nw_req_state to)
+{
+	return from < NW_REQ_N_STATES && to < NW_REQ_N_STATES && (legal_next[from] & BIT(to));
+}
+
+const char *
+nw_req_state_name(nw_req_state state)
+{
+	return state < NW_REQ_N_STATES ? state_names[state] : "invalid";
+}
+
+void
+nw_request_set_state(struct nw_request *r, nw_req_state next)
+{
+	if (nw_log_enabled(NARWHAL_LOG_DEBUG) && next != r->state)
+		nw_log(NARWHAL_LOG_DEBUG, "request_state", "request_id", r->id, "from",
+		       nw_req_state_name(r->state), "to", nw_req_state_name(next), NULL);
+	g_return_if_fail(nw_req_transition_legal(r->state, next));
+	r->state = next;
+}
 
 /* --- creation and release ------------------------------------------ */
 
@@ -110,6 +166,7 @@ nw_request_release_attempt(struct nw_request *r)
 		nw_phase_release_slot(r, NARWHAL_PHASE_DECODE);
 	json_decref(r->handoff);
 	r->handoff = NULL;
+	r->prefill_pair = -1;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -158,7 +215,7 @@ nw_request_rearm(struct nw_request *r)
 {
 	int64_t when = -1;
 
-	if (r->finished) {
+	if (nw_request_decided(r)) {
 		nw_timer_cancel(r->serve->timers, &r->timer);
 		return;
 	}
@@ -187,11 +244,11 @@ on_wake(struct nw_request *r, unsigned wake)
 		r->serve->counters.admitted++;
 		nw_phase_begin_attempt(r);
 	}
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if (wake & NW_WAKE_POOL)
 		nw_leg_pool_granted(r);
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if ((wake & NW_WAKE_KICK) && r->state == NW_REQ_PLACING)
 		nw_phase_place(r, r->placing);
@@ -241,12 +298,12 @@ on_timer(void *data)
 	int64_t now = g_get_monotonic_time();
 	unsigned wake = r->wake;
 
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	r->wake = 0;
 	if (wake != 0)
 		on_wake(r, wake);
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if (now >= r->deadline_us) {
 		s->counters.deadline_expired++;
@@ -278,7 +335,7 @@ on_timer(void *data)
 	}
 	if (r->phase != NW_PT_NONE && now >= r->phase_until_us) {
 		on_phase_expired(r);
-		if (r->finished)
+		if (nw_request_decided(r))
 			return;
 	}
 	if (r->stall_until_us >= 0 && now >= r->stall_until_us) {
@@ -341,7 +398,8 @@ answer(struct nw_request *r, unsigned status, char *body, size_t len)
 	r->resp_status = status;
 	r->resp_body = body;
 	r->resp_len = body ? len : 0;
-	r->state = NW_REQ_RESPONDING;
+	/* The outcome was decided first (nw_request_finish). */
+	g_warn_if_fail(r->state == NW_REQ_RESPONDING);
 	nw_request_wake_client(r);
 }
 
@@ -383,7 +441,7 @@ queue_answer(struct nw_request *r)
 	enum MHD_Result ret;
 	unsigned status = 200;
 
-	if (r->stream_committed) {
+	if (nw_request_streaming(r)) {
 		resp = nw_relay_response(r);
 	} else {
 		if (r->resp_body == NULL) {
@@ -427,7 +485,7 @@ nw_request_finish(struct nw_request *r, bool ok)
 {
 	struct nw_serve *s = r->serve;
 
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	r->ok = ok;
 	if (ok) {
@@ -437,8 +495,8 @@ nw_request_finish(struct nw_request *r, bool ok)
 		s->counters.requests_failed++;
 	}
 	release_all(r);
-	r->finished = true;
-	r->state = NW_REQ_DONE;
+	nw_request_set_state(r, r->state == NW_REQ_STREAMING ? NW_REQ_STREAM_ENDING
+	                                                      : NW_REQ_RESPONDING);
 }
 
 /* The client's status, type and code for a failure. */
@@ -451,8 +509,10 @@ failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const ch
 	case NW_FAIL_TRANSPORT: *status = 502; *code = "engine_unreachable"; break;
 	case NW_FAIL_STATUS: *status = 502; *code = "engine_error"; break;
 	case NW_FAIL_PERMANENT:
-		if (engine_status >= 400 && engine_status < 500) {
-			*status = (unsigned)engine_status;
+		/* An engine's validation of the client's own request (issue 9);
+		 * any other 4xx is a refusal of what Narwhal sent. */
+		if (nw_fail_passes_on(NW_FAIL_PERMANENT, engine_status)) {
+			*status = 400;
 			*type = "invalid_request_error";
 			*code = "engine_rejected";
 		} else {
@@ -481,12 +541,15 @@ failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const ch
 	}
 }
 
-/* The engine that a failure is blamed on, to exclude it next attempt. */
+/* The engine that a failure is blamed on, to exclude it next attempt. An
+ * expired handoff is its producer's: the prefill engine whose KV did not
+ * last, not the decode engine that never got to read it (issue 9). */
 static int32_t
 blamed_engine(const struct nw_request *r, nw_fail_kind kind)
 {
-	if (kind == NW_FAIL_HANDOFF || r->leg.kind == NW_LEG_NONE ||
-	    r->leg.kind == NW_LEG_TOKENIZE)
+	if (kind == NW_FAIL_HANDOFF)
+		return r->prefill_pair;
+	if (r->leg.kind == NW_LEG_NONE || r->leg.kind == NW_LEG_TOKENIZE)
 		return -1;
 	return (int32_t)r->leg.engine;
 }
@@ -506,7 +569,7 @@ retry(struct nw_request *r, int32_t blamed)
 	s->counters.retries++;
 	backoff = nw_backoff_sample(s->rng, cfg->serving.retry_base_s, cfg->serving.retry_cap_s,
 	                            r->attempt - 1);
-	r->state = NW_REQ_BACKOFF;
+	nw_request_set_state(r, NW_REQ_BACKOFF);
 	r->phase = NW_PT_BACKOFF;
 	r->phase_until_us = g_get_monotonic_time() + (int64_t)(backoff * 1e6);
 	g_snprintf(attempt, sizeof attempt, "%u", r->attempt + 1);
@@ -517,15 +580,66 @@ retry(struct nw_request *r, int32_t blamed)
 	nw_request_rearm(r);
 }
 
+/* Whether the client reads the engine's own message for a failure. */
+bool
+nw_fail_passes_on(nw_fail_kind kind, long engine_status)
+{
+	return kind == NW_FAIL_PERMANENT && (engine_status == 400 || engine_status == 422);
+}
+
+void
+nw_request_fail_engine(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                       const char *detail, const char *engine_message)
+{
+	struct nw_serve *s = r->serve;
+	const char *engine = s->cfg->fleet.engines[r->leg.engine].id;
+	struct nw_client_error err;
+	g_autofree char *text = NULL;
+	char st[16];
+
+	if (nw_request_decided(r))
+		return;
+	g_snprintf(st, sizeof st, "%ld", engine_status);
+	/* The full text, which may name addresses, paths and internals, is
+	 * the operator's (docs/deployment.md). */
+	nw_log(NARWHAL_LOG_WARNING, "engine_error", "request_id", r->id, "engine", engine,
+	       "status", st, "detail", detail, NULL);
+	if (kind == NW_FAIL_CONTEXT) {
+		nw_phase_context_error(r, &err);
+		nw_request_fail(r, kind, engine_status, err.message);
+		return;
+	}
+	if (nw_fail_passes_on(kind, engine_status) && engine_message != NULL) {
+		nw_request_fail(r, kind, engine_status, engine_message);
+		return;
+	}
+	if (kind == NW_FAIL_TRANSPORT)
+		text = g_strdup_printf("engine %s could not be reached or cut its answer short "
+		                       "(request %s)", engine, r->id);
+	else if (kind == NW_FAIL_BAD_RESPONSE)
+		text = g_strdup_printf("engine %s sent an answer Narwhal cannot read (request %s)",
+		                       engine, r->id);
+	else if (engine_status == 0)
+		text = g_strdup_printf("engine %s reported an error in its stream (request %s)",
+		                       engine, r->id);
+	else
+		text = g_strdup_printf("engine %s failed with HTTP %ld (request %s)", engine,
+		                       engine_status, r->id);
+	nw_request_fail(r, kind, engine_status, text);
+}
+
 void
 nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, const char *message)
 {
 	struct nw_serve *s = r->serve;
 	const char *type, *code;
 	unsigned status;
+	bool streaming = nw_request_streaming(r), reading = r->state == NW_REQ_READING;
 	g_autofree char *text = NULL;
+	struct nw_client_error ctx;
+	const char *param = NULL;
 
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	if (kind == NW_FAIL_CLIENT) {
 		nw_request_finish(r, false);
@@ -544,7 +658,7 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		nw_collect_answer(r);
 		return;
 	}
-	if (!r->stream_committed && nw_fail_retryable(kind) &&
+	if (!streaming && nw_fail_retryable(kind) &&
 	    r->attempt + 1 < s->cfg->serving.max_attempts && !s->stopping) {
 		if (nw_retry_budget_take(&s->budget)) {
 			retry(r, blamed_engine(r, kind));
@@ -555,48 +669,35 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		message = text;
 	}
 	failure_answer(kind, engine_status, &status, &type, &code);
+	if (kind == NW_FAIL_CONTEXT) {
+		nw_phase_context_error(r, &ctx);
+		param = ctx.param[0] ? ctx.param : NULL;
+	}
 	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code", code,
 	       "message", message, NULL);
 	nw_request_finish(r, false);
-	if (!r->body_read) {
+	if (reading) {
 		/* Still reading the body: MHD takes no answer now. Close. */
 		nw_http_server_abort(r->conn);
 		return;
 	}
-	if (r->stream_committed)
+	if (streaming)
 		nw_relay_error(r, type, code, message);
 	else
-		nw_request_answer_error(r, status, type, code, NULL, message);
-}
-
-/* The engine's stream ended: with the terminator (ok) or with its own
- * error event, which the client already has. */
-void
-nw_request_on_stream_end(struct nw_request *r, bool ok)
-{
-	if (ok) {
-		/* Success is settled when the leg's transfer completes; the
-		 * client's stream ends once drained. */
-		return;
-	}
-	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code",
-	       "engine_stream_error", "message", "the engine sent an error event", NULL);
-	r->serve->counters.stream_errors++;
-	nw_request_finish(r, false);
-	nw_request_wake_client(r);
+		nw_request_answer_error(r, status, type, code, param, message);
 }
 
 void
 nw_request_commit_stream(struct nw_request *r)
 {
-	r->stream_committed = true;
+	nw_request_set_state(r, NW_REQ_STREAMING);
 	nw_request_wake_client(r);
 }
 
 void
 nw_request_shutdown(struct nw_request *r)
 {
-	if (r->finished)
+	if (nw_request_decided(r))
 		return;
 	r->serve->counters.shutdown_aborts++;
 	nw_request_fail(r, NW_FAIL_SHUTDOWN, 0, "Narwhal is shutting down");
@@ -613,7 +714,7 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 		size_t n = *upload_size;
 
 		*upload_size = 0;
-		if (r->state != NW_REQ_READING || r->finished)
+		if (r->state != NW_REQ_READING)
 			return MHD_YES; /* already answered: discard */
 		if (r->body_in->len + n > s->cfg->serving.max_request_bytes) {
 			/* A chunked body has no length to refuse up front, and MHD
@@ -637,11 +738,10 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 	}
 	if (r->response_queued)
 		return MHD_YES;
-	if (r->state == NW_REQ_READING && !r->finished) {
-		r->body_read = true;
+	if (r->state == NW_REQ_READING)
 		nw_phase_begin(r);
-	}
-	if (r->stream_committed || r->state == NW_REQ_RESPONDING || r->finished)
+	/* A stream is answered once committed, a body once decided. */
+	if (r->state >= NW_REQ_STREAMING)
 		return queue_answer(r);
 	nw_request_suspend(r);
 	return MHD_YES;
@@ -657,13 +757,13 @@ nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode wh
 
 		g_snprintf(code, sizeof code, "%d", (int)why);
 		nw_log(NARWHAL_LOG_DEBUG, "request_done", "request_id", r->id, "termination", code,
-		       "outcome", r->finished ? (r->ok ? "ok" : "failed") : "open", NULL);
+		       "outcome", nw_request_decided(r) ? (r->ok ? "ok" : "failed") : "open", NULL);
 	}
 	/* A stream whose terminator went out is a success even if the
 	 * engine's transfer has not quite ended. */
-	if (!r->finished && r->relay.done && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+	if (!nw_request_decided(r) && r->relay.done && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		nw_request_finish(r, true);
-	if (!r->finished) {
+	if (!nw_request_decided(r)) {
 		if (!r->client_gone && why != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
 			r->client_gone = true;
 			s->counters.client_disconnects++;
@@ -672,6 +772,7 @@ nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode wh
 		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client left");
 	}
 	release_all(r);
+	nw_request_set_state(r, NW_REQ_DONE);
 	r->conn = NULL;
 	r->suspended = false;
 	g_queue_unlink(&s->requests, &r->link);

@@ -1,14 +1,21 @@
 /*
- * The serving context and one request's state machine, shared by the serve
- * layer's modules (serve.c routes, request.c lifecycle, leg.c engine calls,
- * relay.c client streams). Not a public interface: the daemon uses
- * serve/serve.h.
+ * One request and its lifecycle (request.c), shared by the serve layer's
+ * modules; each module's own API is in its header (phases.h, leg.h,
+ * relay.h, collect.h, serve-internal.h). Not a public interface: the
+ * daemon uses serve/serve.h.
  *
  *   READING -> SIZING -> [QUEUED] -> attempt k:
  *       PLACING(prefill) -> PREFILL -> PLACING(decode) -> DECODE
  *       (or PLACING(aggregate) -> DECODE with an aggregate leg)
  *     -> BACKOFF -> attempt k+1 ...   (before visible output only)
- *   -> RESPONDING -> DONE
+ *   -> [STREAMING] -> RESPONDING or STREAM_ENDING -> DONE
+ *
+ * r->state is the one record of where a request is; only
+ * nw_request_set_state() changes it, and it refuses a transition the
+ * diagram does not have. Once the outcome is decided (RESPONDING for a
+ * body answer, STREAM_ENDING for a committed stream) the request never
+ * goes back to work, and DONE, reached when the HTTP server is finished
+ * with it, is never left.
  *
  * Every timer of a request (request deadline, queue, pool, prefill, first
  * token, read gap, handoff, backoff, tokenise, wake-ups) is folded into its
@@ -26,133 +33,39 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "core/config.h"
-#include "core/host.h"
-#include "core/plugin-loader.h"
-#include "net/http-server.h"
-#include "net/sse.h"
 #include "net/timers.h"
 #include "net/upstream.h"
-#include "serve/assemble.h"
-#include "serve/chunk-shape.h"
-#include "serve/counters.h"
+#include "serve/collect.h"
 #include "serve/dialect.h"
+#include "serve/leg.h"
+#include "serve/relay.h"
 #include "serve/request-id.h"
 #include "serve/request-parse.h"
 #include "serve/retry.h"
 #include "serve/slots.h"
 
-struct nw_request;
+struct nw_serve;
 
-
-struct nw_serve {
-	const struct nw_config *cfg;
-	struct nw_fleet *fleet;
-	struct nw_plugin_instance *admission;
-	struct nw_plugin_instance *placement;
-	struct nw_dialect *dialects;     /* one per engine (shared instances) */
-	const char **router_keys;        /* keys the dialects own, refused from clients */
-	uint64_t next_handle;            /* request handles for plugins */
-	struct nw_upstream *serving_pool;
-	struct nw_upstream *control_pool;
-	struct nw_http_server *http;
-	char **api_keys;                 /* NULL: no key needed */
-
-	struct nw_timers *timers;
-	GRand *rng;
-	struct nw_retry_budget budget;
-	struct nw_serve_counters counters;
-
-	uint32_t retained;               /* completion requests held (ceiling) */
-	uint32_t ceiling;                /* max_connections + queue_capacity */
-	struct nw_resource admitted;     /* admission ledger and its queue */
-	struct nw_resource pool;         /* serving-pool connections in use */
-	struct nw_wait_line prefill_line;/* waiting for a prefill slot */
-	struct nw_wait_line decode_line; /* waiting for a decode slot */
-	uint32_t *eligible;              /* placement scratch, one per engine */
-	uint32_t next_tokenize;          /* round robin over engines */
-	GQueue requests;                 /* every live request */
-	bool stopping;
-
-	/* The served model: fleet.model, or the first engine's. */
-	char *model;
-	int64_t max_model_len;           /* -1: unknown */
-	int64_t created;                 /* start time, Unix seconds */
-	struct nw_upstream_call *model_probe;
-	GString *model_probe_body;
-};
-
+/* The order matters: every state from NW_REQ_STREAMING on has its answer
+ * chosen, every state from NW_REQ_RESPONDING on its outcome decided. */
 typedef enum nw_req_state {
-	NW_REQ_READING,
-	NW_REQ_SIZING,
-	NW_REQ_QUEUED,
-	NW_REQ_PLACING,
-	NW_REQ_PREFILL,
-	NW_REQ_DECODE,
-	NW_REQ_BACKOFF,
-	NW_REQ_RESPONDING,
-	NW_REQ_DONE,
+	NW_REQ_READING,         /* the body is arriving */
+	NW_REQ_SIZING,          /* counting the prompt's tokens */
+	NW_REQ_QUEUED,          /* waiting for admission */
+	NW_REQ_PLACING,         /* choosing an engine, or waiting for a slot */
+	NW_REQ_PREFILL,         /* the prefill leg is out */
+	NW_REQ_DECODE,          /* the decode or aggregate leg is out, nothing sent */
+	NW_REQ_BACKOFF,         /* between attempts */
+	NW_REQ_STREAMING,       /* the 200 is committed: the client sees the stream */
+	NW_REQ_RESPONDING,      /* decided: a body answer (or none, client gone) */
+	NW_REQ_STREAM_ENDING,   /* decided: the committed stream drains and ends */
+	NW_REQ_DONE,            /* the HTTP server is finished with the request */
+	NW_REQ_N_STATES
 } nw_req_state;
 
-/* Why a request or an attempt failed (nw_fail_kind, serve/retry.h)
- * decides retry and the answer. */
-
-/* What the current engine leg is. */
-typedef enum nw_leg_kind {
-	NW_LEG_NONE,
-	NW_LEG_TOKENIZE,
-	NW_LEG_PREFILL,
-	NW_LEG_DECODE,
-	NW_LEG_AGGREGATE,
-} nw_leg_kind;
-
-/* The one engine call a request has at a time. */
-struct nw_leg {
-	nw_leg_kind kind;
-	uint32_t engine;
-	char *url;
-	char *body;
-	size_t body_len;
-	struct nw_upstream_call *call;
-	struct nw_waiter pool_wait;
-	bool holds_pool;        /* one serving-pool unit */
-	long status;            /* engine HTTP status, 0 until headers */
-	bool relaying;          /* a 2xx stream: bytes go to the relay */
-	bool collecting;        /* a 2xx stream: bytes go to the collector */
-	GString *collected;     /* non-streamed or error body */
-	bool overflow;          /* collected hit its bound */
-	int64_t started_us;     /* the HTTP request went out */
-};
-
-/* The client side of a streamed answer. */
-struct nw_relay {
-	GByteArray *buf;        /* bytes for the client */
-	size_t sent;            /* buf[0, sent) already handed to MHD */
-	size_t committed;       /* buf[sent, committed): whole events to send */
-	struct nw_sse sse;
-	size_t chunk_base;      /* buf length before the chunk being framed */
-	bool first_token;
-	bool engine_error;      /* an in-band error event was relayed */
-	bool done;              /* the success terminator came (and is queued) */
-	bool finished;          /* nothing more will be added */
-	bool abort;             /* close without the final chunk */
-	bool paused;            /* the engine leg waits for the client to drain */
-	bool bad_event;         /* an event the dialect could not read: fail the leg */
-	struct nw_chunk_shape shape; /* of the token events: valid without a parse */
-};
-
-/* The engine stream behind a non-streamed answer (collect.c). */
-struct nw_collect {
-	struct nw_sse sse;
-	struct nw_assembly *assembly;
-	struct nw_chunk_shape shape; /* of this attempt's token chunks */
-	json_int_t shape_choice;     /* the choice the shape's text belongs to */
-	GString *text;               /* scratch for a matched chunk's text */
-	size_t max_bytes;       /* serving.max_response_bytes */
-	size_t taken;           /* event payload bytes of this attempt */
-	bool first_token;
-	bool done;              /* the success terminator came */
-};
+/* Whether the lifecycle has an edge from one state to the other. */
+bool nw_req_transition_legal(nw_req_state from, nw_req_state to);
+const char *nw_req_state_name(nw_req_state state);
 
 /* Wake-up reasons recorded by callbacks that must not act themselves. */
 #define NW_WAKE_ADMITTED (1u << 0)
@@ -217,13 +130,10 @@ struct nw_request {
 	unsigned wake;                /* NW_WAKE_* */
 
 	/* The client answer. */
-	bool body_read;               /* the whole body arrived */
-	bool stream_committed;        /* 200 queued for a stream */
 	bool response_queued;         /* MHD has our response */
 	bool suspended;               /* we suspended the connection */
 	bool client_gone;
-	bool finished;                /* the outcome is decided */
-	bool ok;
+	bool ok;                      /* the outcome, once decided */
 	unsigned resp_status;
 	char *resp_body;              /* malloc'd (MHD frees it) */
 	size_t resp_len;
@@ -248,6 +158,24 @@ void nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCo
 /* Stop: answer 503 (or end the stream with an error event). */
 void nw_request_shutdown(struct nw_request *r);
 
+/* The one way r->state changes (a transition the lifecycle lacks is
+ * refused with a critical and the state kept). */
+void nw_request_set_state(struct nw_request *r, nw_req_state next);
+
+/* The outcome is decided: no more engine work. */
+static inline bool
+nw_request_decided(const struct nw_request *r)
+{
+	return r->state >= NW_REQ_RESPONDING;
+}
+
+/* The answer is a stream whose 200 is committed. */
+static inline bool
+nw_request_streaming(const struct nw_request *r)
+{
+	return r->state == NW_REQ_STREAMING || r->state == NW_REQ_STREAM_ENDING;
+}
+
 /* For phases.c, leg.c and relay.c. */
 void nw_request_rearm(struct nw_request *r);
 void nw_request_suspend(struct nw_request *r);
@@ -260,85 +188,22 @@ void nw_request_answer_error(struct nw_request *r, unsigned status, const char *
 void nw_request_answer_text(struct nw_request *r, char *text, size_t len);
 void nw_request_refuse(struct nw_request *r, unsigned status, const char *code,
                        double retry_after_s, const char *message);
+/* message: what the client reads (Narwhal's own words). */
 void nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status,
                      const char *message);
+/* A failure the leg's engine caused. detail (its body, error event or
+ * transport error, which may name addresses and paths) goes to the log
+ * only; the client reads engine_message when the failure passes it on
+ * (nw_fail_passes_on: a 400 or 422 about the client's own request), a
+ * description of its own request for a context-length refusal, and
+ * otherwise a message naming the engine's configured id and the request
+ * id (docs/api.md, errors). */
+void nw_request_fail_engine(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                            const char *detail, const char *engine_message);
+bool nw_fail_passes_on(nw_fail_kind kind, long engine_status);
 void nw_request_wake_client(struct nw_request *r);
 void nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res);
 void nw_request_on_first_token(struct nw_request *r);
-void nw_request_on_stream_end(struct nw_request *r, bool ok);
 void nw_request_commit_stream(struct nw_request *r);
-
-/* --- phases.c ------------------------------------------------------ */
-
-/* The body is complete: parse, check, then size. */
-void nw_phase_begin(struct nw_request *r);
-void nw_phase_size_by_chars(struct nw_request *r);
-void nw_phase_begin_attempt(struct nw_request *r);
-/* Whether the request's decode or aggregate legs stream from the engine:
- * always for a streamed request, else as engine.stream_decode says. */
-bool nw_phase_streams(const struct nw_request *r);
-void nw_phase_place(struct nw_request *r, narwhal_phase phase);
-void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
-void nw_phase_unqueue(struct nw_request *r);
-void nw_phase_leave_line(struct nw_request *r);
-
-/* --- leg.c ---------------------------------------------------------- */
-
-/* Start the leg described by r->leg (kind, engine) with a built call
- * (body transfer full). Waits for a pool connection when needed. */
-void nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
-                  struct narwhal_http_call *call);
-/* The pool granted a connection (from the request's timer). */
-void nw_leg_pool_granted(struct nw_request *r);
-/* Cancel the call, give back the pool unit, forget the leg. */
-void nw_leg_release(struct nw_request *r);
-
-/* --- relay.c -------------------------------------------------------- */
-
-void nw_relay_init(struct nw_relay *rl, size_t max_event);
-/* How nw_event_read found an event. */
-typedef enum nw_event_reading {
-	NW_EVENT_SKIPPED = 0,   /* not parsed: taken for a token (ev->kind TOKENS) */
-	NW_EVENT_PARSED,        /* ev says what it is */
-	NW_EVENT_BAD,           /* unreadable (not JSON, not UTF-8): fails the leg */
-} nw_event_reading;
-
-/* The dialect's reading of an engine event (relay and collector). With
- * after_first_token only an event that may be the terminator or an error
- * is parsed, since most are tokens and a JSON parse of each is wasted; the
- * caller must then check a skipped event's validity itself. */
-nw_event_reading nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
-                               size_t len, struct narwhal_sse_event *ev);
-void nw_relay_clear(struct nw_relay *rl);
-/* Engine bytes of a 2xx stream; false when the relay is full and the
- * transfer must pause (curl hands the same bytes back later). */
-bool nw_relay_feed(struct nw_request *r, const char *bytes, size_t len);
-/* The engine's transfer ended after its terminator: end the client's stream
- * once drained. */
-void nw_relay_end(struct nw_request *r);
-/* Drop a partial event, append an error event and finish. */
-void nw_relay_error(struct nw_request *r, const char *type, const char *code,
-                    const char *message);
-/* The MHD response that reads the relay (the request gets a ref). */
-struct MHD_Response *nw_relay_response(struct nw_request *r);
-/* Close a client that stopped reading, at once. */
-void nw_relay_close_client(struct nw_request *r);
-
-/* --- collect.c ------------------------------------------------------ */
-void nw_collect_init(struct nw_collect *c, size_t max_bytes);
-void nw_collect_clear(struct nw_collect *c);
-/* A decode or aggregate leg answered 2xx: start a fresh assembly. */
-void nw_collect_begin(struct nw_request *r);
-/* Engine bytes of the stream (always taken). */
-bool nw_collect_feed(struct nw_request *r, const char *bytes, size_t len);
-/* The transfer ended: whether the terminator came. */
-bool nw_collect_end(struct nw_request *r);
-/* Answer 200 with the assembled body and finish the request. */
-void nw_collect_answer(struct nw_request *r);
-
-/* --- serve.c -------------------------------------------------------- */
-
-void nw_serve_forget(struct nw_serve *s, struct nw_request *r);
-const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);
 
 #endif /* NW_SERVE_REQUEST_H */

@@ -44,24 +44,31 @@ nw_backoff_sample(GRand *rng, double base_s, double cap_s, unsigned k)
 void
 nw_retry_budget_init(struct nw_retry_budget *b, uint32_t budget, double replenish)
 {
-	b->credits = budget;
-	b->max = budget;
-	b->replenish = replenish;
+	b->units = (uint64_t)budget * NW_RETRY_CREDIT_UNITS;
+	b->max_units = b->units;
+	/* The configuration bounds replenish to [0, 1]. */
+	b->replenish_units = (uint64_t)llround(CLAMP(replenish, 0.0, 1.0) * NW_RETRY_CREDIT_UNITS);
 }
 
 bool
 nw_retry_budget_take(struct nw_retry_budget *b)
 {
-	if (b->credits < 1.0)
+	if (b->units < NW_RETRY_CREDIT_UNITS)
 		return false;
-	b->credits -= 1.0;
+	b->units -= NW_RETRY_CREDIT_UNITS;
 	return true;
 }
 
 void
 nw_retry_budget_success(struct nw_retry_budget *b)
 {
-	b->credits = MIN(b->max, b->credits + b->replenish);
+	b->units = MIN(b->max_units, b->units + b->replenish_units);
+}
+
+double
+nw_retry_budget_credits(const struct nw_retry_budget *b)
+{
+	return (double)b->units / NW_RETRY_CREDIT_UNITS;
 }
 
 bool
@@ -73,6 +80,7 @@ nw_fail_retryable(nw_fail_kind kind)
 	case NW_FAIL_PREFILL_TIMEOUT:
 	case NW_FAIL_FIRST_TOKEN:
 	case NW_FAIL_HANDOFF:
+	case NW_FAIL_READ_GAP:
 		return true;
 	default:
 		return false;

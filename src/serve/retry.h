@@ -33,7 +33,9 @@ typedef enum nw_fail_kind {
 
 /* Spec 4.2: transport failures, retryable statuses (408, 429, 5xx as the
  * dialect classifies them), a prefill timeout, an expired handoff and a
- * first-token timeout may be retried; an answer Narwhal cannot read is a
+ * first-token timeout may be retried, and so may a read-gap timeout
+ * (issue 9: a non-streamed answer has sent nothing yet; a committed stream
+ * is never retried whatever the kind); an answer Narwhal cannot read is a
  * permanent error, like every other kind. */
 bool nw_fail_retryable(nw_fail_kind kind);
 
@@ -50,11 +52,16 @@ double nw_backoff_sample(GRand *rng, double base_s, double cap_s, unsigned k);
 
 /* The retry-credit pool: starts full at budget, each retry spends one
  * credit, each successful original request adds replenish, never above the
- * initial pool. */
+ * initial pool. It counts in millionths of a credit, in integers, so the
+ * arithmetic is exact: ten replenishments of 0.1 make one credit.
+ * serving.retry_replenish is rounded to the nearest millionth (its
+ * documented resolution, docs/configuration.md). */
+#define NW_RETRY_CREDIT_UNITS 1000000u
+
 struct nw_retry_budget {
-	double credits;
-	double max;
-	double replenish;
+	uint64_t units;         /* credits held, in NW_RETRY_CREDIT_UNITS */
+	uint64_t max_units;
+	uint64_t replenish_units;
 	/* What it allowed and refused is counted by its user (the serve
 	 * counters retries and retry_budget_denied), once. */
 };
@@ -66,5 +73,8 @@ bool nw_retry_budget_take(struct nw_retry_budget *b);
 
 /* An original request succeeded. */
 void nw_retry_budget_success(struct nw_retry_budget *b);
+
+/* The credits held, for reports. */
+double nw_retry_budget_credits(const struct nw_retry_budget *b);
 
 #endif /* NW_RETRY_H */

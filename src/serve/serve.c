@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "serve/request.h"
+#include "serve/serve-internal.h"
 
 #define PATH_COMPLETIONS "/v1/completions"
 #define PATH_CHAT "/v1/chat/completions"
@@ -104,7 +105,7 @@ nw_serve_counters_to_json(const struct nw_serve *s)
 	json_object_set_new(o, "retained", json_integer(s->retained));
 	json_object_set_new(o, "admitted_now", json_integer(s->admitted.in_use));
 	json_object_set_new(o, "queued_now", json_integer(nw_resource_waiting(&s->admitted)));
-	json_object_set_new(o, "retry_credits", json_real(s->budget.credits));
+	json_object_set_new(o, "retry_credits", json_real(nw_retry_budget_credits(&s->budget)));
 	return o;
 }
 

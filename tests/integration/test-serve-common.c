@@ -113,6 +113,9 @@ serve_start_daemon(struct serve_env *e, const char *config_json, const char *con
 	g_unlink(e->log_path);
 	g_subprocess_launcher_set_stderr_file_path(launcher, e->log_path);
 	g_subprocess_launcher_set_child_setup(launcher, die_with_parent, NULL, NULL);
+	/* A refused request-state transition (src/serve/request.c) is a
+	 * critical: abort, so the test that reaches one fails. */
+	g_subprocess_launcher_setenv(launcher, "G_DEBUG", "fatal-criticals", TRUE);
 	for (const char *const *v = envp; v && *v; v += 2)
 		g_subprocess_launcher_setenv(launcher, v[0], v[1], TRUE);
 	e->daemon = g_subprocess_launcher_spawn(launcher, &error, g_getenv("NARWHAL_BIN"),

@@ -195,8 +195,14 @@ test_lease_expiry(void)
 	g_assert_cmpint(stat_of(&a, 0, "leases"), ==, 2);
 	g_assert_cmpfloat(json_number_value(json_object_get(kv1, "remote_blocks_expiry_time")), <,
 	                  (double)g_get_real_time() / 1e6 + 0.6);
-	g_usleep(800 * 1000);
-	/* Freed by the lease timer, without any request. */
+	/* Freed by the lease timer, without any request: poll (bounded)
+	 * rather than race a fixed sleep against the lease clock (issue 9). */
+	{
+		gint64 until = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+
+		while (stat_of(&a, 0, "leases") != 0 && g_get_monotonic_time() < until)
+			g_usleep(10 * 1000);
+	}
 	g_assert_cmpint(stat_of(&a, 0, "leases"), ==, 0);
 	g_assert_cmpint(stat_of(&a, 0, "kv_blocks_used"), ==, 0);
 	g_assert_true(sim_wait_log(&a, "\"event\":\"kv_lease_expired\"", 1000));

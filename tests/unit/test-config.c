@@ -235,6 +235,7 @@ static const struct default_case default_cases[] = {
 	{ "6", "profiles.path", "\"runs/profiles.json\"" },
 	{ "6", "serving.request_timeout_s", "600.0" },
 	{ "6", "serving.prefill_timeout_s", "120.0" },
+	{ "4.3", "serving.stream_commit", "\"before_decode\"" },
 	{ "6", "recovery.failure_quarantine_s", "0.0" },
 	{ "6", "engine.decode_read_timeout_s", "60.0" },
 	{ "6", "engine.first_token_timeout_s", "2.5" },
@@ -379,6 +380,10 @@ static const struct range_case range_cases[] = {
 	SECS_POS("narwhal", "slo.tpot_s"),
 
 	{ "4.1", "serving.admission", "\"open\"", true, NULL },
+	{ "narwhal", "serving.stream_commit", "\"first_event\"", true, NULL },
+	{ "narwhal", "serving.stream_commit", "\"before_decode\"", true, NULL },
+	{ "narwhal", "serving.stream_commit", "\"first_token\"", false, "not a valid choice" },
+	{ "narwhal", "serving.stream_commit", "true", false, "wrong type" },
 	{ "4.1", "serving.admission", "\"predictive\"", true, NULL },
 	{ "4.1", "serving.admission", "\"opne\"", false, "did you mean \"open\"?" },
 	{ "4.1", "serving.admission", "1", false, "wrong type, found integer 1" },

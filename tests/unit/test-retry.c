@@ -63,8 +63,8 @@ test_budget_spends_and_denies(void)
 	g_assert_true(nw_retry_budget_take(&b));
 	g_assert_false(nw_retry_budget_take(&b));
 	/* A refusal spends nothing: still no credit for the next one. */
-	g_assert_cmpfloat(b.credits, <, 1.0);
-	g_assert_cmpfloat(b.credits, >=, 0.0);
+	g_assert_cmpfloat(nw_retry_budget_credits(&b), <, 1.0);
+	g_assert_cmpfloat(nw_retry_budget_credits(&b), >=, 0.0);
 	g_assert_false(nw_retry_budget_take(&b));
 }
 
@@ -84,7 +84,33 @@ test_budget_replenish_capped(void)
 	g_assert_true(nw_retry_budget_take(&b));
 	for (int i = 0; i < 100; i++)
 		nw_retry_budget_success(&b);
-	g_assert_cmpfloat(b.credits, ==, 2.0);
+	g_assert_cmpfloat(nw_retry_budget_credits(&b), ==, 2.0);
+}
+
+/* Issue 9: the budget counts in exact arithmetic. In binary floating
+ * point ten additions of 0.1 make 0.9999999999999999, not a credit. */
+static void
+test_budget_exact_tenths(void)
+{
+	struct nw_retry_budget b;
+
+	nw_retry_budget_init(&b, 1, 0.1);
+	g_assert_true(nw_retry_budget_take(&b));
+	for (int i = 0; i < 9; i++) {
+		nw_retry_budget_success(&b);
+		g_assert_false(nw_retry_budget_take(&b));
+	}
+	nw_retry_budget_success(&b);
+	g_assert_cmpfloat(nw_retry_budget_credits(&b), ==, 1.0);
+	g_assert_true(nw_retry_budget_take(&b));
+	/* The documented resolution: a millionth of a credit. */
+	nw_retry_budget_init(&b, 1, 0.000001);
+	g_assert_true(nw_retry_budget_take(&b));
+	for (int i = 0; i < 999999; i++)
+		nw_retry_budget_success(&b);
+	g_assert_false(nw_retry_budget_take(&b));
+	nw_retry_budget_success(&b);
+	g_assert_true(nw_retry_budget_take(&b));
 }
 
 static void
@@ -110,6 +136,8 @@ test_retryable_failures(void)
 	g_assert_true(nw_fail_retryable(NW_FAIL_PREFILL_TIMEOUT));
 	g_assert_true(nw_fail_retryable(NW_FAIL_FIRST_TOKEN));
 	g_assert_true(nw_fail_retryable(NW_FAIL_HANDOFF));
+	/* Issue 9: a read gap before anything reached the client. */
+	g_assert_true(nw_fail_retryable(NW_FAIL_READ_GAP));
 	g_assert_false(nw_fail_retryable(NW_FAIL_BAD_RESPONSE));
 	g_assert_false(nw_fail_retryable(NW_FAIL_PERMANENT));
 	g_assert_false(nw_fail_retryable(NW_FAIL_CONTEXT));
@@ -130,5 +158,6 @@ main(int argc, char **argv)
 	g_test_add_func("/retry/spec-4.2/budget-spends-and-denies", test_budget_spends_and_denies);
 	g_test_add_func("/retry/spec-4.2/budget-replenish-capped", test_budget_replenish_capped);
 	g_test_add_func("/retry/spec-4.2/budget-zero-replenish", test_budget_zero_replenish);
+	g_test_add_func("/retry/issue-9/budget-exact-tenths", test_budget_exact_tenths);
 	return g_test_run();
 }

@@ -1,0 +1,56 @@
+/*
+ * One engine call of a request (leg.c): its kind, its engine and its
+ * serving-pool connection. Internal to the serve layer.
+ */
+#ifndef NW_SERVE_LEG_H
+#define NW_SERVE_LEG_H
+
+#include <narwhal/plugin-abi.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+
+#include "net/upstream.h"
+#include "serve/slots.h"
+
+struct nw_request;
+
+/* What the current engine leg is. */
+typedef enum nw_leg_kind {
+	NW_LEG_NONE,
+	NW_LEG_TOKENIZE,
+	NW_LEG_PREFILL,
+	NW_LEG_DECODE,
+	NW_LEG_AGGREGATE,
+} nw_leg_kind;
+
+/* The one engine call a request has at a time. */
+struct nw_leg {
+	nw_leg_kind kind;
+	uint32_t engine;
+	char *url;
+	char *body;
+	size_t body_len;
+	struct nw_upstream_call *call;
+	struct nw_waiter pool_wait;
+	bool holds_pool;        /* one serving-pool unit */
+	long status;            /* engine HTTP status, 0 until headers */
+	bool relaying;          /* a 2xx stream: bytes go to the relay */
+	bool collecting;        /* a 2xx stream: bytes go to the collector */
+	GString *collected;     /* non-streamed or error body */
+	bool overflow;          /* collected hit its bound */
+	int64_t started_us;     /* the HTTP request went out */
+};
+
+/* Start the leg described by r->leg (kind, engine) with a built call
+ * (body transfer full). Waits for a pool connection when needed. */
+void nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
+                  struct narwhal_http_call *call);
+/* The pool granted a connection (from the request's timer). */
+void nw_leg_pool_granted(struct nw_request *r);
+/* Cancel the call, give back the pool unit, forget the leg. */
+void nw_leg_release(struct nw_request *r);
+
+#endif /* NW_SERVE_LEG_H */

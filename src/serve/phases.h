@@ -1,0 +1,36 @@
+/*
+ * A request's phases (phases.c): validation, sizing, admission,
+ * placement and the end of each engine leg. Internal to the serve layer.
+ */
+#ifndef NW_SERVE_PHASES_H
+#define NW_SERVE_PHASES_H
+
+#include <narwhal/plugin-abi.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "serve/request-parse.h"
+
+struct nw_request;
+
+/* The body is complete: parse, check, then size. */
+void nw_phase_begin(struct nw_request *r);
+void nw_phase_size_by_chars(struct nw_request *r);
+void nw_phase_begin_attempt(struct nw_request *r);
+/* Whether the request's decode or aggregate legs stream from the engine:
+ * always for a streamed request, else as engine.stream_decode says. */
+bool nw_phase_streams(const struct nw_request *r);
+void nw_phase_place(struct nw_request *r, narwhal_phase phase);
+void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
+void nw_phase_unqueue(struct nw_request *r);
+void nw_phase_leave_line(struct nw_request *r);
+/* The client's view of a context-length refusal: its own prompt and
+ * max_tokens, never an engine leg's. */
+void nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err);
+/* An engine's in-band error event (relay and collector): classified by the
+ * dialect, logged in full, failed with Narwhal's own message. */
+void nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
+                           const char *payload, size_t len);
+
+#endif /* NW_SERVE_PHASES_H */

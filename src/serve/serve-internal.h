@@ -1,0 +1,66 @@
+/*
+ * The serving context as the serve layer's modules see it (serve.c owns
+ * it). The daemon uses serve/serve.h.
+ */
+#ifndef NW_SERVE_INTERNAL_H
+#define NW_SERVE_INTERNAL_H
+
+#include <narwhal/plugin-abi.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+
+#include "core/config.h"
+#include "core/host.h"
+#include "core/plugin-loader.h"
+#include "net/http-server.h"
+#include "net/timers.h"
+#include "net/upstream.h"
+#include "serve/counters.h"
+#include "serve/dialect.h"
+#include "serve/retry.h"
+#include "serve/slots.h"
+
+
+struct nw_serve {
+	const struct nw_config *cfg;
+	struct nw_fleet *fleet;
+	struct nw_plugin_instance *admission;
+	struct nw_plugin_instance *placement;
+	struct nw_dialect *dialects;     /* one per engine (shared instances) */
+	const char **router_keys;        /* keys the dialects own, refused from clients */
+	uint64_t next_handle;            /* request handles for plugins */
+	struct nw_upstream *serving_pool;
+	struct nw_upstream *control_pool;
+	struct nw_http_server *http;
+	char **api_keys;                 /* NULL: no key needed */
+
+	struct nw_timers *timers;
+	GRand *rng;
+	struct nw_retry_budget budget;
+	struct nw_serve_counters counters;
+
+	uint32_t retained;               /* completion requests held (ceiling) */
+	uint32_t ceiling;                /* max_connections + queue_capacity */
+	struct nw_resource admitted;     /* admission ledger and its queue */
+	struct nw_resource pool;         /* serving-pool connections in use */
+	struct nw_wait_line prefill_line;/* waiting for a prefill slot */
+	struct nw_wait_line decode_line; /* waiting for a decode slot */
+	uint32_t *eligible;              /* placement scratch, one per engine */
+	uint32_t next_tokenize;          /* round robin over engines */
+	GQueue requests;                 /* every live request */
+	bool stopping;
+
+	/* The served model: fleet.model, or the first engine's. */
+	char *model;
+	int64_t max_model_len;           /* -1: unknown */
+	int64_t created;                 /* start time, Unix seconds */
+	struct nw_upstream_call *model_probe;
+	GString *model_probe_body;
+};
+
+const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);
+
+#endif /* NW_SERVE_INTERNAL_H */
