@@ -45,10 +45,11 @@
  * a replay under virtual time.
  *
  * Failures: a slot that returns non-zero has failed. The host logs the
- * failure with the plugin's name, counts it (narwhal_plugin_call_errors in
- * /narwhal/state), and fails safe as the slot's comment says: a failed
- * admission decision refuses the request, a failed placement fails the
- * attempt; neither becomes "admit" or "the first eligible engine".
+ * failure with the plugin's name (event plugin_call_failed), counts it (the
+ * plugin_call_errors counter of GET /narwhal/health), and fails safe as the
+ * slot's comment says: a failed admission decision refuses the request, a
+ * failed placement fails the attempt; neither becomes "admit" or "the first
+ * eligible engine".
  *
  * Ownership: arguments are borrowed for the duration of the call unless a
  * comment says (transfer full). Strings a plugin returns in result structs
@@ -256,11 +257,11 @@ struct narwhal_admission_request {
 	uint32_t queue_capacity;
 };
 
-/* The host acts on verdict; on retry_after_s for NARWHAL_REFUSE (the
- * Retry-After header, rounded up to whole seconds, at least 1; preset 1);
- * and logs reason. projected_ttft_s is reported in state and logs. The host
- * presets verdict NARWHAL_REFUSE, so a plugin that returns 0 without
- * setting it refuses. */
+/* The host acts on verdict, and on retry_after_s for NARWHAL_REFUSE (the
+ * Retry-After header, rounded up to whole seconds, at least 1; preset 1).
+ * projected_ttft_s and reason are informational: the host does not act on
+ * them. The host presets verdict NARWHAL_REFUSE, so a plugin that returns 0
+ * without setting it refuses. */
 struct narwhal_admission_decision {
 	uint32_t struct_size;
 	narwhal_admission_verdict verdict;
@@ -313,9 +314,9 @@ struct narwhal_placement_request {
 	                           * the prefill engine; else -1 */
 };
 
-/* The host acts on engine (which must be one of eligible[]); it records
- * cost, projected_slo_ratio and unserved in state and logs. The host
- * presets engine to UINT32_MAX, which is never eligible. */
+/* The host acts on engine (which must be one of eligible[]); cost,
+ * projected_slo_ratio and unserved are informational. The host presets
+ * engine to UINT32_MAX, which is never eligible. */
 struct narwhal_placement_result {
 	uint32_t struct_size;
 	uint32_t engine;            /* one of eligible[] */
@@ -416,9 +417,9 @@ enum {
 	NARWHAL_SSE_OTHER = 5,  /* metadata: relay, counts as liveness */
 };
 
-/* The host acts on kind, tokens (first token), error_class; it reads the
- * usage counts for accounting. It presets kind NARWHAL_SSE_OTHER, tokens 0
- * and the counts -1. */
+/* The host acts on kind, tokens (the first token) and error_class; the
+ * usage counts are informational. It presets kind NARWHAL_SSE_OTHER, tokens
+ * 0 and the counts -1. */
 struct narwhal_sse_event {
 	uint32_t struct_size;
 	narwhal_sse_kind kind;
@@ -429,10 +430,11 @@ struct narwhal_sse_event {
 };
 
 /* An engine error answer as the dialect reads it. The host acts on
- * error_class; it shows message (and param) to the client only for
- * NARWHAL_ERROR_CLIENT and NARWHAL_ERROR_CONTEXT_TOO_LONG answers of status
- * 4xx, and logs it otherwise. The host presets error_class from the HTTP
- * status (spec 4.2) and message and param empty. */
+ * error_class; it shows message to the client only for a
+ * NARWHAL_ERROR_CLIENT answer of status 400 or 422 (docs/api.md), and logs
+ * the engine's whole answer otherwise; param is informational. The host
+ * presets error_class from the HTTP status (spec 4.2) and message and param
+ * empty. */
 #define NARWHAL_ENGINE_MESSAGE_MAX 512
 #define NARWHAL_ENGINE_PARAM_MAX 64
 struct narwhal_engine_error {
@@ -470,7 +472,9 @@ struct narwhal_engine_ref {
 
 /* What a call is built for. For a sequential handoff the decode engine is
  * placed after the prefill answer, so build_prefill sees decode NULL; for a
- * concurrent handoff both are placed first and both legs see both. */
+ * concurrent handoff both are placed first, both legs see both and go out
+ * together, and build_decode gets no handoff (NULL). An engine whose
+ * capabilities have both flags hands off sequentially. */
 struct narwhal_dialect_target {
 	uint32_t struct_size;
 	uint64_t request;                          /* host-unique handle */

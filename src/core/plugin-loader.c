@@ -272,7 +272,7 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 	if (d == NULL) {
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_DESCRIPTOR,
 		            "%s: plugin returned no descriptor: expected a descriptor from %s(), "
-		            "found NULL: declare the plugin with NARWHAL_PLUGIN_DEFINE, which "
+		            "found NULL: declare the plugin with NARWHAL_<KIND>_PLUGIN, which "
 		            "returns a static descriptor",
 		            file, NARWHAL_PLUGIN_ENTRY_SYMBOL);
 		return false;
@@ -281,7 +281,7 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_BAD_MAGIC,
 		            "%s: not a Narwhal plugin descriptor: expected magic 0x%08x, "
 		            "found 0x%08" PRIx32 ": declare the plugin with "
-		            "NARWHAL_PLUGIN_DEFINE from <narwhal/plugin-abi.h>",
+		            "NARWHAL_<KIND>_PLUGIN from <narwhal/plugin-abi.h>",
 		            file, NARWHAL_PLUGIN_MAGIC, d->magic);
 		return false;
 	}
@@ -330,7 +330,7 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 	if (d->name == NULL || *d->name == '\0') {
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NAME,
 		            "%s: plugin has no name: expected %s%s%s, found none: give the "
-		            "name as the second argument of NARWHAL_PLUGIN_DEFINE",
+		            "name as the first argument of NARWHAL_<KIND>_PLUGIN",
 		            file, name ? "\"" : "a name", name ? name : "", name ? "\"" : "");
 		return false;
 	}
@@ -347,7 +347,7 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 	if (d->ops == NULL) {
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NULL_SLOT,
 		            "%s: plugin %s has no ops: expected a pointer to %s, found NULL: "
-		            "pass the ops table as the last argument of NARWHAL_PLUGIN_DEFINE",
+		            "pass the ops table as the last argument of NARWHAL_<KIND>_PLUGIN",
 		            file, d->name, want->ops_type);
 		return false;
 	}
@@ -478,7 +478,7 @@ nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GEr
 		why = dlerror();
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NO_ENTRY,
 		            "%s: not a Narwhal plugin: expected an exported function %s, found "
-		            "none (%s): declare the plugin with NARWHAL_PLUGIN_DEFINE and export "
+		            "none (%s): declare the plugin with NARWHAL_<KIND>_PLUGIN and export "
 		            "the entry (-export-symbols-regex '^%s$')",
 		            file, NARWHAL_PLUGIN_ENTRY_SYMBOL, why ? why : "symbol is NULL",
 		            NARWHAL_PLUGIN_ENTRY_SYMBOL);

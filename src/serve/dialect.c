@@ -64,22 +64,19 @@ nw_dialects_router_keys(const struct nw_dialect *dialects, uint32_t n)
 }
 
 bool
-nw_dialect_compatible(const struct nw_dialect *prefill, const struct nw_dialect *decode)
+nw_dialect_concurrent(const struct nw_dialect *prefill)
 {
-	return prefill->ctx == decode->ctx && nw_dialect_pairs(prefill) &&
-	       (prefill->caps & decode->caps &
-	        (NARWHAL_DIALECT_HANDOFF_SEQUENTIAL | NARWHAL_DIALECT_HANDOFF_CONCURRENT)) != 0;
+	return !(prefill->caps & NARWHAL_DIALECT_HANDOFF_SEQUENTIAL) &&
+	       (prefill->caps & NARWHAL_DIALECT_HANDOFF_CONCURRENT);
 }
 
 bool
-nw_dialect_concurrent(const struct nw_dialect *prefill, const struct nw_dialect *decode)
+nw_dialect_compatible(const struct nw_dialect *prefill, const struct nw_dialect *decode)
 {
-	uint32_t both = prefill->caps & decode->caps;
+	uint32_t mode = nw_dialect_concurrent(prefill) ? NARWHAL_DIALECT_HANDOFF_CONCURRENT
+	                                               : NARWHAL_DIALECT_HANDOFF_SEQUENTIAL;
 
-	/* Sequential wins when both engines can do either: it needs no
-	 * second leg in flight. */
-	return !(both & NARWHAL_DIALECT_HANDOFF_SEQUENTIAL) &&
-	       (both & NARWHAL_DIALECT_HANDOFF_CONCURRENT);
+	return prefill->ctx == decode->ctx && (prefill->caps & mode) && (decode->caps & mode);
 }
 
 void

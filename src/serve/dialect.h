@@ -46,13 +46,15 @@ nw_dialect_pairs(const struct nw_dialect *d)
 	                   NARWHAL_DIALECT_HANDOFF_CONCURRENT)) != 0;
 }
 
-/* Whether a decode engine can take a handoff from a prefill engine: the same
- * dialect instance and a handoff mode both have. */
-bool nw_dialect_compatible(const struct nw_dialect *prefill, const struct nw_dialect *decode);
+/* Whether a prefill engine's pairs send both legs at once: its dialect
+ * offers HANDOFF_CONCURRENT and not HANDOFF_SEQUENTIAL (sequential is
+ * preferred when an engine can do both, since it needs no second leg in
+ * flight). */
+bool nw_dialect_concurrent(const struct nw_dialect *prefill);
 
-/* Whether the pair's legs go out together (HANDOFF_CONCURRENT) rather than
- * one after the other. */
-bool nw_dialect_concurrent(const struct nw_dialect *prefill, const struct nw_dialect *decode);
+/* Whether a decode engine can take a prefill engine's handoff: the same
+ * dialect instance, and the prefill engine's handoff mode. */
+bool nw_dialect_compatible(const struct nw_dialect *prefill, const struct nw_dialect *decode);
 
 /* Read an engine error (HTTP status >= 400 with its body, or an in-band
  * event with status 0). out is preset from the status (spec 4.2) and

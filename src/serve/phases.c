@@ -99,7 +99,8 @@ target_for(const struct nw_request *r, uint32_t engine, const json_t *body)
 		                   ? &s->dialects[r->prefill_pair].ref : NULL,
 		.decode = r->decode_engine >= 0 && !r->aggregate
 		                  ? &s->dialects[r->decode_engine].ref : NULL,
-		.pair_id = r->aggregate ? 0 : (r->handle << 2) | (r->attempt & 3u),
+		.pair_id = r->aggregate || r->prefill_pair < 0 ? 0
+		                                               : (r->handle << 2) | (r->attempt & 3u),
 	};
 }
 
@@ -379,6 +380,7 @@ nw_phase_begin_attempt(struct nw_request *r)
 {
 	r->aggregate = !fleet_pairs(r->serve);
 	r->prefill_pair = -1;
+	r->concurrent = false;
 	nw_phase_place(r, r->aggregate ? NARWHAL_PHASE_AGGREGATE : NARWHAL_PHASE_PREFILL);
 }
 
@@ -595,11 +597,19 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 			r->aggregate = true;
 			phase = NARWHAL_PHASE_AGGREGATE;
 		}
-		if (phase == NARWHAL_PHASE_PREFILL)
+		if (phase == NARWHAL_PHASE_PREFILL) {
 			r->prefill_pair = engine;
+			r->concurrent = nw_dialect_concurrent(&s->dialects[engine]);
+		}
 	}
 	/* Another slot may be free for the next in line. */
 	nw_wait_line_kick(line);
+	/* A concurrent pair needs its decode engine before either leg goes
+	 * out: both are built for both engines (pair.c). */
+	if (phase == NARWHAL_PHASE_PREFILL && r->concurrent) {
+		nw_phase_place(r, NARWHAL_PHASE_DECODE);
+		return;
+	}
 	start_phase_leg(r, phase, (uint32_t)engine);
 }
 
@@ -628,6 +638,44 @@ output_body(struct nw_request *r)
 		                    json_pack("{s:b}", "include_usage", 1));
 	}
 	return r->stream_body;
+}
+
+/* Check what a builder returned (rc, the call's path and flags); on
+ * success a call that sends the client's body unchanged gets it. On a
+ * failure the attempt fails, logged and counted, and false is returned. */
+static bool
+built(struct nw_request *r, const struct nw_dialect *d, const char *slot, int rc,
+      const struct narwhal_dialect_target *target, struct narwhal_http_call *call)
+{
+	if (rc == 0 && (call->path == NULL || call->path[0] != '/' ||
+	                ((call->flags & NARWHAL_CALL_CLIENT_BODY) && call->body != NULL)))
+		rc = -EINVAL;
+	if (rc != 0) {
+		json_decref(call->body);
+		call->body = NULL;
+		dialect_failed(r, d, slot, rc);
+		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "the dialect could not build the engine "
+		                "request");
+		return false;
+	}
+	if (call->flags & NARWHAL_CALL_CLIENT_BODY)
+		call->body = json_incref((json_t *)target->client_body);
+	return true;
+}
+
+/* A concurrent pair's prefill leg, built for both engines and sent as the
+ * decode leg goes out (pair.c). */
+static bool
+start_concurrent_prefill(struct nw_request *r)
+{
+	uint32_t engine = (uint32_t)r->prefill_pair;
+	const struct nw_dialect *d = nw_serve_dialect(r->serve, engine);
+	struct narwhal_http_call call = { .struct_size = sizeof call };
+	struct narwhal_dialect_target target = target_for(r, engine, r->parsed.body);
+	int rc;
+
+	rc = d->ops->build_prefill(d->ctx, &target, &call);
+	return built(r, d, "build_prefill", rc, &target, &call) && nw_pair_start(r, engine, &call);
 }
 
 static void
@@ -661,6 +709,8 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		kind = NW_LEG_DECODE;
 		s->counters.decode_started++;
 		nw_request_set_state(r, NW_REQ_DECODE);
+		if (r->concurrent && !start_concurrent_prefill(r))
+			return;
 		target = target_for(r, engine, output_body(r));
 		slot = "build_decode";
 		rc = d->ops->build_decode(d->ctx, &target, r->handoff, &call);
@@ -675,18 +725,8 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		rc = d->ops->build_aggregate(d->ctx, &target, &call);
 		break;
 	}
-	if (rc == 0 && (call.path == NULL || call.path[0] != '/' ||
-	                ((call.flags & NARWHAL_CALL_CLIENT_BODY) && call.body != NULL)))
-		rc = -EINVAL;
-	if (rc != 0) {
-		json_decref(call.body);
-		dialect_failed(r, d, slot, rc);
-		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "the dialect could not build the engine "
-		                "request");
+	if (!built(r, d, slot, rc, &target, &call))
 		return;
-	}
-	if (call.flags & NARWHAL_CALL_CLIENT_BODY)
-		call.body = json_incref((json_t *)target.client_body);
 	/* The first-token clock starts before the stream opens (spec 6). A
 	 * leg answered in one body shows no first token: the deadline bounds
 	 * it. */

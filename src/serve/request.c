@@ -108,6 +108,7 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	r->body_in = g_string_new(NULL);
 	r->excluded = g_new0(uint8_t, MAX(s->fleet->view.n_engines, 1));
 	r->queued_on = r->prefill_engine = r->decode_engine = r->prefill_pair = -1;
+	r->fault_engine = -1;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -140,6 +141,7 @@ request_free(struct nw_request *r)
 	nw_collect_clear(&r->collect);
 	json_decref(r->stream_body);
 	json_decref(r->handoff);
+	nw_pair_clear(&r->pair);
 	free(r->resp_body);
 	g_free(r->excluded);
 	g_free(r);
@@ -158,6 +160,7 @@ void
 nw_request_release_attempt(struct nw_request *r)
 {
 	nw_leg_release(r);
+	nw_pair_release(r);
 	nw_phase_leave_line(r);
 	nw_phase_unqueue(r);
 	if (r->prefill_engine >= 0)
@@ -167,6 +170,7 @@ nw_request_release_attempt(struct nw_request *r)
 	json_decref(r->handoff);
 	r->handoff = NULL;
 	r->prefill_pair = -1;
+	r->fault_engine = -1;
 	r->handoff_until_us = -1;
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
@@ -549,6 +553,8 @@ blamed_engine(const struct nw_request *r, nw_fail_kind kind)
 {
 	if (kind == NW_FAIL_HANDOFF)
 		return r->prefill_pair;
+	if (r->fault_engine >= 0)
+		return r->fault_engine;
 	if (r->leg.kind == NW_LEG_NONE || r->leg.kind == NW_LEG_TOKENIZE)
 		return -1;
 	return (int32_t)r->leg.engine;
@@ -592,7 +598,8 @@ nw_request_fail_engine(struct nw_request *r, nw_fail_kind kind, long engine_stat
                        const char *detail, const char *engine_message)
 {
 	struct nw_serve *s = r->serve;
-	const char *engine = s->cfg->fleet.engines[r->leg.engine].id;
+	const char *engine = s->cfg->fleet.engines[r->fault_engine >= 0 ? (uint32_t)r->fault_engine
+	                                                                  : r->leg.engine].id;
 	struct nw_client_error err;
 	g_autofree char *text = NULL;
 	char st[16];

@@ -38,6 +38,7 @@
 #include "serve/collect.h"
 #include "serve/dialect.h"
 #include "serve/leg.h"
+#include "serve/pair.h"
 #include "serve/relay.h"
 #include "serve/request-id.h"
 #include "serve/request-parse.h"
@@ -114,6 +115,10 @@ struct nw_request {
 	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
 	int32_t decode_engine;        /* engine holding our decode slot, -1 */
 	int32_t prefill_pair;         /* engine that ran this attempt's prefill, -1 */
+	bool concurrent;              /* this attempt's pair sends both legs at once */
+	struct nw_pair_leg pair;      /* its prefill leg (pair.c) */
+	int32_t fault_engine;         /* the engine a failure is about when it is not
+	                               * the leg's (a concurrent prefill), -1 */
 	json_t *handoff;
 	int64_t handoff_until_us;     /* -1: no cap running */
 	int64_t ft_until_us;          /* first-token deadline, -1: none */

@@ -190,6 +190,89 @@ test_pairs_within_dialect(void)
 	plugin_dir_free(dir);
 }
 
+/* Issue 9: the host implements HANDOFF_CONCURRENT. Both legs of a pair go
+ * out at once, built for both engines with one pair id: the prefill engine
+ * here never answers (hung), yet the request is served by the decode leg,
+ * which a sequential handoff would never have sent. */
+static void
+test_concurrent_pair(void)
+{
+	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
+	struct serve_env e;
+	char *dir;
+	g_autofree char *cfg = NULL;
+	g_autofree char *log = NULL;
+	char *at;
+
+	if (!serve_start(&e, args, "pd", NULL))
+		return;
+	dir = plugin_dir_new();
+	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\":"
+	                      " {\"mock\": {\"caps\": 2}}}, \"engine\": {\"tokenize\": false}}",
+	                      dir);
+	restart_with_dialects(&e, "mm", cfg);
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\": true}"), ==, 200);
+	post_ok(&e, 2);
+	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 2);
+	g_assert_cmpint(serve_counter(&e, "decode_started"), ==, 2);
+	/* Both legs of the first pair name both engines and one pair id. */
+	log = serve_log(&e);
+	at = strstr(log, "mock prefill leg pair=");
+	g_assert_nonnull(at);
+	{
+		unsigned long long pair = g_ascii_strtoull(at + strlen("mock prefill leg pair="), NULL,
+		                                           10);
+		g_autofree char *decode = g_strdup_printf("mock decode leg pair=%llu prefill=sim-0"
+		                                          " decode=sim-1", pair);
+		g_autofree char *prefill = g_strdup_printf("mock prefill leg pair=%llu prefill=sim-0"
+		                                           " decode=sim-1", pair);
+
+		g_assert_cmpuint(pair, >, 0);
+		g_assert_nonnull(strstr(log, prefill));
+		g_assert_nonnull(strstr(log, decode));
+	}
+	sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\": false}");
+	serve_clear(&e);
+	plugin_dir_free(dir);
+}
+
+/* A concurrent pair's prefill leg that fails fails the attempt, charged to
+ * the prefill engine: the client gets the failure, never a success built
+ * on a prefill that did not happen. */
+static void
+test_concurrent_prefill_failure(void)
+{
+	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
+	struct serve_env e;
+	char *dir;
+	g_autofree char *cfg = NULL;
+	g_autofree char *body = NULL;
+	struct sim_reply r = { 0 };
+
+	if (!serve_start(&e, args, "pd", NULL))
+		return;
+	dir = plugin_dir_new();
+	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\":"
+	                      " {\"mock\": {\"caps\": 2}}}, \"engine\": {\"tokenize\": false}}",
+	                      dir);
+	restart_with_dialects(&e, "mm", cfg);
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_rate\": 1.0, \"error_status\": 500}"),
+	                ==, 200);
+	/* The decode engine answers slowly, so the prefill's 500 comes first. */
+	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\": 2.0}"), ==, 200);
+	body = serve_completion_body(&e, 4, FALSE);
+	serve_post(&e, "/v1/completions", body, NULL, 20000, &r);
+	serve_assert_error(&r, 502, "engine_error");
+	g_assert_null(strstr(r.body->str, "127.0.0.1"));
+	sim_reply_clear(&r);
+	g_assert_cmpint(serve_counter(&e, "prefill_failed_status"), ==, 1);
+	g_assert_true(serve_wait_log(&e, "\"engine\":\"sim-0\",\"status\":\"500\"", 2000));
+	sim_set_faults(&e.sim, 0, "{\"error_rate\": 0}");
+	sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\": false}");
+	serve_clear(&e);
+	plugin_dir_free(dir);
+}
+
 /* plugin-abi.h: a failed admission decision refuses the request (503),
  * logged and counted; it never becomes "admit". */
 static void
@@ -253,6 +336,8 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/plugins/dialect-without-tokenize", test_dialect_without_tokenize);
 	g_test_add_func("/serve/plugins/aggregate-only-engine", test_aggregate_only_engine);
 	g_test_add_func("/serve/plugins/pairs-within-dialect", test_pairs_within_dialect);
+	g_test_add_func("/serve/plugins/concurrent-pair", test_concurrent_pair);
+	g_test_add_func("/serve/plugins/concurrent-prefill-failure", test_concurrent_prefill_failure);
 	g_test_add_func("/serve/plugins/admission-failure-refuses", test_admission_failure_refuses);
 	g_test_add_func("/serve/plugins/router-keys-refused", test_router_keys_refused);
 	return g_test_run();

@@ -168,6 +168,19 @@ mock_capabilities(void *instance, const struct narwhal_engine_ref *engine)
 	return m->caps;
 }
 
+/* A leg built for a pair says so on the host's log, for the tests. */
+static void
+mock_log_pair(const struct mock *m, const char *leg, const struct narwhal_dialect_target *t)
+{
+	char line[160];
+
+	if (t->prefill == NULL || t->decode == NULL)
+		return;
+	snprintf(line, sizeof line, "mock %s leg pair=%llu prefill=%s decode=%s", leg,
+	         (unsigned long long)t->pair_id, t->prefill->id, t->decode->id);
+	m->host->log(m->host->host_ctx, NARWHAL_LOG_INFO, line);
+}
+
 static int
 mock_build(void *instance, const struct narwhal_dialect_target *target,
            struct narwhal_http_call *out)
@@ -187,6 +200,7 @@ mock_build_prefill(void *instance, const struct narwhal_dialect_target *target,
 {
 	int rc = mock_build(instance, target, out);
 
+	mock_log_pair(mock_cast(instance), "prefill", target);
 	out->flags = 0;
 	out->body = json_copy((json_t *)target->client_body);
 	if (out->body == NULL)
@@ -202,6 +216,7 @@ mock_build_decode(void *instance, const struct narwhal_dialect_target *target,
                   const json_t *handoff, struct narwhal_http_call *out)
 {
 	(void)handoff;
+	mock_log_pair(mock_cast(instance), "decode", target);
 	return mock_build(instance, target, out);
 }
 

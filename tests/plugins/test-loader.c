@@ -244,7 +244,7 @@ test_no_entry(void)
 
 	assert_contains(m, "not a Narwhal plugin");
 	assert_contains(m, "expected an exported function narwhal_plugin_entry, found none");
-	assert_contains(m, "NARWHAL_PLUGIN_DEFINE");
+	assert_contains(m, "NARWHAL_<KIND>_PLUGIN");
 }
 
 static void
@@ -255,7 +255,7 @@ test_null_descriptor(void)
 
 	assert_contains(m, "expected a descriptor");
 	assert_contains(m, "found NULL");
-	assert_contains(m, "NARWHAL_PLUGIN_DEFINE");
+	assert_contains(m, "NARWHAL_<KIND>_PLUGIN");
 }
 
 static void
@@ -353,7 +353,7 @@ test_no_name(void)
 
 	assert_contains(a, "plugin has no name: expected \"mock\", found none");
 	assert_contains(b, "plugin has no name: expected a name, found none");
-	assert_contains(b, "NARWHAL_PLUGIN_DEFINE");
+	assert_contains(b, "NARWHAL_<KIND>_PLUGIN");
 }
 
 static void
