@@ -84,8 +84,9 @@
  *        engine-format fact: new slots sniff_sse (which stream events need
  *        a parse), parse_error (replaces classify_error: class, message and
  *        parameter of an engine error), build_models and parse_models (the
- *        served model and its maximum length) and router_keys (request keys
- *        the router owns). Sending the client's body unchanged is the flag
+ *        served model and its maximum length), router_keys (request keys
+ *        the router owns) and whole_body_only (requests the engine will
+ *        not stream). Sending the client's body unchanged is the flag
  *        NARWHAL_CALL_CLIENT_BODY on struct narwhal_http_call, not pointer
  *        identity. The slots a dialect must implement are split into
  *        required ones and pairs.
@@ -582,6 +583,14 @@ struct narwhal_dialect_ops {
 	 * refuses client requests that carry any of them (400), so a client can
 	 * never forge a handoff. */
 	const char *const *(*router_keys)(void *instance);
+
+	/* Optional. The host streams the decode leg of a non-streamed request
+	 * too (engine.stream_decode), to bound it by the first token; return
+	 * true for a client body the engine answers only in a whole body (vLLM:
+	 * prompt_logprobs), which then gets a non-streamed leg. Asked once per
+	 * request of each dialect in the fleet. Without it every request may
+	 * stream. */
+	bool (*whole_body_only)(void *instance, const json_t *client_body);
 };
 
 /* ------------------------------------------------------------------------

@@ -822,6 +822,17 @@ vllm_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_
 	return 0;
 }
 
+/* vLLM answers prompt_logprobs only in a whole body: it refuses the key on
+ * a stream. */
+static bool
+vllm_whole_body_only(void *instance, const json_t *client_body)
+{
+	const json_t *v = json_object_get(client_body, "prompt_logprobs");
+
+	vllm_cast(instance);
+	return v != NULL && !json_is_null(v);
+}
+
 static const struct narwhal_dialect_ops vllm_ops = {
 	.struct_size = sizeof(struct narwhal_dialect_ops),
 	.create = vllm_create,
@@ -840,6 +851,7 @@ static const struct narwhal_dialect_ops vllm_ops = {
 	.build_models = vllm_build_models,
 	.parse_models = vllm_parse_models,
 	.router_keys = vllm_router_keys,
+	.whole_body_only = vllm_whole_body_only,
 };
 
 NARWHAL_DIALECT_PLUGIN("vllm", "2.0.0", &vllm_ops)

@@ -339,7 +339,7 @@ run_mhd(struct nw_http_server *srv)
 	 * for the next run, which MHD's own timeout does not ask for. */
 	if (srv->resumed)
 		nw_deadline_source_set_in(srv->deadline, 0);
-	/* M3: 0 means "again now"; MHD_NO means no deadline at all. */
+	/* Zero means "again now"; MHD_NO means no deadline at all. */
 	else if (MHD_get_timeout(srv->mhd, &timeout_ms) == MHD_YES)
 		nw_deadline_source_set_in(srv->deadline, (int64_t)MIN(timeout_ms, 3600000ull) * 1000);
 	else
@@ -686,7 +686,7 @@ nw_http_server_resume(struct nw_http_server *srv, struct MHD_Connection *conn)
 	g_queue_unlink(w->late ? &srv->late_hangups : &srv->suspended, &w->link);
 	w->late = false;
 	MHD_resume_connection(conn);
-	/* M2: resume only sets flags; run MHD at the next iteration. */
+	/* Resume only sets flags; run MHD at the next iteration. */
 	srv->resumed = true;
 	nw_deadline_source_set_in(srv->deadline, 0);
 }
@@ -738,7 +738,7 @@ nw_http_server_stop(struct nw_http_server *srv)
 {
 	if (srv == NULL)
 		return;
-	/* M6: stopping with suspended connections is an API violation. */
+	/* Stopping with suspended connections is an API violation. */
 	while (srv->suspended.head != NULL || srv->late_hangups.head != NULL) {
 		GList *l = srv->suspended.head ? srv->suspended.head : srv->late_hangups.head;
 

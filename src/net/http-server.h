@@ -1,14 +1,14 @@
 /*
  * The client-facing HTTP server: libmicrohttpd in external-poll epoll mode,
- * driven from the GLib main loop (shared/reference/event-loop-notes.md).
+ * driven from the GLib main loop (docs/deployment.md).
  *
  * - MHD's epoll descriptor is watched by one GLib fd source; each wake runs
  *   MHD_run once and re-arms a deadline source from MHD_get_timeout, whose
- *   answer is honoured after every run (M3).
- * - Resuming a connection does not wake the loop in external mode (M2), so
+ *   answer is honoured after every run.
+ * - Resuming a connection does not wake the loop in external mode, so
  *   nw_http_server_resume() only asks for a run at the next iteration; many
  *   resumes in one iteration share one MHD_run.
- * - Every client socket joins a private epoll set for hang-ups (M4) once,
+ * - Every client socket joins a private epoll set for hang-ups once,
  *   when MHD announces the connection, so a client that leaves while its
  *   request is suspended on an engine is noticed at once, at no cost per
  *   request.
@@ -62,7 +62,7 @@ struct nw_http_server_counters {
 /* The request handler, with libmicrohttpd's access-handler contract: it is
  * called for the headers, then for each body chunk, then once with
  * *upload_size == 0; it must queue a response or suspend before returning
- * MHD_YES on that last call (M1). Its first call either answers (leaving
+ * MHD_YES on that last call. Its first call either answers (leaving
  * *request NULL) or sets *request.
  *
  * The server checks the body's framing before the first call (400/501 and

@@ -3,9 +3,8 @@
  *
  * A deadline source is a GSource that keeps one monotonic deadline in its
  * own struct and reports it from prepare()/check(). Changing the deadline
- * costs no system call and no wake-up write, unlike g_source_set_ready_time
- * (see shared/reference/event-loop-notes.md, C2). It is one-shot: the
- * deadline is disarmed before the callback runs.
+ * costs no system call and no wake-up write, unlike g_source_set_ready_time.
+ * It is one-shot: the deadline is disarmed before the callback runs.
  */
 #ifndef NW_LOOP_H
 #define NW_LOOP_H

@@ -3,11 +3,11 @@
  * bound to the GLib loop.
  *
  * - curl's sockets live in one private epoll set behind a single GLib fd
- *   source, with lazy deregistration (event-loop-notes C3, C4).
+ *   source, with lazy deregistration.
  * - curl's timer callback only records a deadline; the deadline source
- *   drives curl (C1, C2).
- * - Easy handles are pooled and reused, aborted ones included (C8).
- * - CURLMOPT_MAXCONNECTS is raised so bursts do not churn connections (C5).
+ *   drives curl.
+ * - Easy handles are pooled and reused, aborted ones included.
+ * - CURLMOPT_MAXCONNECTS is raised so bursts do not churn connections.
  */
 #include "build-config.h"
 
@@ -81,7 +81,7 @@ on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socket
 		g_hash_table_insert(up->socks, GINT_TO_POINTER(fd), s);
 	}
 	if (what == CURL_POLL_REMOVE) {
-		/* C4: keep an idle connection's fd in the set (reading only) and
+		/* Keep an idle connection's fd in the set (reading only) and
 		 * drop it if the engine closes it; reuse then costs nothing. */
 		s->watched = false;
 		if (s->events & EPOLLOUT) {
@@ -123,7 +123,7 @@ on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 {
 	struct nw_curl_pool *up = userp;
 
-	/* C1: only record; the deadline source drives curl. */
+	/* Only record; the deadline source drives curl. */
 	if (timeout_ms < 0)
 		nw_deadline_source_set(up->timer, -1);
 	else
@@ -380,7 +380,7 @@ easy_get(struct nw_curl_pool *up)
 	easy = curl_easy_init();
 	if (easy == NULL)
 		return NULL;
-	/* Options that never change are set once (C8). */
+	/* Options that never change are set once. */
 	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -486,7 +486,7 @@ nw_curl_unpause(struct nw_upstream_call *base)
 	if (call == NULL || call->cancelled)
 		return;
 	up = call->up;
-	/* curl may deliver the held data to on_data right here (C7); a handler
+	/* curl may deliver the held data to on_data right here; a handler
 	 * that cancels must not free the call while curl still uses it, so
 	 * count this as being inside curl and reap afterwards. */
 	up->in_curl++;

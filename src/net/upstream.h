@@ -69,7 +69,7 @@ struct nw_upstream_handlers {
 	void (*on_response)(void *data, long status);
 	/* Body bytes (chunked framing removed). Return true to take them,
 	 * false to pause the transfer: the same bytes come back after
-	 * nw_upstream_unpause (C7). */
+	 * nw_upstream_unpause. */
 	bool (*on_data)(void *data, const char *bytes, size_t len);
 	/* The call ended (required); not called after nw_upstream_cancel. The
 	 * call is freed right after this returns. */

@@ -64,6 +64,21 @@ nw_dialects_router_keys(const struct nw_dialect *dialects, uint32_t n)
 }
 
 bool
+nw_dialects_whole_body_only(const struct nw_dialect *dialects, uint32_t n,
+                            const json_t *client_body)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nw_dialect *d = &dialects[i];
+
+		/* Neighbours usually share an instance: ask each run once. */
+		if (d->ops->whole_body_only != NULL && (i == 0 || d->ctx != dialects[i - 1].ctx) &&
+		    d->ops->whole_body_only(d->ctx, client_body))
+			return true;
+	}
+	return false;
+}
+
+bool
 nw_dialect_concurrent(const struct nw_dialect *prefill)
 {
 	return !(prefill->caps & NARWHAL_DIALECT_HANDOFF_SEQUENTIAL) &&

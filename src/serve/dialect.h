@@ -38,6 +38,11 @@ bool nw_dialects_init(struct nw_dialect *dialects, const struct nw_config *cfg,
  * repeats: a NULL-terminated array (free with g_free; strings borrowed). */
 const char **nw_dialects_router_keys(const struct nw_dialect *dialects, uint32_t n);
 
+/* Whether any dialect of the fleet answers this client body only in a whole
+ * body (its whole_body_only slot). */
+bool nw_dialects_whole_body_only(const struct nw_dialect *dialects, uint32_t n,
+                                 const json_t *client_body);
+
 /* Whether the engine can take part in a prefill/decode pair. */
 static inline bool
 nw_dialect_pairs(const struct nw_dialect *d)

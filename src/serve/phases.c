@@ -45,6 +45,9 @@ nw_phase_begin(struct nw_request *r)
 	}
 	/* The text stays too: an engine leg whose body is the client's own
 	 * sends these bytes instead of encoding the tree again (leg.c). */
+	if (!r->parsed.stream)
+		r->whole_body_only = nw_dialects_whole_body_only(s->dialects, s->fleet->view.n_engines,
+		                                                 r->parsed.body);
 	if (s->model != NULL && strcmp(r->parsed.model, s->model) != 0) {
 		nw_client_error_model_not_found(&err, r->parsed.model, s->model);
 		answer_client_error(r, &err);
@@ -616,10 +619,10 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 bool
 nw_phase_streams(const struct nw_request *r)
 {
-	/* A key that an engine answers only in a whole body (prompt_logprobs)
-	 * needs a non-streamed leg, bounded by the request deadline alone. */
-	return r->parsed.stream ||
-	       (r->serve->cfg->engine.stream_decode && !r->parsed.unstreamable);
+	/* A request an engine answers only in a whole body (the dialects'
+	 * whole_body_only) gets a non-streamed leg, bounded by the request
+	 * deadline alone. */
+	return r->parsed.stream || (r->serve->cfg->engine.stream_decode && !r->whole_body_only);
 }
 
 /* The client body that decode and aggregate legs are built from. With

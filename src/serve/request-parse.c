@@ -744,27 +744,6 @@ check_across(struct ctx *c)
 	return 0;
 }
 
-/*
- * Keys an engine refuses on a stream, or answers only in a whole body: a
- * non-streamed request that has one gets a non-streamed output leg
- * (docs/api.md). vLLM: prompt_logprobs. This is engine-format knowledge
- * that belongs to the dialect; it lives here until the dialect has a slot
- * for it.
- */
-static bool
-refused_on_stream(const json_t *body)
-{
-	static const char *const keys[] = { "prompt_logprobs" };
-
-	for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
-		const json_t *v = json_object_get(body, keys[i]);
-
-		if (v != NULL && !json_is_null(v))
-			return true;
-	}
-	return false;
-}
-
 bool
 nw_request_route_for_path(const char *path, narwhal_route *route)
 {
@@ -833,7 +812,6 @@ nw_request_parse(narwhal_route route, const char *content_type, const char *data
 	if (check_across(&c) < 0)
 		goto fail;
 	out->body = root;
-	out->unstreamable = refused_on_stream(root);
 	return 0;
 
 fail:

@@ -54,7 +54,6 @@ struct nw_client_request {
 	json_t *body;             /* owned: the validated client JSON, forwarded to dialects */
 	const char *model;        /* borrowed from body */
 	bool stream;
-	bool unstreamable;        /* has a key engines refuse on a stream (prompt_logprobs) */
 	bool include_usage;       /* stream_options.include_usage, vLLM's defaulting */
 	bool max_tokens_set;
 	uint32_t max_tokens;      /* max_tokens, or for chat max_completion_tokens (preferred) */

@@ -375,6 +375,11 @@ on_hangup(void *data)
 {
 	struct nw_request *r = data;
 
+	/* A stream whose terminator was already handed to the connection was
+	 * answered: a client that leaves on reading [DONE] succeeded, even if
+	 * the engine's transfer has not quite ended. */
+	if (!nw_request_decided(r) && r->relay.done && r->relay.sent == r->relay.committed)
+		nw_request_finish(r, true);
 	/* The server stopped watching; resuming is ours to do. */
 	if (!r->client_gone) {
 		r->client_gone = true;

@@ -636,6 +636,28 @@ test_models(void)
 	nw_harness_free(h);
 }
 
+/* vLLM refuses prompt_logprobs on a stream: such a request gets a whole
+ * body (issue 9, "a request whose fields an engine refuses on a stream"). */
+static void
+test_whole_body_only(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	json_t *with, *null_value, *without;
+
+	if (h == NULL)
+		return;
+	with = parse("{\"model\": \"m\", \"prompt\": \"x\", \"prompt_logprobs\": 2}");
+	null_value = parse("{\"model\": \"m\", \"prompt\": \"x\", \"prompt_logprobs\": null}");
+	without = parse("{\"model\": \"m\", \"prompt\": \"x\", \"logprobs\": 2}");
+	g_assert_true(ops(h)->whole_body_only(nw_harness_ctx(h), with));
+	g_assert_false(ops(h)->whole_body_only(nw_harness_ctx(h), null_value));
+	g_assert_false(ops(h)->whole_body_only(nw_harness_ctx(h), without));
+	json_decref(with);
+	json_decref(null_value);
+	json_decref(without);
+	nw_harness_free(h);
+}
+
 /* sniff_sse must say yes to every terminator and error (else the host
  * would miss them after the first token), and may say no to token events. */
 static void
@@ -1400,6 +1422,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/vllm/abi-2/router-keys", test_router_keys);
 	g_test_add_func("/dialect/vllm/abi-2/models", test_models);
 	g_test_add_func("/dialect/vllm/abi-2/sniff-sse", test_sniff);
+	g_test_add_func("/dialect/vllm/abi-2/whole-body-only", test_whole_body_only);
 	g_test_add_func("/dialect/vllm/client-kv-params-stripped", test_client_kv_params_stripped);
 	g_test_add_func("/dialect/vllm/build-bad-arguments", test_build_bad_arguments);
 	g_test_add_func("/dialect/vllm/ref-1.2/parse-prefill", test_parse_prefill);
