@@ -326,7 +326,7 @@ stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (call->stream_end)
 		return call->stream_abort ? end_abruptly(call) : MHD_CONTENT_READER_END_OF_STREAM;
-	/* Nothing yet: suspend, or libmicrohttpd would spin on us (M1). */
+	/* Nothing yet: suspend, or libmicrohttpd would spin on us. */
 	call->reader_suspended = true;
 	nw_http_server_suspend(call->node->http, call->conn, on_hangup, call);
 	return 0;

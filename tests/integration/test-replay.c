@@ -168,7 +168,7 @@ reader(void *cls, uint64_t pos, char *buf, size_t max)
 	}
 	if (r->ended)
 		return MHD_CONTENT_READER_END_OF_STREAM;
-	/* Nothing yet: suspend, never return 0 without (notes M1). */
+	/* Nothing yet: suspend, never return 0 without. */
 	r->suspended = true;
 	nw_http_server_suspend(r->e->srv, r->conn, on_hangup, r);
 	return 0;

@@ -184,7 +184,7 @@ sockets_to_port(guint16 port)
 	return n;
 }
 
-/* Spec 4.3 with C4 (connection reuse): a stream ends for the client once
+/* Spec 4.3 with engine connection reuse: a stream ends for the client once
  * the engine's transfer is complete, so the engine connection survives. */
 static void
 test_stream_keeps_engine_connection(void)
@@ -225,7 +225,7 @@ test_stream_keeps_engine_connection(void)
 	serve_clear(&e);
 }
 
-/* Spec 4.3 with C7: a relay that was full resumes the engine transfer
+/* Spec 4.3: a relay that was full resumes the engine transfer
  * from inside the client's write; the held chunk may carry the engine's
  * error event, which ends the request while curl is still delivering it.
  * Several slow readers make it likely that some error event arrives that

@@ -1,9 +1,9 @@
 /*
  * The HTTP server and the upstream client on one GLib loop, in one
  * process: round trips, 300 concurrent requests (above the 128 ready
- * connections that stall libmicrohttpd's internal epoll thread, notes M7),
- * suspend/resume without a lost wake-up (M2), hang-up detection for a
- * suspended client (M4), cancellation, pause/unpause, and connect errors.
+ * connections that stall libmicrohttpd's internal epoll thread),
+ * suspend/resume without a lost wake-up, hang-up detection for a
+ * suspended client, cancellation, pause/unpause, and connect errors.
  * The client cases run on both engine clients: Narwhal's own HTTP/1.1
  * client (http URLs) and libcurl (https URLs; forced here for http).
  */
