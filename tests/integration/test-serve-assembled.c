@@ -196,42 +196,21 @@ static const struct same_case same_cases[] = {
  * invalid UTF-8 in its text; "json": an event cut in the middle), then
  * another token and [DONE]. It answers the model probe too. */
 struct fake_engine {
-	int fd;
-	guint16 port;
-	GThread *acceptor;
-	gint stop;
+	struct serve_fake_engine srv;
 	gint completions;
 };
-
-static bool
-send_all(int fd, const char *text)
-{
-	size_t len = strlen(text);
-
-	while (len > 0) {
-		ssize_t n = send(fd, text, len, MSG_NOSIGNAL);
-
-		if (n <= 0)
-			return false;
-		text += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
 
 #define FAKE_EVENT(text) "data: {\"id\":\"cmpl-fake\",\"object\":\"text_completion\"," \
 	"\"created\":1,\"model\":\"opt-13b-a100\",\"choices\":[{\"index\":0,\"text\":\"" text \
 	"\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]}\n\n"
 
-static gpointer
-fake_connection(gpointer data)
+static void
+fake_connection(int fd, gpointer data)
 {
-	struct fake_engine *f = ((gpointer *)data)[0];
-	int fd = GPOINTER_TO_INT(((gpointer *)data)[1]);
+	struct fake_engine *f = data;
 	GString *in = g_string_new(NULL);
 	char buf[4096];
 
-	g_free(data);
 	for (;;) {
 		const char *end = strstr(in->str, "\r\n\r\n");
 		const char *cl, *bad;
@@ -259,75 +238,33 @@ fake_connection(gpointer data)
 			g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: "
 			                                        "application/json\r\nContent-Length: %zu"
 			                                        "\r\n\r\n%s", strlen(models), models);
-			if (!send_all(fd, resp))
+			if (!serve_send_all(fd, resp))
 				break;
 		} else if (g_str_has_prefix(in->str, "POST /v1/completions")) {
 			g_atomic_int_inc(&f->completions);
 			bad = strstr(in->str + head, "\"utf8\"") ? FAKE_EVENT("\xff\xfe tusk")
 			      : "data: {\"id\":\"cmpl-fake\",\"object\":\"text_com\n\n";
 			/* Close after it: the answer is read to its end. */
-			if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			if (!serve_send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 			              "Connection: close\r\n\r\n") ||
-			    !send_all(fd, FAKE_EVENT(" whale")) || !send_all(fd, bad) ||
-			    !send_all(fd, FAKE_EVENT(" pod")) || !send_all(fd, "data: [DONE]\n\n"))
+			    !serve_send_all(fd, FAKE_EVENT(" whale")) || !serve_send_all(fd, bad) ||
+			    !serve_send_all(fd, FAKE_EVENT(" pod")) || !serve_send_all(fd, "data: [DONE]\n\n"))
 				break;
 			break;
-		} else if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) {
+		} else if (!serve_send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) {
 			break;
 		}
 		g_string_erase(in, 0, (gssize)(head + body));
 	}
 	close(fd);
 	g_string_free(in, TRUE);
-	return NULL;
-}
-
-static gpointer
-fake_accept(gpointer data)
-{
-	struct fake_engine *f = data;
-
-	while (!g_atomic_int_get(&f->stop)) {
-		struct pollfd p = { .fd = f->fd, .events = POLLIN };
-		gpointer *args;
-		int c;
-
-		if (poll(&p, 1, 50) <= 0)
-			continue;
-		c = accept(f->fd, NULL, NULL);
-		if (c < 0)
-			continue;
-		args = g_new(gpointer, 2);
-		args[0] = f;
-		args[1] = GINT_TO_POINTER(c);
-		g_thread_unref(g_thread_new("fake-engine-conn", fake_connection, args));
-	}
-	return NULL;
 }
 
 static void
 fake_engine_start(struct fake_engine *f)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof addr;
-
 	memset(f, 0, sizeof *f);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	g_assert_cmpint(f->fd, >=, 0);
-	g_assert_cmpint(bind(f->fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
-	g_assert_cmpint(listen(f->fd, 16), ==, 0);
-	g_assert_cmpint(getsockname(f->fd, (struct sockaddr *)&addr, &len), ==, 0);
-	f->port = ntohs(addr.sin_port);
-	f->acceptor = g_thread_new("fake-engine", fake_accept, f);
-}
-
-static void
-fake_engine_stop(struct fake_engine *f)
-{
-	g_atomic_int_set(&f->stop, 1);
-	g_thread_join(f->acceptor);
-	close(f->fd);
+	serve_fake_engine_start(&f->srv, fake_connection, f);
 }
 
 static void
@@ -351,7 +288,7 @@ test_bad_event_data(void)
 	config = g_strdup_printf("{\"engine\":{\"tokenize\":false},"
 	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1},"
 	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
-	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f.port);
+	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f.srv.port);
 	g_assert_true(serve_start_daemon(&e, config, NULL));
 	for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {
 		g_autofree char *stream = g_strdup_printf("{\"model\":\"opt-13b-a100\",\"prompt\":"
@@ -376,7 +313,7 @@ test_bad_event_data(void)
 	}
 	g_assert_cmpint(serve_counter(&e, "requests_ok"), ==, 0);
 	serve_clear(&e);
-	fake_engine_stop(&f);
+	serve_fake_engine_stop(&f.srv);
 }
 
 int

@@ -403,3 +403,86 @@ serve_raw_read_until(int fd, GString *got, const char *needle, guint timeout_ms)
 	}
 	return TRUE;
 }
+
+/* --- a loopback fake engine ------------------------------------------ */
+
+gboolean
+serve_send_all(int fd, const char *text)
+{
+	size_t len = strlen(text);
+
+	while (len > 0) {
+		ssize_t n = send(fd, text, len, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return FALSE;
+		text += n;
+		len -= (size_t)n;
+	}
+	return TRUE;
+}
+
+struct fake_conn {
+	struct serve_fake_engine *engine;
+	int fd;
+};
+
+static gpointer
+fake_conn_run(gpointer data)
+{
+	struct fake_conn *c = data;
+
+	c->engine->serve(c->fd, c->engine->data);
+	g_free(c);
+	return NULL;
+}
+
+static gpointer
+fake_accept(gpointer data)
+{
+	struct serve_fake_engine *f = data;
+
+	while (!g_atomic_int_get(&f->stop)) {
+		struct pollfd p = { .fd = f->fd, .events = POLLIN };
+		struct fake_conn *c;
+		int fd;
+
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		fd = accept(f->fd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		c = g_new(struct fake_conn, 1);
+		c->engine = f;
+		c->fd = fd;
+		g_thread_unref(g_thread_new("fake-engine-conn", fake_conn_run, c));
+	}
+	return NULL;
+}
+
+void
+serve_fake_engine_start(struct serve_fake_engine *f, serve_fake_fn serve, gpointer data)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof addr;
+
+	memset(f, 0, sizeof *f);
+	f->serve = serve;
+	f->data = data;
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	g_assert_cmpint(f->fd, >=, 0);
+	g_assert_cmpint(bind(f->fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
+	g_assert_cmpint(listen(f->fd, 16), ==, 0);
+	g_assert_cmpint(getsockname(f->fd, (struct sockaddr *)&addr, &len), ==, 0);
+	f->port = ntohs(addr.sin_port);
+	f->acceptor = g_thread_new("fake-engine", fake_accept, f);
+}
+
+void
+serve_fake_engine_stop(struct serve_fake_engine *f)
+{
+	g_atomic_int_set(&f->stop, 1);
+	g_thread_join(f->acceptor);
+	close(f->fd);
+}

@@ -86,4 +86,22 @@ int serve_raw_post(guint16 port, const char *path, const char *body, int rcvbuf)
 /* Read until needle shows up in what was read, or the time passes. */
 gboolean serve_raw_read_until(int fd, GString *got, const char *needle, guint timeout_ms);
 
+/* A loopback fake engine: a scripted HTTP/1.1 server for what narwhal-sim
+ * cannot do. serve runs for every accepted connection, in a thread of its
+ * own, and closes the descriptor when done. */
+typedef void (*serve_fake_fn)(int fd, gpointer data);
+struct serve_fake_engine {
+	int fd;
+	guint16 port;
+	GThread *acceptor;
+	gint stop;
+	serve_fake_fn serve;
+	gpointer data;
+};
+void serve_fake_engine_start(struct serve_fake_engine *f, serve_fake_fn serve, gpointer data);
+/* Stop accepting; connection threads end when narwhal closes its side. */
+void serve_fake_engine_stop(struct serve_fake_engine *f);
+/* Write all of text; FALSE on a write error. */
+gboolean serve_send_all(int fd, const char *text);
+
 #endif /* NW_TEST_SERVE_COMMON_H */

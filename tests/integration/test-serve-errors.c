@@ -63,38 +63,18 @@ last_event(const struct sim_reply *r)
 /* Answers GET /v1/models, and every POST with the raw HTTP response it
  * holds, then closes the connection. */
 struct fake_engine {
-	int fd;
-	guint16 port;
-	GThread *acceptor;
-	gint stop;
+	struct serve_fake_engine srv;
 	const char *response;
 };
 
 static void
-send_all(int fd, const char *text)
+fake_connection(int fd, gpointer data)
 {
-	size_t len = strlen(text);
-
-	while (len > 0) {
-		ssize_t n = send(fd, text, len, MSG_NOSIGNAL);
-
-		if (n <= 0)
-			return;
-		text += n;
-		len -= (size_t)n;
-	}
-}
-
-static gpointer
-fake_connection(gpointer data)
-{
-	struct fake_engine *f = ((gpointer *)data)[0];
-	int fd = GPOINTER_TO_INT(((gpointer *)data)[1]);
+	struct fake_engine *f = data;
 	GString *in = g_string_new(NULL);
 	char buf[4096];
 	ssize_t n;
 
-	g_free(data);
 	while (strstr(in->str, "\r\n\r\n") == NULL && (n = recv(fd, buf, sizeof buf, 0)) > 0)
 		g_string_append_len(in, buf, n);
 	if (g_str_has_prefix(in->str, "GET /v1/models")) {
@@ -104,65 +84,23 @@ fake_connection(gpointer data)
 		                                        "application/json\r\nConnection: close\r\n"
 		                                        "Content-Length: %zu\r\n\r\n%s",
 		                                        strlen(models), models);
-		send_all(fd, resp);
+		serve_send_all(fd, resp);
 	} else if (strstr(in->str, "\r\n\r\n") != NULL) {
-		send_all(fd, f->response);
+		serve_send_all(fd, f->response);
 	}
 	shutdown(fd, SHUT_WR);
 	while (recv(fd, buf, sizeof buf, 0) > 0)
 		;
 	close(fd);
 	g_string_free(in, TRUE);
-	return NULL;
-}
-
-static gpointer
-fake_accept(gpointer data)
-{
-	struct fake_engine *f = data;
-
-	while (!g_atomic_int_get(&f->stop)) {
-		struct pollfd p = { .fd = f->fd, .events = POLLIN };
-		gpointer *args;
-		int c;
-
-		if (poll(&p, 1, 50) <= 0)
-			continue;
-		c = accept(f->fd, NULL, NULL);
-		if (c < 0)
-			continue;
-		args = g_new(gpointer, 2);
-		args[0] = f;
-		args[1] = GINT_TO_POINTER(c);
-		g_thread_unref(g_thread_new("fake-engine-conn", fake_connection, args));
-	}
-	return NULL;
 }
 
 static void
 fake_engine_start(struct fake_engine *f, const char *response)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET };
-	socklen_t len = sizeof addr;
-
 	memset(f, 0, sizeof *f);
 	f->response = response;
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	f->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	g_assert_cmpint(f->fd, >=, 0);
-	g_assert_cmpint(bind(f->fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
-	g_assert_cmpint(listen(f->fd, 16), ==, 0);
-	g_assert_cmpint(getsockname(f->fd, (struct sockaddr *)&addr, &len), ==, 0);
-	f->port = ntohs(addr.sin_port);
-	f->acceptor = g_thread_new("fake-engine", fake_accept, f);
-}
-
-static void
-fake_engine_stop(struct fake_engine *f)
-{
-	g_atomic_int_set(&f->stop, 1);
-	g_thread_join(f->acceptor);
-	close(f->fd);
+	serve_fake_engine_start(&f->srv, fake_connection, f);
 }
 
 /* narwhal alone in front of the fake engine (the sim only to satisfy the
@@ -181,7 +119,7 @@ start_with_fake(struct serve_env *e, struct fake_engine *f, const char *response
 	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1,"
 	                         "\"monitor_interval_s\":600},"
 	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
-	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f->port);
+	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f->srv.port);
 	g_assert_true(serve_start_daemon(e, config, NULL));
 	return TRUE;
 }
@@ -327,7 +265,7 @@ test_5xx_body_hidden(void)
 	                             1000));
 	g_assert_true(serve_wait_log(&e, "/opt/vllm/engine/core.py", 1000));
 	serve_clear(&e);
-	fake_engine_stop(&f);
+	serve_fake_engine_stop(&f.srv);
 }
 
 static void
@@ -368,7 +306,7 @@ test_error_event_hidden(void)
 	sim_reply_clear(&r);
 	g_assert_true(serve_wait_log(&e, "/opt/vllm/engine/core.py", 1000));
 	serve_clear(&e);
-	fake_engine_stop(&f);
+	serve_fake_engine_stop(&f.srv);
 }
 
 static void
@@ -394,7 +332,7 @@ test_4xx_passed_on(void)
 	json_decref(err);
 	sim_reply_clear(&r);
 	serve_clear(&e);
-	fake_engine_stop(&f);
+	serve_fake_engine_stop(&f.srv);
 }
 
 static void

@@ -6,6 +6,8 @@
  */
 #include "build-config.h"
 
+#include <narwhal/plugin-abi.h>
+
 #include <string.h>
 #include <unistd.h>
 
@@ -75,6 +77,28 @@ restart_with_dialects(struct serve_env *e, const char *dialects, const char *con
 	}
 }
 
+/* narwhal-sim engines with these roles ('p', 'd'), and narwhal in front of
+ * them with engine i speaking dialects[i] ('v': vllm, 'm': the mock, whose
+ * capabilities are mock_caps) from a plugin directory returned in *dir
+ * (plugin_dir_free). FALSE (skipped) when narwhal-sim is not built. */
+static gboolean
+start_mixed(struct serve_env *e, const char *roles, const char *dialects, unsigned mock_caps,
+            gboolean tokenize, char **dir)
+{
+	g_autofree char *engines = g_strdup_printf("%zu", strlen(roles));
+	const char *const args[] = { "--engines", engines, "--time-scale", "20", NULL };
+	g_autofree char *cfg = NULL;
+
+	if (!serve_start(e, args, roles, NULL))
+		return FALSE;
+	*dir = plugin_dir_new();
+	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\": {\"mock\":"
+	                      " {\"caps\": %u}}}, \"engine\": {\"tokenize\": %s}}",
+	                      *dir, mock_caps, tokenize ? "true" : "false");
+	restart_with_dialects(e, dialects, cfg);
+	return TRUE;
+}
+
 static json_int_t
 engine_requests(struct serve_env *e, unsigned engine)
 {
@@ -106,17 +130,11 @@ post_ok(struct serve_env *e, unsigned n)
 static void
 test_dialect_without_tokenize(void)
 {
-	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
 	struct serve_env e;
 	char *dir;
-	g_autofree char *cfg = NULL;
 
-	if (!serve_start(&e, args, "pd", NULL))
+	if (!start_mixed(&e, "pd", "mm", NARWHAL_DIALECT_HANDOFF_SEQUENTIAL, TRUE, &dir))
 		return;
-	dir = plugin_dir_new();
-	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\"}, \"engine\": {\"tokenize\": true}}",
-	                      dir);
-	restart_with_dialects(&e, "mm", cfg);
 	post_ok(&e, 2);
 	g_assert_cmpint(serve_counter(&e, "tokenize_calls"), ==, 0);
 	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 2);
@@ -132,23 +150,16 @@ test_dialect_without_tokenize(void)
 static void
 test_aggregate_only_engine(void)
 {
-	static const char *const args[] = { "--engines", "3", "--time-scale", "20", NULL };
 	struct serve_env e;
 	char *dir;
-	g_autofree char *cfg = NULL;
 	json_int_t before[3];
 
-	if (!serve_start(&e, args, "dpd", NULL))
-		return;
-	dir = plugin_dir_new();
 	/* Sizing by characters keeps the vllm engines' tokenise calls out of
 	 * the counts. */
-	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\":"
-	                      " {\"mock\": {\"caps\": 0}}}, \"engine\": {\"tokenize\": false}}",
-	                      dir);
+	if (!start_mixed(&e, "dpd", "mvv", 0, FALSE, &dir))
+		return;
 	/* sim-0 (the mock, aggregate-only) ties with sim-1 (vllm prefill) on
 	 * load, and the lower instance ID wins (spec 5). */
-	restart_with_dialects(&e, "mvv", cfg);
 	for (unsigned i = 0; i < 3; i++)
 		before[i] = engine_requests(&e, i);
 	post_ok(&e, 3);
@@ -167,18 +178,12 @@ test_aggregate_only_engine(void)
 static void
 test_pairs_within_dialect(void)
 {
-	static const char *const args[] = { "--engines", "3", "--time-scale", "20", NULL };
 	struct serve_env e;
 	char *dir;
-	g_autofree char *cfg = NULL;
 	json_int_t before[3];
 
-	if (!serve_start(&e, args, "pdd", NULL))
+	if (!start_mixed(&e, "pdd", "vmv", NARWHAL_DIALECT_HANDOFF_SEQUENTIAL, FALSE, &dir))
 		return;
-	dir = plugin_dir_new();
-	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\"}, \"engine\": {\"tokenize\": false}}",
-	                      dir);
-	restart_with_dialects(&e, "vmv", cfg);
 	for (unsigned i = 0; i < 3; i++)
 		before[i] = engine_requests(&e, i);
 	post_ok(&e, 3);
@@ -197,20 +202,13 @@ test_pairs_within_dialect(void)
 static void
 test_concurrent_pair(void)
 {
-	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
 	struct serve_env e;
 	char *dir;
-	g_autofree char *cfg = NULL;
 	g_autofree char *log = NULL;
 	char *at;
 
-	if (!serve_start(&e, args, "pd", NULL))
+	if (!start_mixed(&e, "pd", "mm", NARWHAL_DIALECT_HANDOFF_CONCURRENT, FALSE, &dir))
 		return;
-	dir = plugin_dir_new();
-	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\":"
-	                      " {\"mock\": {\"caps\": 2}}}, \"engine\": {\"tokenize\": false}}",
-	                      dir);
-	restart_with_dialects(&e, "mm", cfg);
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\": true}"), ==, 200);
 	post_ok(&e, 2);
 	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 2);
@@ -242,20 +240,13 @@ test_concurrent_pair(void)
 static void
 test_concurrent_prefill_failure(void)
 {
-	static const char *const args[] = { "--engines", "2", "--time-scale", "20", NULL };
 	struct serve_env e;
 	char *dir;
-	g_autofree char *cfg = NULL;
 	g_autofree char *body = NULL;
 	struct sim_reply r = { 0 };
 
-	if (!serve_start(&e, args, "pd", NULL))
+	if (!start_mixed(&e, "pd", "mm", NARWHAL_DIALECT_HANDOFF_CONCURRENT, FALSE, &dir))
 		return;
-	dir = plugin_dir_new();
-	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\":"
-	                      " {\"mock\": {\"caps\": 2}}}, \"engine\": {\"tokenize\": false}}",
-	                      dir);
-	restart_with_dialects(&e, "mm", cfg);
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"error_rate\": 1.0, \"error_status\": 500}"),
 	                ==, 200);
 	/* The decode engine answers slowly, so the prefill's 500 comes first. */
