@@ -59,6 +59,8 @@ struct nw_serve {
 	int64_t created;                 /* start time, Unix seconds */
 	struct nw_upstream_call *model_probe;
 	GString *model_probe_body;
+	guint model_retry;               /* GLib source of the next probe, 0: none */
+	unsigned model_retry_s;          /* its delay, doubled up to MODEL_RETRY_MAX_S */
 };
 
 const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);

@@ -75,6 +75,8 @@ nw_serve_free(struct nw_serve *s)
 		nw_upstream_cancel(s->model_probe);
 	if (s->model_probe_body != NULL)
 		g_string_free(s->model_probe_body, TRUE);
+	if (s->model_retry != 0)
+		g_source_remove(s->model_retry);
 	nw_timers_free(s->timers);
 	g_rand_free(s->rng);
 	g_free(s->eligible);
@@ -268,6 +270,30 @@ probe_data(void *data, const char *bytes, size_t len)
 	return true;
 }
 
+/* An engine that is not up yet when Narwhal starts is asked again, after
+ * 1, 2, 4 ... seconds up to this, until it answers: the model's maximum
+ * length is what the context check before any leg needs (docs/api.md). */
+#define MODEL_RETRY_MAX_S 30u
+
+static gboolean
+probe_again(gpointer data)
+{
+	struct nw_serve *s = data;
+
+	s->model_retry = 0;
+	nw_serve_probe_model(s);
+	return G_SOURCE_REMOVE;
+}
+
+static void
+probe_later(struct nw_serve *s)
+{
+	if (s->stopping || s->model_retry != 0)
+		return;
+	s->model_retry_s = s->model_retry_s == 0 ? 1 : MIN(s->model_retry_s * 2, MODEL_RETRY_MAX_S);
+	s->model_retry = g_timeout_add_seconds(s->model_retry_s, probe_again, s);
+}
+
 static void
 probe_done(void *data, const struct nw_upstream_result *res)
 {
@@ -289,6 +315,7 @@ probe_done(void *data, const struct nw_upstream_result *res)
 		if (s->model == NULL)
 			s->model = g_strdup(info.name);
 		s->max_model_len = info.max_model_len > 0 ? info.max_model_len : -1;
+		s->model_retry_s = 0;
 		nw_log(NARWHAL_LOG_INFO, "model_discovered", "model", s->model, "engine",
 		       d->ref.id, NULL);
 	} else {
@@ -298,6 +325,7 @@ probe_done(void *data, const struct nw_upstream_result *res)
 		}
 		nw_log(NARWHAL_LOG_WARNING, "model_probe_failed", "engine", d->ref.id,
 		       "error", res->error ? res->error : "no model in the answer", NULL);
+		probe_later(s);
 	}
 	json_decref(doc);
 	g_string_free(s->model_probe_body, TRUE);
@@ -351,6 +379,7 @@ nw_serve_probe_model(struct nw_serve *s)
 	if (s->model_probe == NULL) {
 		g_string_free(s->model_probe_body, TRUE);
 		s->model_probe_body = NULL;
+		probe_later(s);
 	}
 }
 
@@ -457,6 +486,10 @@ nw_serve_shutdown(struct nw_serve *s)
 	if (s->model_probe != NULL) {
 		nw_upstream_cancel(s->model_probe);
 		s->model_probe = NULL;
+	}
+	if (s->model_retry != 0) {
+		g_source_remove(s->model_retry);
+		s->model_retry = 0;
 	}
 	return s->retained;
 }

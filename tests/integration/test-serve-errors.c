@@ -180,6 +180,36 @@ test_context_before_any_leg(void)
 	serve_clear(&e);
 }
 
+/* The model's maximum length comes from the engine's models answer; an
+ * engine that is not up when Narwhal starts is asked again until it
+ * answers, so the check before any leg works once it does. */
+static void
+test_model_probe_retried(void)
+{
+	const char *const args[] = { "--engines", "2", "--time-scale", "50",
+	                             "--max-model-len", "64", NULL };
+	struct serve_env e;
+	struct sim_reply r;
+	g_autofree char *fits_not = NULL;
+
+	g_test_summary("/serve/issue-9/model-probe-retried: a model probe refused at start is "
+	               "retried, and the context check before any leg then applies");
+	if (!serve_start(&e, args, "pd", "{" QUIET_MONITOR "}"))
+		return;
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"refuse_connections\": true}"), ==, 200);
+	g_assert_true(serve_start_daemon(&e, "{" QUIET_MONITOR "}", NULL));
+	g_assert_true(serve_wait_log(&e, "\"event\":\"model_probe_failed\"", 5000));
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"refuse_connections\": false}"), ==, 200);
+	g_assert_true(serve_wait_log(&e, "\"event\":\"model_discovered\"", 10000));
+	fits_not = g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"Tell me about whales\","
+	                           "\"max_tokens\":500,\"stream\":true}", e.model);
+	serve_post(&e, "/v1/completions", fits_not, NULL, 10000, &r);
+	serve_assert_error(&r, 400, "context_length_exceeded");
+	sim_reply_clear(&r);
+	serve_clear(&e);
+}
+
 static void
 test_length_refusal_message(void)
 {
@@ -533,6 +563,7 @@ main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/serve/issue-9/context-before-any-leg", test_context_before_any_leg);
+	g_test_add_func("/serve/issue-9/model-probe-retried", test_model_probe_retried);
 	g_test_add_func("/serve/issue-9/length-refusal-message", test_length_refusal_message);
 	g_test_add_func("/serve/issue-9/5xx-body-hidden", test_5xx_body_hidden);
 	g_test_add_func("/serve/issue-9/error-event-hidden", test_error_event_hidden);
