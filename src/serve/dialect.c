@@ -107,14 +107,3 @@ nw_dialect_read_error(const struct nw_dialect *d, long status, const char *body,
 	out->message[sizeof out->message - 1] = '\0';
 	out->param[sizeof out->param - 1] = '\0';
 }
-
-void
-nw_dialect_log_failure(const struct nw_dialect *d, const char *slot, int rc,
-                       const char *request_id)
-{
-	char code[16];
-
-	g_snprintf(code, sizeof code, "%d", rc);
-	nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin", d->name, "kind", "dialect",
-	       "slot", slot, "rc", code, "engine", d->ref.id, "request_id", request_id, NULL);
-}

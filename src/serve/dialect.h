@@ -67,8 +67,4 @@ bool nw_dialect_compatible(const struct nw_dialect *prefill, const struct nw_dia
 void nw_dialect_read_error(const struct nw_dialect *d, long status, const char *body,
                            size_t len, struct narwhal_engine_error *out);
 
-/* Log a failed plugin call (the caller counts it). */
-void nw_dialect_log_failure(const struct nw_dialect *d, const char *slot, int rc,
-                            const char *request_id);
-
 #endif /* NW_SERVE_DIALECT_H */

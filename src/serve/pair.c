@@ -40,9 +40,6 @@ on_done(void *data, const struct nw_upstream_result *res)
 	struct nw_request *r = data;
 	struct nw_serve *s = r->serve;
 	struct nw_pair_leg *p = &r->pair;
-	const struct nw_dialect *d = nw_serve_dialect(s, p->engine);
-	struct narwhal_engine_error err;
-	nw_fail_kind kind;
 
 	p->call = NULL; /* freed by upstream right after this */
 	if (nw_request_decided(r))
@@ -67,12 +64,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 		return;
 	}
 	s->counters.prefill_failed_status++;
-	nw_dialect_read_error(d, p->status, p->error_body->str, p->error_body->len, &err);
-	kind = err.error_class == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(p->status)
-	               ? NW_FAIL_STATUS : NW_FAIL_PERMANENT;
-	if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG)
-		kind = NW_FAIL_CONTEXT;
-	nw_request_fail_engine(r, kind, p->status, p->error_body->str, NULL);
+	nw_phase_fail_by_status(r, nw_serve_dialect(s, p->engine), p->status, p->error_body);
 }
 
 static const struct nw_upstream_handlers pair_handlers = {

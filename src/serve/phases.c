@@ -107,12 +107,20 @@ target_for(const struct nw_request *r, uint32_t engine, const json_t *body)
 	};
 }
 
+/* Whether this attempt's pair sends both legs at once (its prefill
+ * engine's dialect says so). */
+static bool
+pair_concurrent(const struct nw_request *r)
+{
+	return !r->aggregate && r->prefill_pair >= 0 &&
+	       nw_dialect_concurrent(&r->serve->dialects[r->prefill_pair]);
+}
+
 /* A dialect slot failed: logged and counted, never silent. */
 static void
 dialect_failed(struct nw_request *r, const struct nw_dialect *d, const char *slot, int rc)
 {
-	r->serve->counters.plugin_call_errors++;
-	nw_dialect_log_failure(d, slot, rc, r->id);
+	nw_serve_plugin_failed(r->serve, "dialect", d->name, slot, rc, d->ref.id, r->id);
 }
 
 static void
@@ -316,13 +324,8 @@ admission(struct nw_request *r)
 	/* A failing policy refuses (plugin-abi.h): admitting what nobody
 	 * priced could break every admitted request's targets. */
 	if (rc != 0) {
-		char code[16];
-
-		g_snprintf(code, sizeof code, "%d", rc);
-		s->counters.plugin_call_errors++;
-		nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin",
-		       s->admission->plugin->desc->name, "kind", "admission", "slot", "decide",
-		       "rc", code, "request_id", r->id, NULL);
+		nw_serve_plugin_failed(s, "admission", s->admission->plugin->desc->name, "decide", rc,
+		                       NULL, r->id);
 		nw_request_refuse(r, 503, "admission_unavailable", 0, "the admission policy "
 		                  "could not decide on this request: retry later");
 		return;
@@ -383,7 +386,6 @@ nw_phase_begin_attempt(struct nw_request *r)
 {
 	r->aggregate = !fleet_pairs(r->serve);
 	r->prefill_pair = -1;
-	r->concurrent = false;
 	nw_phase_place(r, r->aggregate ? NARWHAL_PHASE_AGGREGATE : NARWHAL_PHASE_PREFILL);
 }
 
@@ -464,18 +466,14 @@ choose(struct nw_request *r, narwhal_phase phase, uint32_t n)
 		.projected_slo_ratio = NAN, .unserved = false,
 	};
 	int rc = ops->place(s->placement->ctx, &req, &out);
-	char code[16];
 
 	for (uint32_t i = 0; rc == 0 && i < n; i++) {
 		if (s->eligible[i] == out.engine)
 			return (int32_t)out.engine;
 	}
-	g_snprintf(code, sizeof code, "%d", rc);
-	s->counters.plugin_call_errors++;
-	nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin", s->placement->plugin->desc->name,
-	       "kind", "placement", "slot", "place", "rc", code,
-	       "why", rc == 0 ? "the engine chosen is not eligible" : "the call failed",
-	       "request_id", r->id, NULL);
+	/* An engine that is not eligible is a bad argument back: -EINVAL. */
+	nw_serve_plugin_failed(s, "placement", s->placement->plugin->desc->name, "place",
+	                       rc != 0 ? rc : -EINVAL, NULL, r->id);
 	return -1;
 }
 
@@ -600,16 +598,14 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 			r->aggregate = true;
 			phase = NARWHAL_PHASE_AGGREGATE;
 		}
-		if (phase == NARWHAL_PHASE_PREFILL) {
+		if (phase == NARWHAL_PHASE_PREFILL)
 			r->prefill_pair = engine;
-			r->concurrent = nw_dialect_concurrent(&s->dialects[engine]);
-		}
 	}
 	/* Another slot may be free for the next in line. */
 	nw_wait_line_kick(line);
 	/* A concurrent pair needs its decode engine before either leg goes
 	 * out: both are built for both engines (pair.c). */
-	if (phase == NARWHAL_PHASE_PREFILL && r->concurrent) {
+	if (phase == NARWHAL_PHASE_PREFILL && pair_concurrent(r)) {
 		nw_phase_place(r, NARWHAL_PHASE_DECODE);
 		return;
 	}
@@ -712,7 +708,7 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		kind = NW_LEG_DECODE;
 		s->counters.decode_started++;
 		nw_request_set_state(r, NW_REQ_DECODE);
-		if (r->concurrent && !start_concurrent_prefill(r))
+		if (pair_concurrent(r) && !start_concurrent_prefill(r))
 			return;
 		target = target_for(r, engine, output_body(r));
 		slot = "build_decode";
@@ -786,15 +782,15 @@ nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
 	}
 }
 
-static void
-fail_by_status(struct nw_request *r, const struct nw_dialect *d)
+void
+nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long status,
+                        const GString *answer)
 {
 	struct nw_serve *s = r->serve;
-	long status = r->leg.status;
-	const char *body = r->leg.collected->str;
+	const char *body = answer->str;
 	struct narwhal_engine_error err;
 
-	nw_dialect_read_error(d, status, body, r->leg.collected->len, &err);
+	nw_dialect_read_error(d, status, body, answer->len, &err);
 	if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
 		s->counters.context_too_long++;
 		nw_request_fail_engine(r, NW_FAIL_CONTEXT, status, body, NULL);
@@ -834,7 +830,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
 		s->counters.prefill_failed_status++;
-		fail_by_status(r, d);
+		nw_phase_fail_by_status(r, d, r->leg.status, r->leg.collected);
 		return;
 	}
 	doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
@@ -896,7 +892,7 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
 		s->counters.decode_failed_status++;
-		fail_by_status(r, d);
+		nw_phase_fail_by_status(r, d, r->leg.status, r->leg.collected);
 		return;
 	}
 	/* engine.stream_decode off: the engine's body as it came. */

@@ -10,9 +10,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <glib.h>
+
 #include "serve/request-parse.h"
 
 struct nw_request;
+struct nw_dialect;
 
 /* The body is complete: parse, check, then size. */
 void nw_phase_begin(struct nw_request *r);
@@ -23,6 +26,11 @@ void nw_phase_begin_attempt(struct nw_request *r);
 bool nw_phase_streams(const struct nw_request *r);
 void nw_phase_place(struct nw_request *r, narwhal_phase phase);
 void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
+/* An engine answered an error status: read it with the dialect and fail
+ * the attempt as its class says (retryable, context, the client's own, or
+ * permanent; docs/api.md). */
+void nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long status,
+                             const GString *answer);
 void nw_phase_unqueue(struct nw_request *r);
 void nw_phase_leave_line(struct nw_request *r);
 /* The client's view of a context-length refusal: its own prompt and

@@ -115,7 +115,6 @@ struct nw_request {
 	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
 	int32_t decode_engine;        /* engine holding our decode slot, -1 */
 	int32_t prefill_pair;         /* engine that ran this attempt's prefill, -1 */
-	bool concurrent;              /* this attempt's pair sends both legs at once */
 	bool whole_body_only;         /* a dialect will not stream this request */
 	struct nw_pair_leg pair;      /* its prefill leg (pair.c) */
 	int32_t fault_engine;         /* the engine a failure is about when it is not

@@ -65,4 +65,11 @@ struct nw_serve {
 
 const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);
 
+/* A plugin call failed: counted (plugin_call_errors) and logged
+ * (plugin_call_failed), never silent (plugin-abi.h, docs/plugins.md).
+ * engine may be NULL, request_id too (a call for no request). */
+void nw_serve_plugin_failed(struct nw_serve *s, const char *kind, const char *plugin,
+                            const char *slot, int rc, const char *engine,
+                            const char *request_id);
+
 #endif /* NW_SERVE_INTERNAL_H */

@@ -93,6 +93,20 @@ nw_serve_dialect(const struct nw_serve *s, uint32_t engine)
 	return &s->dialects[engine];
 }
 
+void
+nw_serve_plugin_failed(struct nw_serve *s, const char *kind, const char *plugin,
+                       const char *slot, int rc, const char *engine, const char *request_id)
+{
+	char code[16];
+
+	g_snprintf(code, sizeof code, "%d", rc);
+	s->counters.plugin_call_errors++;
+	nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin", plugin, "kind", kind,
+	       "slot", slot, "rc", code, "request_id", request_id ? request_id : "-",
+	       /* a NULL key ends the list: no engine field */
+	       engine ? "engine" : NULL, engine, NULL);
+}
+
 unsigned
 nw_serve_retained(const struct nw_serve *s)
 {
@@ -319,10 +333,8 @@ probe_done(void *data, const struct nw_upstream_result *res)
 		nw_log(NARWHAL_LOG_INFO, "model_discovered", "model", s->model, "engine",
 		       d->ref.id, NULL);
 	} else {
-		if (doc != NULL) {
-			s->counters.plugin_call_errors++;
-			nw_dialect_log_failure(d, "parse_models", rc, "-");
-		}
+		if (doc != NULL)
+			nw_serve_plugin_failed(s, "dialect", d->name, "parse_models", rc, d->ref.id, NULL);
 		nw_log(NARWHAL_LOG_WARNING, "model_probe_failed", "engine", d->ref.id,
 		       "error", res->error ? res->error : "no model in the answer", NULL);
 		probe_later(s);
@@ -356,8 +368,8 @@ nw_serve_probe_model(struct nw_serve *s)
 	rc = d->ops->build_models(d->ctx, &d->ref, &call);
 	if (rc != 0 || call.path == NULL || call.path[0] != '/') {
 		json_decref(call.body);
-		s->counters.plugin_call_errors++;
-		nw_dialect_log_failure(d, "build_models", rc != 0 ? rc : -EINVAL, "-");
+		nw_serve_plugin_failed(s, "dialect", d->name, "build_models", rc != 0 ? rc : -EINVAL,
+		                       d->ref.id, NULL);
 		return;
 	}
 	url = g_strconcat(d->ref.url, call.path, NULL);

@@ -209,40 +209,19 @@ fake_connection(int fd, gpointer data)
 {
 	struct fake_engine *f = data;
 	GString *in = g_string_new(NULL);
-	char buf[4096];
 
 	for (;;) {
-		const char *end = strstr(in->str, "\r\n\r\n");
-		const char *cl, *bad;
-		size_t head, body = 0;
-		ssize_t n;
+		size_t len = serve_fake_read_request(fd, in);
+		const char *bad;
 
-		if (end == NULL) {
-			n = recv(fd, buf, sizeof buf, 0);
-			if (n <= 0)
-				break;
-			g_string_append_len(in, buf, n);
-			continue;
-		}
-		head = (size_t)(end - in->str) + 4;
-		cl = g_strstr_len(in->str, (gssize)head, "Content-Length:");
-		if (cl != NULL)
-			body = strtoul(cl + strlen("Content-Length:"), NULL, 10);
-		while (in->len < head + body && (n = recv(fd, buf, sizeof buf, 0)) > 0)
-			g_string_append_len(in, buf, n);
-		if (in->len < head + body)
+		if (len == 0)
 			break;
 		if (g_str_has_prefix(in->str, "GET /v1/models")) {
-			const char *models = "{\"object\":\"list\",\"data\":[{\"id\":\"opt-13b-a100\","
-			                     "\"object\":\"model\",\"max_model_len\":2048}]}";
-			g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: "
-			                                        "application/json\r\nContent-Length: %zu"
-			                                        "\r\n\r\n%s", strlen(models), models);
-			if (!serve_send_all(fd, resp))
+			if (!serve_fake_answer_models(fd, FALSE))
 				break;
 		} else if (g_str_has_prefix(in->str, "POST /v1/completions")) {
 			g_atomic_int_inc(&f->completions);
-			bad = strstr(in->str + head, "\"utf8\"") ? FAKE_EVENT("\xff\xfe tusk")
+			bad = strstr(in->str, "\"utf8\"") ? FAKE_EVENT("\xff\xfe tusk")
 			      : "data: {\"id\":\"cmpl-fake\",\"object\":\"text_com\n\n";
 			/* Close after it: the answer is read to its end. */
 			if (!serve_send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -254,7 +233,7 @@ fake_connection(int fd, gpointer data)
 		} else if (!serve_send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) {
 			break;
 		}
-		g_string_erase(in, 0, (gssize)(head + body));
+		g_string_erase(in, 0, (gssize)len);
 	}
 	close(fd);
 	g_string_free(in, TRUE);

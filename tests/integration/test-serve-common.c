@@ -422,6 +422,41 @@ serve_send_all(int fd, const char *text)
 	return TRUE;
 }
 
+size_t
+serve_fake_read_request(int fd, GString *in)
+{
+	char buf[4096];
+	const char *end, *cl;
+	size_t head, body = 0;
+	ssize_t n;
+
+	while ((end = strstr(in->str, "\r\n\r\n")) == NULL) {
+		if ((n = recv(fd, buf, sizeof buf, 0)) <= 0)
+			return 0;
+		g_string_append_len(in, buf, n);
+	}
+	head = (size_t)(end - in->str) + 4;
+	cl = g_strstr_len(in->str, (gssize)head, "Content-Length:");
+	if (cl != NULL)
+		body = strtoul(cl + strlen("Content-Length:"), NULL, 10);
+	while (in->len < head + body && (n = recv(fd, buf, sizeof buf, 0)) > 0)
+		g_string_append_len(in, buf, n);
+	return in->len < head + body ? 0 : head + body;
+}
+
+gboolean
+serve_fake_answer_models(int fd, gboolean close)
+{
+	static const char models[] = "{\"object\":\"list\",\"data\":[{\"id\":\"opt-13b-a100\","
+	                             "\"object\":\"model\",\"max_model_len\":2048}]}";
+	g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: application/json"
+	                                        "\r\n%sContent-Length: %zu\r\n\r\n%s",
+	                                        close ? "Connection: close\r\n" : "",
+	                                        strlen(models), models);
+
+	return serve_send_all(fd, resp);
+}
+
 struct fake_conn {
 	struct serve_fake_engine *engine;
 	int fd;

@@ -103,5 +103,12 @@ void serve_fake_engine_start(struct serve_fake_engine *f, serve_fake_fn serve, g
 void serve_fake_engine_stop(struct serve_fake_engine *f);
 /* Write all of text; FALSE on a write error. */
 gboolean serve_send_all(int fd, const char *text);
+/* Read from fd until in starts with one whole request (its head, and the
+ * body its Content-Length gives); the request's length, or 0 when the peer
+ * closed first. The caller erases the request from in after answering. */
+size_t serve_fake_read_request(int fd, GString *in);
+/* Answer the model probe (GET /v1/models) the way vLLM does, for model
+ * opt-13b-a100 with max_model_len 2048; with close, Connection: close. */
+gboolean serve_fake_answer_models(int fd, gboolean close);
 
 #endif /* NW_TEST_SERVE_COMMON_H */

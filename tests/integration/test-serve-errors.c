@@ -77,15 +77,9 @@ fake_connection(int fd, gpointer data)
 
 	while (strstr(in->str, "\r\n\r\n") == NULL && (n = recv(fd, buf, sizeof buf, 0)) > 0)
 		g_string_append_len(in, buf, n);
-	if (g_str_has_prefix(in->str, "GET /v1/models")) {
-		const char *models = "{\"object\":\"list\",\"data\":[{\"id\":\"opt-13b-a100\","
-		                     "\"object\":\"model\",\"max_model_len\":2048}]}";
-		g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: "
-		                                        "application/json\r\nConnection: close\r\n"
-		                                        "Content-Length: %zu\r\n\r\n%s",
-		                                        strlen(models), models);
-		serve_send_all(fd, resp);
-	} else if (strstr(in->str, "\r\n\r\n") != NULL) {
+	if (g_str_has_prefix(in->str, "GET /v1/models"))
+		serve_fake_answer_models(fd, TRUE);
+	else if (strstr(in->str, "\r\n\r\n") != NULL) {
 		serve_send_all(fd, f->response);
 	}
 	shutdown(fd, SHUT_WR);
