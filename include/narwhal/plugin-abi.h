@@ -106,7 +106,7 @@ extern "C" {
 
 #define NARWHAL_PLUGIN_MAGIC 0x4e57504cu /* "NWPL" */
 #define NARWHAL_ABI_MAJOR 2
-#define NARWHAL_ABI_MINOR 0
+#define NARWHAL_ABI_MINOR 1
 
 /* The one symbol a plugin exports. */
 #define NARWHAL_PLUGIN_ENTRY_SYMBOL "narwhal_plugin_entry"
@@ -390,6 +390,18 @@ struct narwhal_controller_ops {
  * lives here, so a new engine is a new dialect with no host change.
  * ------------------------------------------------------------------------ */
 
+/* What an engine's own metrics say (parse_metrics, ABI 2.1). The host
+ * presets every field to "unknown" (NaN, or -1 for counts); a dialect sets
+ * what its engine exposes and leaves the rest. */
+struct narwhal_engine_metrics {
+	uint32_t struct_size;
+	int64_t running;          /* requests in the running batch; -1 unknown */
+	int64_t waiting;          /* requests waiting to be scheduled; -1 unknown */
+	double kv_usage;          /* KV-cache blocks in use, 0 to 1; NaN unknown */
+	double start_time_s;      /* process start, Unix seconds; NaN unknown.
+	                           * A change means the engine restarted. */
+};
+
 /* Capabilities of one engine (capabilities() is asked once per engine at
  * start). With neither handoff flag the engine is aggregate-only: it runs
  * whole requests (build_aggregate) and is never paired. */
@@ -591,6 +603,17 @@ struct narwhal_dialect_ops {
 	 * request of each dialect in the fleet. Without it every request may
 	 * stream. */
 	bool (*whole_body_only)(void *instance, const json_t *client_body);
+
+	/* Optional pair (ABI 2.1): the engine's own metrics, read by the
+	 * host's monitor once per pass on the control pool. build_metrics
+	 * builds the request (e.g. GET /metrics); parse_metrics reads the
+	 * whole answer body, which need not be JSON (Prometheus text), and
+	 * fills what it knows. Non-zero from parse_metrics: the body is not
+	 * this engine's metrics (a monitoring failure, logged and counted). */
+	int (*build_metrics)(void *instance, const struct narwhal_engine_ref *engine,
+	                     struct narwhal_http_call *out);
+	int (*parse_metrics)(void *instance, const char *body, size_t len,
+	                     struct narwhal_engine_metrics *out);
 };
 
 /* ------------------------------------------------------------------------

@@ -239,6 +239,18 @@ static const struct nw_field config_fields[] = {
 	  SECONDS_POS },
 	{ CFG("recovery.health.min_samples", NW_FT_U32, recovery.health.min_samples), .def = 10,
 	  COUNT_FROM(1, "1") },
+	/* recovery: Narwhal's own rules (docs/recovery.md) */
+	{ CFG("recovery.health.failure_ratio", NW_FT_DOUBLE, recovery.health.failure_ratio),
+	  .def = 0.5, .flags = NW_FF_MIN | NW_FF_MAX | NW_FF_MIN_EXCL, .min = 0, .max = 1,
+	  .valid = "a number greater than 0 and at most 1" },
+	{ CFG("recovery.probe_failures", NW_FT_U32, recovery.probe_failures), .def = 2,
+	  COUNT_FROM(1, "1") },
+	{ CFG("recovery.passive_failures", NW_FT_U32, recovery.passive_failures), .def = 3,
+	  COUNT_FROM(0, "0") },
+	{ CFG("recovery.verify_backoff_s", NW_FT_DOUBLE, recovery.verify_backoff_s), .def = 1.0,
+	  SECONDS_POS },
+	{ CFG("recovery.verify_backoff_max_s", NW_FT_DOUBLE, recovery.verify_backoff_max_s),
+	  .def = 30.0, SECONDS_POS },
 
 	/* controller: spec 7 */
 	{ CFG("controller.policy", NW_FT_STRING, controller.policy), .def_str = "reactive",

@@ -387,6 +387,17 @@ rule_retry(struct loader *ld)
 		g_free(a);
 		g_free(b);
 	}
+	if (USABLE2(ld, "recovery.verify_backoff_max_s", "recovery.verify_backoff_s") &&
+	    c->recovery.verify_backoff_max_s < c->recovery.verify_backoff_s) {
+		char *a = nw_number_text(c->recovery.verify_backoff_max_s);
+		char *b = nw_number_text(c->recovery.verify_backoff_s);
+
+		ERROR(ld, "recovery.verify_backoff_max_s",
+		      "%s is below recovery.verify_backoff_s (%s): at least recovery.verify_backoff_s",
+		      a, b);
+		g_free(a);
+		g_free(b);
+	}
 	if (USABLE2(ld, "serving.retry_budget", "serving.max_attempts") &&
 	    c->serving.max_attempts > 1 && c->serving.retry_budget == 0)
 		WARN(ld, "serving.retry_budget",

@@ -126,7 +126,12 @@ struct nw_config {
 		struct {
 			double window_s;
 			uint32_t min_samples;
+			double failure_ratio;     /* beyond the spec: share that ejects */
 		} health;
+		uint32_t probe_failures;          /* beyond the spec: failed probes in a row */
+		uint32_t passive_failures;        /* beyond the spec: failed legs in a row; 0 off */
+		double verify_backoff_s;          /* beyond the spec: first verification wait */
+		double verify_backoff_max_s;      /* beyond the spec: its cap */
 	} recovery;
 
 	struct {

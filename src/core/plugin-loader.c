@@ -54,7 +54,7 @@ static const struct slot controller_required[] = {
 };
 
 /* Optional dialect slots are optional together: tokenise sizing needs both
- * halves, model discovery too, and a handoff needs all three of its slots
+ * halves, model discovery and engine metrics too, and a handoff needs all three of its slots
  * (whether an engine uses them is its capabilities' business, checked when
  * the daemon starts). */
 static const struct slot dialect_required[] = {
@@ -84,6 +84,8 @@ static const struct slot_group dialect_groups[] = {
 	    SLOT(struct narwhal_dialect_ops, parse_prefill) }, 3 },
 	{ { SLOT(struct narwhal_dialect_ops, build_models),
 	    SLOT(struct narwhal_dialect_ops, parse_models) }, 2 },
+	{ { SLOT(struct narwhal_dialect_ops, build_metrics),
+	    SLOT(struct narwhal_dialect_ops, parse_metrics) }, 2 },
 };
 
 struct kind_info {

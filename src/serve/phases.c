@@ -794,7 +794,7 @@ nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long s
 	if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
 		s->counters.context_too_long++;
 		nw_request_fail_engine(r, NW_FAIL_CONTEXT, status, body, NULL);
-	} else if (err.error_class == NARWHAL_ERROR_RETRYABLE && nw_retry_status_retryable(status)) {
+	} else if (err.error_class == NARWHAL_ERROR_RETRYABLE && nw_engine_status_retryable(status)) {
 		nw_request_fail_engine(r, NW_FAIL_STATUS, status, body, NULL);
 	} else {
 		s->counters.permanent_errors++;

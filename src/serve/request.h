@@ -36,7 +36,7 @@
 #include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/collect.h"
-#include "serve/dialect.h"
+#include "core/dialect.h"
 #include "serve/leg.h"
 #include "serve/pair.h"
 #include "serve/relay.h"

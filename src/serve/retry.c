@@ -4,22 +4,6 @@
 
 #include <math.h>
 
-bool
-nw_retry_status_retryable(long status)
-{
-	switch (status) {
-	case 0:   /* no response: connect, reset, timeout */
-	case 408:
-	case 429:
-	case 500:
-	case 502:
-	case 503:
-	case 504:
-		return true;
-	default:
-		return false;
-	}
-}
 
 double
 nw_backoff_ceiling(double base_s, double cap_s, unsigned k)

@@ -39,10 +39,6 @@ typedef enum nw_fail_kind {
  * permanent error, like every other kind. */
 bool nw_fail_retryable(nw_fail_kind kind);
 
-/* HTTP statuses that may be retried before visible output: 408, 429, 500,
- * 502, 503, 504. Transport failures (status 0) are retryable too. */
-bool nw_retry_status_retryable(long status);
-
 /* The backoff ceiling before retry k (k = 0 for the first retry):
  * min(cap, base * 2^k). */
 double nw_backoff_ceiling(double base_s, double cap_s, unsigned k);

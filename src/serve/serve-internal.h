@@ -19,7 +19,7 @@
 #include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/counters.h"
-#include "serve/dialect.h"
+#include "core/dialect.h"
 #include "serve/retry.h"
 #include "serve/slots.h"
 

@@ -1,6 +1,7 @@
 /* Retry policy: spec 4.2 statuses, full-jitter backoff, the retry budget. */
 #include "build-config.h"
 
+#include "core/dialect.h"
 #include "serve/retry.h"
 
 static void
@@ -14,7 +15,7 @@ test_retryable_statuses(void)
 	};
 
 	for (size_t i = 0; i < G_N_ELEMENTS(rows); i++)
-		g_assert_cmpint(nw_retry_status_retryable(rows[i].status), ==, rows[i].retryable);
+		g_assert_cmpint(nw_engine_status_retryable(rows[i].status), ==, rows[i].retryable);
 }
 
 static void

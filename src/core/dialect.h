@@ -5,8 +5,8 @@
  * and counts. Engine-format knowledge stays in the plugins; this module only
  * asks them.
  */
-#ifndef NW_SERVE_DIALECT_H
-#define NW_SERVE_DIALECT_H
+#ifndef NW_CORE_DIALECT_H
+#define NW_CORE_DIALECT_H
 
 #include <narwhal/plugin-abi.h>
 
@@ -67,4 +67,8 @@ bool nw_dialect_compatible(const struct nw_dialect *prefill, const struct nw_dia
 void nw_dialect_read_error(const struct nw_dialect *d, long status, const char *body,
                            size_t len, struct narwhal_engine_error *out);
 
-#endif /* NW_SERVE_DIALECT_H */
+/* HTTP statuses that may be retried before visible output: 408, 429, 500,
+ * 502, 503, 504. Transport failures (status 0) are retryable too. */
+bool nw_engine_status_retryable(long status);
+
+#endif /* NW_CORE_DIALECT_H */

@@ -1,11 +1,10 @@
 #include "build-config.h"
 
-#include "serve/dialect.h"
+#include "core/dialect.h"
 
 #include <string.h>
 
 #include "core/log.h"
-#include "serve/retry.h"
 
 bool
 nw_dialects_init(struct nw_dialect *dialects, const struct nw_config *cfg,
@@ -100,10 +99,27 @@ nw_dialect_read_error(const struct nw_dialect *d, long status, const char *body,
 {
 	memset(out, 0, sizeof *out);
 	out->struct_size = sizeof *out;
-	out->error_class = status > 0 && nw_retry_status_retryable(status) ? NARWHAL_ERROR_RETRYABLE
+	out->error_class = status > 0 && nw_engine_status_retryable(status) ? NARWHAL_ERROR_RETRYABLE
 	                                                                 : NARWHAL_ERROR_PERMANENT;
 	/* -EPROTO leaves the presets: the status alone decides. */
 	(void)d->ops->parse_error(d->ctx, (int32_t)status, body, len, out);
 	out->message[sizeof out->message - 1] = '\0';
 	out->param[sizeof out->param - 1] = '\0';
+}
+
+bool
+nw_engine_status_retryable(long status)
+{
+	switch (status) {
+	case 0:   /* no response: connect, reset, timeout */
+	case 408:
+	case 429:
+	case 500:
+	case 502:
+	case 503:
+	case 504:
+		return true;
+	default:
+		return false;
+	}
 }

@@ -1,0 +1,86 @@
+/*
+ * One complete prefill-to-decode handoff outside any client request,
+ * through the engines' dialects: the breaker's verification legs (spec 6:
+ * a complete prefill leg and a complete decode leg, each under
+ * engine.first_token_timeout_s) and narwhal-check's pair checks (spec 4.2:
+ * crossed handoffs, their timings, an abandoned handoff). Asynchronous on
+ * the GLib loop, through a given upstream pool (the daemon's control pool).
+ *
+ * Sequential dialects: prefill (build_prefill, parse_prefill), then decode
+ * with the handoff (build_decode), streamed until the first generated
+ * token and then to the end. Concurrent dialects: both legs at once
+ * (build_prefill and build_decode with both engines known). An
+ * aggregate-only engine is verified with one build_aggregate leg.
+ */
+#ifndef NW_CONTROL_HANDOFF_PROBE_H
+#define NW_CONTROL_HANDOFF_PROBE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core/dialect.h"
+#include "net/upstream.h"
+
+/* Request handles of probes: a space apart from client requests' handles
+ * (which count up from 1), so a dialect's pair ids never collide. */
+#define NW_HANDOFF_PROBE_HANDLE_BASE (UINT64_C(1) << 62)
+
+struct nw_handoff_probe_options {
+	struct nw_upstream *pool;
+	const struct nw_dialect *prefill;  /* the prefill engine's dialect */
+	const struct nw_dialect *decode;   /* the decode engine's (may equal prefill) */
+	const char *model;                 /* served model name (may be NULL) */
+	uint64_t handle;                   /* unique, NW_HANDOFF_PROBE_HANDLE_BASE + n */
+	uint32_t max_tokens;               /* output tokens to ask for; 0: 2 */
+	const char *prompt;                /* NULL: a short fixed prompt */
+	double leg_timeout_s;              /* each leg: engine.first_token_timeout_s */
+	double connect_timeout_s;          /* engine.connect_timeout_s */
+	bool abandon;                      /* prefill only: keep the handoff, send
+	                                    * no decode (lease release check) */
+};
+
+/* Where a probe stopped. */
+typedef enum nw_handoff_probe_stage {
+	NW_PROBE_STAGE_NONE = 0,   /* completed */
+	NW_PROBE_STAGE_BUILD,      /* a dialect builder failed */
+	NW_PROBE_STAGE_PREFILL,    /* the prefill (or aggregate) leg failed */
+	NW_PROBE_STAGE_HANDOFF,    /* the prefill answer had no usable handoff */
+	NW_PROBE_STAGE_DECODE,     /* the decode leg failed before its first token */
+	NW_PROBE_STAGE_STREAM,     /* the decode stream failed after its first token */
+} nw_handoff_probe_stage;
+
+struct nw_handoff_probe_result {
+	bool ok;
+	nw_handoff_probe_stage stage;   /* NONE when ok */
+	long status;                    /* the failing leg's HTTP status, 0: none */
+	bool timed_out;                 /* a leg passed leg_timeout_s */
+	char error[256];                /* what failed, for logs and reports: may
+	                                 * name an engine address, never for clients */
+	double prefill_s;               /* prefill leg: start to whole answer */
+	double first_token_s;           /* decode leg: start to first generated token
+	                                 * (the crossed-handoff time narwhal-check
+	                                 * compares with first_token_timeout_s) */
+	double total_s;                 /* start to end */
+	uint32_t tokens;                /* generated tokens seen */
+	json_t *handoff;                /* abandon: the handoff kept (borrowed;
+	                                 * valid during the callback) */
+};
+
+typedef void (*nw_handoff_probe_done_fn)(void *data, const struct nw_handoff_probe_result *res);
+
+struct nw_handoff_probe;
+
+/* Start a probe; done is called exactly once from the loop (never from
+ * inside this call), unless the probe is cancelled first. NULL only when
+ * out of memory. */
+struct nw_handoff_probe *nw_handoff_probe_start(const struct nw_handoff_probe_options *opts,
+                                                nw_handoff_probe_done_fn done, void *data);
+
+/* Stop a probe: its calls are cancelled and done is not called. */
+void nw_handoff_probe_cancel(struct nw_handoff_probe *p);
+
+const char *nw_handoff_probe_stage_name(nw_handoff_probe_stage s); /* "prefill", ... */
+
+#endif /* NW_CONTROL_HANDOFF_PROBE_H */

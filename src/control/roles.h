@@ -1,0 +1,98 @@
+/*
+ * Role floors and the record of role changes (spec 7.2, role-control
+ * document "Floors, fallback, and degraded capacity"; docs/recovery.md):
+ * the host's floor repair, which runs with any controller, the role a
+ * readmitted engine takes, the safest reachable split when a floor cannot
+ * be met, and the bounded flip history (controller.flip_history). Pure: no
+ * I/O, time from the caller; the monitor applies what it returns.
+ */
+#ifndef NW_CONTROL_ROLES_H
+#define NW_CONTROL_ROLES_H
+
+#include <narwhal/plugin-abi.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* What the rules need to know about one engine. */
+struct nw_role_engine {
+	narwhal_role role;         /* NARWHAL_ROLE_PREFILL or NARWHAL_ROLE_DECODE */
+	bool live;                 /* available to placement now */
+	bool pinned;               /* role fixed by the operator */
+	bool movable;              /* its dialect allows per-request roles */
+	int64_t role_since_ns;     /* when its role last changed (dwell) */
+	uint32_t resident;         /* requests resident in its current phase */
+};
+
+struct nw_role_rules {
+	uint32_t min_prefill;      /* controller.min_prefill */
+	uint32_t min_decode;       /* controller.min_decode */
+	double dwell_s;            /* controller.thresholds.dwell_s */
+	bool advisory;             /* controller.advisory: record, do not apply */
+};
+
+/* One role change, proposed or applied. */
+struct nw_role_change {
+	uint32_t engine;
+	narwhal_role from, to;
+	int64_t at_ns;             /* also the dwell timestamp when applied */
+	const char *caller;        /* static: "floor_repair", "readmission",
+	                            * "controller", "operator" */
+	const char *reason;        /* static: e.g. "decode_below_floor" */
+	bool applied;              /* false in advisory mode */
+	uint32_t prefill_after;    /* live split after the change */
+	uint32_t decode_after;
+};
+
+/* The live split and whether the floors hold (spec 7.2: a breach is
+ * reported with the safest reachable split). */
+struct nw_floor_report {
+	uint32_t live_prefill, live_decode;
+	bool prefill_breach, decode_breach;
+	/* The split the repair can reach with the live, movable engines,
+	 * the decode floor first (every change preserves it). */
+	uint32_t reachable_prefill, reachable_decode;
+};
+
+/* One monitor pass of floor repair. Fills report, and writes up to max
+ * changes into out (applied is set from rules->advisory; the caller
+ * applies the applied ones to the fleet): decode below its floor moves one
+ * eligible prefill engine to decode, observing dwell, while the prefill
+ * floor holds; prefill below its floor moves eligible decode engines to
+ * prefill, ignoring dwell (and cooldown), while the decode floor holds. An
+ * eligible engine is live, unpinned and movable; among several the one
+ * with the least resident work moves, ties to the lowest index. Returns
+ * the number of changes. */
+uint32_t nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
+                                const struct nw_role_rules *rules, int64_t now_ns,
+                                struct nw_role_change *out, uint32_t max,
+                                struct nw_floor_report *report);
+
+/* The role a readmitted engine (index i, not yet live in engines[]) takes:
+ * a phase below its floor first (decode first); else, while no controller
+ * prices demand, the phase with fewer live engines; a tie keeps its role.
+ * A pinned or unmovable engine keeps its role. */
+narwhal_role nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n,
+                                   uint32_t i, const struct nw_role_rules *rules);
+
+/* The flip history: the last capacity role changes, oldest first. */
+struct nw_flip_history {
+	struct nw_role_change *ring;
+	uint32_t cap, len, head;
+	uint64_t total;            /* every change ever recorded */
+};
+
+void nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity);
+void nw_flip_history_clear(struct nw_flip_history *h);
+void nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c);
+/* [{engine id, from, to, at (seconds since start_ns), caller, reason,
+ * applied, prefill, decode}, ...] oldest first (transfer full). ids[i] names
+ * engine i. */
+json_t *nw_flip_history_to_json(const struct nw_flip_history *h, const char *const *ids,
+                                int64_t start_ns);
+
+const char *nw_role_name(narwhal_role r); /* "prefill", "decode" */
+
+#endif /* NW_CONTROL_ROLES_H */
