@@ -418,6 +418,11 @@ enum {
 	NARWHAL_ERROR_CLIENT = 4,           /* the engine refused the client's own
 	                                     * request (validation): its message
 	                                     * may be shown to the client */
+	NARWHAL_ERROR_HANDOFF = 5,          /* (2.1) a decode engine could not load
+	                                     * the handoff (the prefill engine's KV
+	                                     * was gone: lease expired, producer
+	                                     * down): the prefill engine's fault,
+	                                     * retryable */
 };
 
 /* SSE event kinds (narwhal_sse_event.kind). */
