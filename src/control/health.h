@@ -51,16 +51,19 @@ typedef enum nw_health_event_kind {
 	NW_HEALTH_LEG_OK,         /* a real leg on it completed */
 	NW_HEALTH_LEG_FAILED,     /* a real leg failed through the engine's fault:
 	                           * connect refused, reset, timeout, 5xx */
-	NW_HEALTH_VERIFY_START,   /* the monitor started verification legs */
+	NW_HEALTH_VERIFY_START,   /* the monitor started verification legs;
+	                           * ignored unless nw_health_verify_due() */
 	NW_HEALTH_VERIFY_OK,      /* both verification legs completed */
 	NW_HEALTH_VERIFY_FAILED,  /* a verification leg failed */
-	NW_HEALTH_EJECT,          /* the operator ejects it */
+	NW_HEALTH_EJECT,          /* the operator ejects it: out until READMIT
+	                           * (from EJECTED or VERIFYING too) */
 	NW_HEALTH_READMIT,        /* the operator asks for verification now */
 } nw_health_event_kind;
 
 struct nw_health_event {
 	nw_health_event_kind kind;
-	double start_time_s;      /* NW_HEALTH_START_TIME: Unix seconds */
+	double start_time_s;      /* NW_HEALTH_START_TIME: Unix seconds; not
+	                           * finite: ignored */
 };
 
 /* The rules, from the configuration (docs/recovery.md lists each field). */
@@ -92,27 +95,40 @@ struct nw_engine_health {
 	bool probe_failed_last;       /* the last probe failed (restart detection) */
 	double start_time_s;          /* last start time seen; NaN: none */
 	int64_t quarantine_until_ns;  /* failure quarantine ends; 0: none */
-	int64_t next_verify_ns;       /* EJECTED: earliest verification */
+	int64_t next_verify_ns;       /* EJECTED: earliest verification;
+	                               * INT64_MAX: operator's, until READMIT */
 	uint32_t verify_failures;     /* in a row: sets the backoff */
 	int64_t changed_ns;           /* when state last changed */
-	uint64_t ejections;           /* total, for the operator */
-	/* The health window: a ring of the last residuals, oldest first. */
+	uint64_t ejections;           /* times it left placement (LIVE -> out),
+	                               * for the operator */
+	/* The health window: a ring of the last residuals; window_head is the
+	 * oldest, window_len of window_cap slots are used. */
 	struct nw_health_sample *window;
 	uint32_t window_cap, window_len, window_head;
 	char last_error[160];         /* what the last failure was (for operators;
 	                               * never shown to clients) */
 };
 
-/* Window capacity: enough for window_s at one residual per pass. */
+/* Window capacity: enough for window_s at one residual per pass
+ * (ceil(window_s / monitor_interval_s) + 1, at least min_samples, at most
+ * 65536). nw_health_clear frees it. */
 void nw_health_init(struct nw_engine_health *h, const struct nw_health_rules *rules,
                     double monitor_interval_s, int64_t now_ns);
 void nw_health_clear(struct nw_engine_health *h);
 
 /* Apply one event at now_ns. detail (may be NULL) is kept as last_error
  * for failures. Returns true when the engine's placement availability may
- * have changed (the caller refreshes the fleet view). */
+ * have changed (the caller refreshes the fleet view): a state change, or a
+ * quarantine set. A quarantine's end is no event: nw_health_available
+ * reads it at now, so the caller refreshes once per pass as well. Events
+ * that do not apply in the current state are ignored (false). The caller
+ * sends at most one probe event per engine per monitor pass (one residual
+ * per pass in the window). */
 bool nw_health_step(struct nw_engine_health *h, const struct nw_health_rules *rules,
                     const struct nw_health_event *ev, int64_t now_ns, const char *detail);
+
+/* Set (on) or clear one NW_HOLD_* bit; true when the holds changed. */
+bool nw_health_set_hold(struct nw_engine_health *h, uint32_t hold, bool on);
 
 /* Whether placement may use the engine now: LIVE, no hold, not in
  * quarantine. */
@@ -123,8 +139,8 @@ bool nw_health_available(const struct nw_engine_health *h, int64_t now_ns);
  * then sends VERIFY_START.) */
 bool nw_health_verify_due(const struct nw_engine_health *h, int64_t now_ns);
 
-/* Failure share of the window's residuals younger than window_s, and
- * their count. */
+/* Failure share of the window's residuals younger than window_s (0 when
+ * there are none), and their count in *samples (may be NULL). */
 double nw_health_window_failure_share(const struct nw_engine_health *h,
                                       const struct nw_health_rules *rules, int64_t now_ns,
                                       uint32_t *samples);
