@@ -66,6 +66,12 @@ struct nw_handoff_probe_result {
 	uint32_t tokens;                /* generated tokens seen */
 	json_t *handoff;                /* abandon: the handoff kept (borrowed;
 	                                 * valid during the callback) */
+	double handoff_s;               /* start of the prefill leg to the decode
+	                                 * leg's first token: how long the KV
+	                                 * handoff lived before it was used,
+	                                 * compared with kv_lease_s and
+	                                 * serving.handoff_timeout_s; 0 for an
+	                                 * aggregate leg */
 };
 
 typedef void (*nw_handoff_probe_done_fn)(void *data, const struct nw_handoff_probe_result *res);
@@ -73,8 +79,20 @@ typedef void (*nw_handoff_probe_done_fn)(void *data, const struct nw_handoff_pro
 struct nw_handoff_probe;
 
 /* Start a probe; done is called exactly once from the loop (never from
- * inside this call), unless the probe is cancelled first. NULL only when
- * out of memory. */
+ * inside this call), unless the probe is cancelled first. The probe is
+ * freed when done returns: do not cancel it from done or after. Never NULL
+ * (GLib aborts when out of memory).
+ *
+ * Bounds: the prefill leg, leg_timeout_s for the whole leg; the decode (or
+ * aggregate) leg, leg_timeout_s from the moment it is sent to its first
+ * generated token, then leg_timeout_s again from that token to the stream's
+ * terminator. A concurrent pair is complete when both legs are. Failures:
+ * a transport failure or a non-2xx answer of the prefill leg is
+ * STAGE_PREFILL; a prefill answer without a handoff (parse_prefill gives
+ * NULL) is STAGE_HANDOFF, since a verification needs a real one; before
+ * the first token the decode leg fails at STAGE_DECODE (an aggregate leg at
+ * STAGE_PREFILL), after it at STAGE_STREAM. abandon needs a sequential
+ * handoff (else STAGE_BUILD). */
 struct nw_handoff_probe *nw_handoff_probe_start(const struct nw_handoff_probe_options *opts,
                                                 nw_handoff_probe_done_fn done, void *data);
 
