@@ -49,50 +49,61 @@ struct nw_role_change {
 /* The live split and whether the floors hold (spec 7.2: a breach is
  * reported with the safest reachable split). */
 struct nw_floor_report {
+	/* Live engines by role once this pass's applied changes are made (in
+	 * advisory mode, the split as it stays). */
 	uint32_t live_prefill, live_decode;
-	bool prefill_breach, decode_breach;
-	/* The split the repair can reach with the live, movable engines,
-	 * the decode floor first (every change preserves it). */
+	bool prefill_breach, decode_breach;   /* of that split */
+	/* The split the repair reaches in time, dwell aside, where only live,
+	 * unpinned, movable engines change role: decode up to min_decode from
+	 * prefill engines first (every change preserves it), then prefill up
+	 * to min_prefill from the decode engines above the decode floor. */
 	uint32_t reachable_prefill, reachable_decode;
 };
 
-/* One monitor pass of floor repair. Fills report, and writes up to max
- * changes into out (applied is set from rules->advisory; the caller
- * applies the applied ones to the fleet): decode below its floor moves one
- * eligible prefill engine to decode, observing dwell, while the prefill
- * floor holds; prefill below its floor moves eligible decode engines to
- * prefill, ignoring dwell (and cooldown), while the decode floor holds. An
- * eligible engine is live, unpinned and movable; among several the one
- * with the least resident work moves, ties to the lowest index. Returns
- * the number of changes. */
+/* One monitor pass of floor repair. Fills report (may be NULL), and
+ * writes up to max changes into out (applied is !rules->advisory; the
+ * caller applies the applied ones to the fleet and stores at_ns, which is
+ * now_ns, as their dwell timestamp). Decode first: decode below its floor
+ * moves one eligible prefill engine to decode, observing dwell; that keeps
+ * the prefill floor whenever at least min_prefill + min_decode engines are
+ * live, and below that the decode floor comes first (the reachable split).
+ * Prefill below its floor moves as many eligible decode engines to prefill
+ * as it needs in this pass, ignoring dwell (and cooldown), while the decode
+ * floor holds. An eligible engine is live, unpinned and movable; among
+ * several the one with the least resident work moves, ties to the lowest
+ * index. Each change's prefill_after and decode_after are the live split
+ * once it and the changes before it are applied. Returns the number of
+ * changes. */
 uint32_t nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
                                 const struct nw_role_rules *rules, int64_t now_ns,
                                 struct nw_role_change *out, uint32_t max,
                                 struct nw_floor_report *report);
 
-/* The role a readmitted engine (index i, not yet live in engines[]) takes:
- * a phase below its floor first (decode first); else, while no controller
- * prices demand, the phase with fewer live engines; a tie keeps its role.
- * A pinned or unmovable engine keeps its role. */
+/* The role a readmitted engine (index i; its own live flag is ignored, it
+ * is never counted) takes: a phase below its floor among the other live
+ * engines first (decode first); else, while no controller prices demand,
+ * the phase with fewer live engines; a tie keeps its role. A pinned or
+ * unmovable engine keeps its role. */
 narwhal_role nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n,
                                    uint32_t i, const struct nw_role_rules *rules);
 
-/* The flip history: the last capacity role changes, oldest first. */
+/* The flip history: the last cap role changes (controller.flip_history),
+ * oldest first; when full, the oldest gives way. */
 struct nw_flip_history {
 	struct nw_role_change *ring;
 	uint32_t cap, len, head;
 	uint64_t total;            /* every change ever recorded */
 };
 
-void nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity);
-void nw_flip_history_clear(struct nw_flip_history *h);
+void nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity); /* 0 is taken as 1 */
+void nw_flip_history_clear(struct nw_flip_history *h); /* frees the ring */
 void nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c);
-/* [{engine id, from, to, at (seconds since start_ns), caller, reason,
- * applied, prefill, decode}, ...] oldest first (transfer full). ids[i] names
- * engine i. */
+/* [{"engine": id, "from", "to", "at_s": seconds since start_ns, "caller",
+ * "reason", "applied", "prefill", "decode": the split after it}, ...]
+ * oldest first (transfer full). ids[i] names engine i. */
 json_t *nw_flip_history_to_json(const struct nw_flip_history *h, const char *const *ids,
                                 int64_t start_ns);
 
-const char *nw_role_name(narwhal_role r); /* "prefill", "decode" */
+const char *nw_role_name(narwhal_role r); /* "prefill", "decode", else "unknown" */
 
 #endif /* NW_CONTROL_ROLES_H */

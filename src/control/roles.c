@@ -1,0 +1,267 @@
+/*
+ * Role floors and the flip history (spec 7.2; role-control document
+ * "Guards on role changes" and "Floors, fallback, and degraded capacity").
+ * Pure: the monitor passes the clock and applies what comes back.
+ */
+#include "build-config.h"
+
+#include "control/roles.h"
+
+#include <glib.h>
+
+/* The split and the engines that may change role, counted once per call. */
+struct split {
+	uint32_t prefill, decode;         /* live, by role */
+	uint32_t movable_prefill;         /* live, unpinned, movable */
+	uint32_t movable_decode;
+};
+
+static bool
+eligible(const struct nw_role_engine *e)
+{
+	return e->live && !e->pinned && e->movable;
+}
+
+static struct split
+count_split(const struct nw_role_engine *engines, uint32_t n)
+{
+	struct split s = { 0 };
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nw_role_engine *e = &engines[i];
+
+		if (!e->live)
+			continue;
+		if (e->role == NARWHAL_ROLE_PREFILL) {
+			s.prefill++;
+			s.movable_prefill += eligible(e);
+		} else if (e->role == NARWHAL_ROLE_DECODE) {
+			s.decode++;
+			s.movable_decode += eligible(e);
+		}
+	}
+	return s;
+}
+
+/* The safest split the movable engines can reach, dwell aside: decode up
+ * to its floor from movable prefill engines (spec 7.2: every role change
+ * preserves min_decode, so decode comes first), then prefill up to its
+ * floor from movable decode engines above the decode floor. */
+static void
+reachable_split(const struct split *s, const struct nw_role_rules *r,
+                uint32_t *prefill, uint32_t *decode)
+{
+	uint32_t p = s->prefill, d = s->decode;
+	uint32_t take = d < r->min_decode ? MIN(r->min_decode - d, s->movable_prefill) : 0;
+
+	p -= take;
+	d += take;
+	if (p < r->min_prefill && d > r->min_decode) {
+		/* take > 0 leaves d <= min_decode, so these decode engines are
+		 * the original movable ones. */
+		uint32_t give = MIN(MIN(r->min_prefill - p, s->movable_decode), d - r->min_decode);
+
+		p += give;
+		d -= give;
+	}
+	*prefill = p;
+	*decode = d;
+}
+
+static bool
+dwell_over(const struct nw_role_engine *e, const struct nw_role_rules *r, int64_t now_ns)
+{
+	return (double)now_ns - (double)e->role_since_ns >= r->dwell_s * 1e9;
+}
+
+/* Does (resident, index) of a come before b's? Least resident first, ties
+ * to the lowest index. */
+static bool
+before(const struct nw_role_engine *engines, uint32_t a, uint32_t b)
+{
+	return engines[a].resident < engines[b].resident ||
+	       (engines[a].resident == engines[b].resident && a < b);
+}
+
+/* The next engine of role from that may move, in (resident, index) order
+ * after engine after (UINT32_MAX: from the start); UINT32_MAX when none. */
+static uint32_t
+next_candidate(const struct nw_role_engine *engines, uint32_t n, narwhal_role from,
+               bool observe_dwell, const struct nw_role_rules *r, int64_t now_ns,
+               uint32_t after)
+{
+	uint32_t best = UINT32_MAX;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nw_role_engine *e = &engines[i];
+
+		if (e->role != from || !eligible(e) ||
+		    (observe_dwell && !dwell_over(e, r, now_ns)))
+			continue;
+		if (after != UINT32_MAX && !before(engines, after, i))
+			continue;
+		if (best == UINT32_MAX || before(engines, i, best))
+			best = i;
+	}
+	return best;
+}
+
+uint32_t
+nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
+                       const struct nw_role_rules *rules, int64_t now_ns,
+                       struct nw_role_change *out, uint32_t max,
+                       struct nw_floor_report *report)
+{
+	struct split s = count_split(engines, n);
+	/* proposed: the split if every change so far were applied; live: the
+	 * split as it will be (they differ only in advisory mode). */
+	uint32_t proposed_p = s.prefill, proposed_d = s.decode;
+	uint32_t live_p = s.prefill, live_d = s.decode;
+	uint32_t reach_p, reach_d, count = 0;
+
+	reachable_split(&s, rules, &reach_p, &reach_d);
+
+	/* Decode first, one engine per pass, observing dwell (spec 7.2). The
+	 * prefill floor needs no check of its own: moving one engine breaks
+	 * it only when fewer than min_prefill + min_decode engines are live,
+	 * and then the decode floor comes first ("whenever enough healthy
+	 * capacity remains", role-control document). */
+	if (proposed_d < rules->min_decode && count < max) {
+		uint32_t i = next_candidate(engines, n, NARWHAL_ROLE_PREFILL, true, rules,
+		                            now_ns, UINT32_MAX);
+
+		if (i != UINT32_MAX) {
+			proposed_p--;
+			proposed_d++;
+			out[count++] = (struct nw_role_change){
+				.engine = i, .from = NARWHAL_ROLE_PREFILL, .to = NARWHAL_ROLE_DECODE,
+				.at_ns = now_ns, .caller = "floor_repair",
+				.reason = "decode_below_floor", .applied = !rules->advisory,
+				.prefill_after = proposed_p, .decode_after = proposed_d,
+			};
+		}
+	}
+
+	/* Prefill: as many engines as the floor needs in this pass, ignoring
+	 * dwell and cooldown, never below the decode floor (spec 7.2;
+	 * role-control: "a move may involve more than one engine"). */
+	for (uint32_t prev = UINT32_MAX;
+	     proposed_p < rules->min_prefill && proposed_d > rules->min_decode && count < max;) {
+		uint32_t i = next_candidate(engines, n, NARWHAL_ROLE_DECODE, false, rules,
+		                            now_ns, prev);
+
+		if (i == UINT32_MAX)
+			break;
+		prev = i;
+		proposed_p++;
+		proposed_d--;
+		out[count++] = (struct nw_role_change){
+			.engine = i, .from = NARWHAL_ROLE_DECODE, .to = NARWHAL_ROLE_PREFILL,
+			.at_ns = now_ns, .caller = "floor_repair", .reason = "prefill_below_floor",
+			.applied = !rules->advisory,
+			.prefill_after = proposed_p, .decode_after = proposed_d,
+		};
+	}
+
+	if (!rules->advisory) {
+		live_p = proposed_p;
+		live_d = proposed_d;
+	}
+	if (report != NULL)
+		*report = (struct nw_floor_report){
+			.live_prefill = live_p, .live_decode = live_d,
+			.prefill_breach = live_p < rules->min_prefill,
+			.decode_breach = live_d < rules->min_decode,
+			.reachable_prefill = reach_p, .reachable_decode = reach_d,
+		};
+	return count;
+}
+
+narwhal_role
+nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
+                      const struct nw_role_rules *rules)
+{
+	narwhal_role current = engines[i].role;
+	uint32_t prefill = 0, decode = 0;
+
+	if (engines[i].pinned || !engines[i].movable)
+		return current;
+	for (uint32_t k = 0; k < n; k++) {
+		if (k == i || !engines[k].live)
+			continue;
+		prefill += engines[k].role == NARWHAL_ROLE_PREFILL;
+		decode += engines[k].role == NARWHAL_ROLE_DECODE;
+	}
+	if (decode < rules->min_decode)
+		return NARWHAL_ROLE_DECODE;
+	if (prefill < rules->min_prefill)
+		return NARWHAL_ROLE_PREFILL;
+	if (prefill != decode)
+		return prefill < decode ? NARWHAL_ROLE_PREFILL : NARWHAL_ROLE_DECODE;
+	return current;
+}
+
+void
+nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity)
+{
+	h->cap = MAX(capacity, 1u);
+	h->ring = g_new0(struct nw_role_change, h->cap);
+	h->len = 0;
+	h->head = 0;
+	h->total = 0;
+}
+
+void
+nw_flip_history_clear(struct nw_flip_history *h)
+{
+	g_free(h->ring);
+	*h = (struct nw_flip_history){ 0 };
+}
+
+void
+nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c)
+{
+	if (h->len < h->cap) {
+		h->ring[(h->head + h->len) % h->cap] = *c;
+		h->len++;
+	} else {
+		/* Full: the oldest gives way. */
+		h->ring[h->head] = *c;
+		h->head = (h->head + 1) % h->cap;
+	}
+	h->total++;
+}
+
+json_t *
+nw_flip_history_to_json(const struct nw_flip_history *h, const char *const *ids,
+                        int64_t start_ns)
+{
+	json_t *arr = json_array();
+
+	for (uint32_t k = 0; k < h->len; k++) {
+		const struct nw_role_change *c = &h->ring[(h->head + k) % h->cap];
+
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:f, s:s, s:s, s:b, s:I, s:I}",
+			"engine", ids[c->engine],
+			"from", nw_role_name(c->from), "to", nw_role_name(c->to),
+			"at_s", (double)(c->at_ns - start_ns) / 1e9,
+			"caller", c->caller, "reason", c->reason,
+			"applied", (int)c->applied,
+			"prefill", (json_int_t)c->prefill_after,
+			"decode", (json_int_t)c->decode_after));
+	}
+	return arr;
+}
+
+const char *
+nw_role_name(narwhal_role r)
+{
+	switch (r) {
+	case NARWHAL_ROLE_PREFILL:
+		return "prefill";
+	case NARWHAL_ROLE_DECODE:
+		return "decode";
+	default:
+		return "unknown";
+	}
+}
