@@ -7,6 +7,8 @@
 
 #include <glib-unix.h>
 
+#include "control/monitor.h"
+#include "core/dialect.h"
 #include "core/host.h"
 #include "core/log.h"
 #include "core/plugin-loader.h"
@@ -38,11 +40,13 @@ struct nw_daemon {
 	struct loaded_plugin *dialects;
 	guint n_dialects;
 	struct nw_plugin_instance **engine_dialects;
+	struct nw_dialect *engine_dialect;   /* host side, one per engine */
 	char **api_keys;
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	struct nw_http_server *http;
 	struct nw_serve *serve;
+	struct nw_monitor *monitor;
 	guint sigterm, sigint, sighup;
 	guint stop_poll;
 	int64_t stop_started_us;
@@ -213,37 +217,41 @@ plugin_json(const struct loaded_plugin *lp)
 	                 "version", lp->plugin->desc->version, "file", lp->plugin->path);
 }
 
+/* GET /narwhal/health (docs/api.md, docs/recovery.md): 200 while Narwhal
+ * can serve ("ok" or "degraded"), 503 when it cannot ("unavailable"), so a
+ * load balancer in front can route around it. */
 static enum MHD_Result
 route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 {
 	json_t *dialects = json_object();
-	json_t *body;
+	json_t *body = nw_monitor_to_json(d->monitor, false);
+	struct nw_http_server_counters fc;
+	bool serving = strcmp(json_string_value(json_object_get(body, "status")),
+	                      "unavailable") != 0;
 
 	for (guint k = 0; k < d->n_dialects; k++)
 		json_object_set_new(dialects, d->dialects[k].plugin->desc->name,
 		                    plugin_json(&d->dialects[k]));
-	struct nw_http_server_counters fc;
-
 	nw_http_server_counters(d->http, &fc);
-	body = json_pack("{s:s, s:s, s:f, s:i, s:{s:o, s:o, s:o, s:o}, s:o, "
-	                 "s:{s:I, s:I, s:I, s:I, s:I}}",
-	                 "status", "ok",
-	                 "version", PACKAGE_VERSION,
-	                 "uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
-	                 "engines", (json_int_t)d->cfg->fleet.n_engines,
-	                 "plugins",
-	                 "admission", plugin_json(&d->admission),
-	                 "placement", plugin_json(&d->placement),
-	                 "controller", plugin_json(&d->controller),
-	                 "dialects", dialects,
-	                 "counters", nw_serve_counters_to_json(d->serve),
-	                 "front_door",
-	                 "framing_refusals", (json_int_t)fc.framing_refusals,
-	                 "head_timeouts", (json_int_t)fc.head_timeouts,
-	                 "body_timeouts", (json_int_t)fc.body_timeouts,
-	                 "pending_evictions", (json_int_t)fc.pending_evictions,
-	                 "lingering_closes", (json_int_t)fc.lingering_closes);
-	enum MHD_Result ret = nw_http_respond_json(conn, MHD_HTTP_OK, body);
+	json_object_update_new(body, json_pack(
+		"{s:s, s:f, s:s?, s:{s:o, s:o, s:o, s:o}, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
+		"version", PACKAGE_VERSION,
+		"uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
+		"model", d->fleet->model,
+		"plugins",
+		"admission", plugin_json(&d->admission),
+		"placement", plugin_json(&d->placement),
+		"controller", plugin_json(&d->controller),
+		"dialects", dialects,
+		"counters", nw_serve_counters_to_json(d->serve),
+		"front_door",
+		"framing_refusals", (json_int_t)fc.framing_refusals,
+		"head_timeouts", (json_int_t)fc.head_timeouts,
+		"body_timeouts", (json_int_t)fc.body_timeouts,
+		"pending_evictions", (json_int_t)fc.pending_evictions,
+		"lingering_closes", (json_int_t)fc.lingering_closes));
+	enum MHD_Result ret = nw_http_respond_json(conn, serving ? MHD_HTTP_OK
+	                                                         : MHD_HTTP_SERVICE_UNAVAILABLE, body);
 
 	json_decref(body);
 	return ret;
@@ -303,6 +311,7 @@ on_stop_signal(gpointer data)
 	 * and its engine calls are cancelled; the loop runs on to send them. */
 	g_snprintf(inflight, sizeof inflight, "%u", nw_serve_retained(d->serve));
 	nw_log(NARWHAL_LOG_INFO, "stopping", "reason", "signal", "in_flight", inflight, NULL);
+	nw_monitor_stop(d->monitor);
 	nw_serve_shutdown(d->serve);
 	d->stop_started_us = g_get_monotonic_time();
 	d->stop_poll = g_timeout_add(5, on_stop_poll, d);
@@ -340,7 +349,8 @@ load_fleet_dialects(struct nw_daemon *d, GError **error)
 				d->engine_dialects[i] = d->dialects[k].instance;
 		}
 	}
-	return TRUE;
+	d->engine_dialect = g_new0(struct nw_dialect, MAX(cfg->fleet.n_engines, 1));
+	return nw_dialects_init(d->engine_dialect, cfg, d->engine_dialects, error);
 }
 
 struct nw_daemon *
@@ -383,9 +393,8 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	so.fleet = d->fleet;
 	so.admission = d->admission.instance;
 	so.placement = d->placement.instance;
-	so.dialects = d->engine_dialects;
+	so.dialects = d->engine_dialect;
 	so.serving_pool = d->serving_pool;
-	so.control_pool = d->control_pool;
 	so.api_keys = d->api_keys;
 	d->serve = nw_serve_new(&so, error);
 	if (d->serve == NULL)
@@ -404,7 +413,15 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	if (d->http == NULL)
 		goto fail;
 	nw_serve_set_http(d->serve, d->http);
-	nw_serve_probe_model(d->serve);
+	{
+		struct nw_monitor_options mo = {
+			.cfg = cfg, .fleet = d->fleet, .dialects = d->engine_dialect,
+			.control_pool = d->control_pool, .clock = nw_clock_monotonic_ns,
+		};
+
+		d->monitor = nw_monitor_new(&mo);
+		nw_monitor_start(d->monitor);
+	}
 
 	/* A client that vanishes must not kill the daemon with SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
@@ -447,16 +464,20 @@ nw_daemon_free(struct nw_daemon *d)
 		g_source_remove(d->stop_poll);
 	/* Requests still held are answered and cancelled before MHD lets
 	 * them go; they need the serve, which needs the pools. */
+	if (d->monitor != NULL)
+		nw_monitor_stop(d->monitor);
 	if (d->serve != NULL)
 		nw_serve_shutdown(d->serve);
 	nw_http_server_stop(d->http);
 	nw_serve_free(d->serve);
+	nw_monitor_free(d->monitor);
 	nw_upstream_free(d->serving_pool);
 	nw_upstream_free(d->control_pool);
 	for (guint k = 0; k < d->n_dialects; k++)
 		loaded_plugin_clear(&d->dialects[k]);
 	g_free(d->dialects);
 	g_free(d->engine_dialects);
+	g_free(d->engine_dialect);
 	g_strfreev(d->api_keys);
 	loaded_plugin_clear(&d->admission);
 	loaded_plugin_clear(&d->placement);

@@ -94,7 +94,9 @@
  *   2.1  Dialect: the optional pair build_metrics and parse_metrics (the
  *        engine's own metrics, read by the host's monitor each pass) and
  *        struct narwhal_engine_metrics (running, waiting, kv_usage,
- *        start_time_s). A 2.0 dialect loads with the pair absent.
+ *        start_time_s). A 2.0 dialect loads with the pair absent. Error
+ *        class NARWHAL_ERROR_HANDOFF, so a decode engine's failure to load
+ *        a handoff is blamed on the prefill engine that made it.
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H

@@ -574,6 +574,20 @@ status_class(int status)
 	}
 }
 
+/* A decode engine that could not load the remote KV cache it was handed
+ * (NixlConnector with kv_load_failure_policy=fail: the producer's lease
+ * lapsed, or the producer is gone). vLLM's exact wording is not stable;
+ * any server error that speaks of loading the remote KV, or names the
+ * policy, is one. */
+static bool
+is_handoff_load_failure(const struct error_fields *ef)
+{
+	if (ef->message == NULL)
+		return false;
+	return contains_ci(ef->message, "kv_load_failure") ||
+	       (contains_ci(ef->message, "remote kv") && contains_ci(ef->message, "load"));
+}
+
 /* Class of an error whose HTTP status is status (0: take the one the body
  * reports). */
 static narwhal_error_class
@@ -583,6 +597,8 @@ classify(int status, const struct error_fields *ef)
 		status = reported_status(ef);
 	if (status == 400 && is_context_too_long(ef))
 		return NARWHAL_ERROR_CONTEXT_TOO_LONG;
+	if ((status == 0 || status >= 500) && is_handoff_load_failure(ef))
+		return NARWHAL_ERROR_HANDOFF;
 	return status_class(status);
 }
 

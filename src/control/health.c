@@ -169,13 +169,20 @@ step_probe_ok(struct nw_engine_health *h, const struct nw_health_rules *rules, i
 	window_push(h, now_ns, false);
 	h->probe_failures = 0;
 	h->probe_failed_last = false;
-	/* issue 10: an engine whose health answers again after failing may
-	 * have restarted (lost its KV state, its handoffs): held until
-	 * verified. EJECTED stays EJECTED; the monitor starts verification. */
-	if (h->state == NW_HEALTH_LIVE && answered_after_failing) {
-		eject(h, rules, NW_HEALTH_REASON_RESTART, now_ns);
-		return true;
+	/* issue 10: an engine whose health answers again after failing has
+	 * restarted (lost its KV state, its handoffs): it stays held until
+	 * verified, which may start at once. "Failing" is what ejected it:
+	 * probes that failed in a row (or real legs, when its probes failed
+	 * too). One lost probe of a live engine is no restart (docs/recovery.md:
+	 * a quick restart shows in its start time or its failed legs), and an
+	 * engine whose window ejected it (it flaps) keeps its backoff. */
+	if (h->state == NW_HEALTH_EJECTED && answered_after_failing &&
+	    (h->reason == NW_HEALTH_REASON_PROBE_FAILURES ||
+	     h->reason == NW_HEALTH_REASON_LEG_FAILURES)) {
+		h->reason = NW_HEALTH_REASON_RESTART;
+		h->next_verify_ns = MIN(h->next_verify_ns, now_ns);
 	}
+	(void)rules;
 	return false;
 }
 

@@ -39,7 +39,11 @@ nw_fleet_new(const struct nw_config *cfg, int64_t now_ns)
 	struct nw_fleet *fleet = g_new0(struct nw_fleet, 1);
 	uint32_t n = cfg->fleet.n_engines;
 
-	fleet->engines = g_new0(struct narwhal_engine_view, n);
+	fleet->engines = g_new0(struct narwhal_engine_view, MAX(n, 1));
+	fleet->stats = g_new0(struct nw_engine_stats, MAX(n, 1));
+	fleet->model = g_strdup(cfg->fleet.model);
+	fleet->max_model_len = -1;
+	fleet->retry_after_s = 1.0;
 	fleet->ids = g_new0(char *, n + 1);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct nw_engine_config *e = &cfg->fleet.engines[i];
@@ -72,6 +76,8 @@ nw_fleet_free(struct nw_fleet *fleet)
 		return;
 	g_strfreev(fleet->ids);
 	g_free(fleet->engines);
+	g_free(fleet->stats);
+	g_free(fleet->model);
 	g_free(fleet);
 }
 

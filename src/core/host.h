@@ -12,11 +12,37 @@
 
 #include "core/config.h"
 
-/* The fleet registry as plugins see it. Owned by the daemon. */
+/* What the data plane counts per engine, for the monitor and operators. */
+struct nw_engine_stats {
+	uint64_t legs_placed;       /* engine legs started on it */
+	uint64_t legs_failed;       /* of those, failed through its fault */
+	int64_t last_placed_ns;     /* host clock of the last leg started; 0: none */
+	uint32_t handoff_decodes;   /* resident decode legs of prefill/decode pairs
+	                             * (the aggregate fallback waits for them) */
+};
+
+/* The fleet registry: the engines as plugins see them, plus what the
+ * monitor learnt and the data plane needs. Owned by the daemon; the serve
+ * and control layers share it on the one loop. */
 struct nw_fleet {
 	struct narwhal_fleet_view view;
 	struct narwhal_engine_view *engines;
 	char **ids;
+	struct nw_engine_stats *stats;
+
+	char *model;               /* served model: fleet.model, or the engines'
+	                            * as discovered; NULL: not known yet */
+	int64_t max_model_len;     /* the model's context length; -1: unknown */
+	bool admission_stopped;    /* degraded (spec 7: monitor_failure_limit) */
+	uint64_t monitor_plugin_errors; /* failed dialect calls of the monitor, counted
+	                                 * with the data plane's plugin_call_errors */
+	double retry_after_s;      /* what a refusal while stopped says */
+
+	/* Passive detection (docs/recovery.md): the data plane reports the
+	 * end of each real leg on an engine; failed is true when the engine is
+	 * at fault. NULL: nobody listens. */
+	void (*leg_outcome)(void *data, uint32_t engine, bool failed, const char *detail);
+	void *leg_outcome_data;
 };
 
 struct nw_fleet *nw_fleet_new(const struct nw_config *cfg, int64_t now_ns);

@@ -18,6 +18,9 @@
 	X(requests_other)                /* 404 and 405 answers */ \
 	X(requests_ok)                   /* completions answered in full */ \
 	X(requests_failed)               /* completions that ended in an error */ \
+	X(refused_before_body)           /* completions answered before their body was \
+	                                  * read (401, 429 ceiling, 503 stopping, 413 \
+	                                  * declared): neither ok nor failed */ \
 	X(client_errors)                 /* 4xx from validation (400, 404, 415) */ \
 	X(unauthorized)                  /* 401: missing or wrong API key */ \
 	X(ceiling_refusals)              /* 429 at the connection ceiling: unsized offers */ \
@@ -47,6 +50,8 @@
 	X(deadline_expired)              /* request_timeout_s passed */ \
 	X(context_too_long)              /* engine said the prompt does not fit */ \
 	X(refused_context_length)        /* 400 before any leg: cannot fit the model */ \
+	X(refused_degraded)              /* 503: admission stopped (monitoring failures) */ \
+	X(handoff_load_failed)           /* a decode engine could not load its handoff */ \
 	X(handoff_missing)               /* a 2xx prefill answer without a handoff */ \
 	X(permanent_errors)              /* other engine errors not retried */ \
 	X(client_disconnects)            \

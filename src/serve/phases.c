@@ -48,8 +48,8 @@ nw_phase_begin(struct nw_request *r)
 	if (!r->parsed.stream)
 		r->whole_body_only = nw_dialects_whole_body_only(s->dialects, s->fleet->view.n_engines,
 		                                                 r->parsed.body);
-	if (s->model != NULL && strcmp(r->parsed.model, s->model) != 0) {
-		nw_client_error_model_not_found(&err, r->parsed.model, s->model);
+	if (s->fleet->model != NULL && strcmp(r->parsed.model, s->fleet->model) != 0) {
+		nw_client_error_model_not_found(&err, r->parsed.model, s->fleet->model);
 		answer_client_error(r, &err);
 		return;
 	}
@@ -241,7 +241,7 @@ prompt_param(const struct nw_request *r)
 static bool
 context_exceeded(const struct nw_request *r)
 {
-	int64_t max_len = r->serve->max_model_len;
+	int64_t max_len = r->serve->fleet->max_model_len;
 
 	if (max_len <= 0 || !r->prompt_tokens_exact)
 		return false;
@@ -254,7 +254,7 @@ context_exceeded(const struct nw_request *r)
 void
 nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err)
 {
-	int64_t max_len = r->serve->max_model_len;
+	int64_t max_len = r->serve->fleet->max_model_len;
 	const char *what = prompt_param(r);
 	bool known = max_len > 0 && r->prompt_tokens_exact;
 
@@ -318,6 +318,15 @@ admission(struct nw_request *r)
 		s->counters.refused_context_length++;
 		nw_phase_context_error(r, &err);
 		answer_client_error(r, &err);
+		return;
+	}
+	/* Degraded (spec 7, controller.monitor_failure_limit): Narwhal cannot
+	 * see its engines, so it admits nothing new until a clean pass. */
+	if (s->fleet->admission_stopped) {
+		s->counters.refused_degraded++;
+		nw_request_refuse(r, 503, "degraded", s->fleet->retry_after_s, "Narwhal cannot "
+		                  "currently watch its engines and admits no new work: retry after "
+		                  "the time in Retry-After");
 		return;
 	}
 	rc = ops->decide(s->admission->ctx, &req, &dec);
@@ -420,7 +429,10 @@ role_fits(const struct nw_request *r, uint32_t i, narwhal_phase phase)
 		return e->role == NARWHAL_ROLE_DECODE && r->prefill_pair >= 0 &&
 		       nw_dialect_compatible(&s->dialects[r->prefill_pair], d);
 	default:
-		return true;
+		/* The aggregate fallback (role-control document, "Floors,
+		 * fallback, and degraded capacity"): a decode engine takes whole
+		 * requests only once its resident handoff decodes have drained. */
+		return e->role != NARWHAL_ROLE_DECODE || s->fleet->stats[i].handoff_decodes == 0;
 	}
 }
 
@@ -495,6 +507,9 @@ nw_phase_release_slot(struct nw_request *r, narwhal_phase phase)
 	if (phase == NARWHAL_PHASE_DECODE) {
 		e = &s->fleet->engines[r->decode_engine];
 		e->resident_decode--;
+		/* An aggregate leg's decode part is not a handoff decode. */
+		if (!r->aggregate)
+			s->fleet->stats[r->decode_engine].handoff_decodes--;
 		r->decode_engine = -1;
 		nw_wait_line_kick(&s->decode_line);
 	} else {
@@ -589,6 +604,7 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	}
 	if (phase == NARWHAL_PHASE_DECODE) {
 		s->fleet->engines[engine].resident_decode++;
+		s->fleet->stats[engine].handoff_decodes++;
 		r->decode_engine = engine;
 	} else {
 		s->fleet->engines[engine].resident_prefill++;
@@ -662,6 +678,59 @@ built(struct nw_request *r, const struct nw_dialect *d, const char *slot, int rc
 	return true;
 }
 
+/* Per-engine counts for operators and the chaos benchmark (docs/recovery.md). */
+static void
+note_placed(struct nw_serve *s, uint32_t engine)
+{
+	s->fleet->stats[engine].legs_placed++;
+	s->fleet->stats[engine].last_placed_ns = g_get_monotonic_time() * 1000;
+}
+
+/* --- passive detection (docs/recovery.md) --------------------------- */
+
+void
+nw_phase_report_ok(struct nw_request *r, int32_t engine)
+{
+	struct nw_fleet *f = r->serve->fleet;
+
+	if (engine >= 0 && f->leg_outcome != NULL)
+		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine, false, NULL);
+}
+
+/* Whether a failure is the engine's own: it could not be reached or cut
+ * its answer, sent what cannot be read, timed out, or answered 5xx. A
+ * refusal of the request (4xx, context), an expired handoff deadline of
+ * ours, the client or the deadline are not. */
+static bool
+engine_at_fault(nw_fail_kind kind, long engine_status)
+{
+	switch (kind) {
+	case NW_FAIL_TRANSPORT:
+	case NW_FAIL_BAD_RESPONSE:
+	case NW_FAIL_PREFILL_TIMEOUT:
+	case NW_FAIL_FIRST_TOKEN:
+	case NW_FAIL_READ_GAP:
+		return true;
+	case NW_FAIL_STATUS:
+		return engine_status >= 500;
+	default:
+		return false;
+	}
+}
+
+void
+nw_phase_report_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                        int32_t engine, const char *detail)
+{
+	struct nw_fleet *f = r->serve->fleet;
+
+	if (engine < 0 || !engine_at_fault(kind, engine_status))
+		return;
+	f->stats[engine].legs_failed++;
+	if (f->leg_outcome != NULL)
+		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine, true, detail);
+}
+
 /* A concurrent pair's prefill leg, built for both engines and sent as the
  * decode leg goes out (pair.c). */
 static bool
@@ -674,7 +743,10 @@ start_concurrent_prefill(struct nw_request *r)
 	int rc;
 
 	rc = d->ops->build_prefill(d->ctx, &target, &call);
-	return built(r, d, "build_prefill", rc, &target, &call) && nw_pair_start(r, engine, &call);
+	if (!built(r, d, "build_prefill", rc, &target, &call))
+		return false;
+	note_placed(r->serve, engine);
+	return nw_pair_start(r, engine, &call);
 }
 
 static void
@@ -731,6 +803,7 @@ start_phase_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	 * it. */
 	if (kind != NW_LEG_PREFILL && nw_phase_streams(r))
 		r->ft_until_us = now + (int64_t)(s->cfg->engine.first_token_timeout_s * 1e6);
+	note_placed(s, engine);
 	nw_leg_start(r, kind, engine, &call);
 }
 
@@ -755,6 +828,19 @@ nw_request_on_first_token(struct nw_request *r)
 
 /* --- the end of an engine leg ---------------------------------------- */
 
+/* A decode engine could not load its handoff (NARWHAL_ERROR_HANDOFF): the
+ * prefill engine's KV was gone, so the failure is the prefill engine's, to
+ * exclude and to count (plugin-abi.h). False outside a pair's decode leg. */
+static bool
+handoff_failed(struct nw_request *r)
+{
+	if (r->aggregate || r->prefill_pair < 0 || r->leg.kind != NW_LEG_DECODE)
+		return false;
+	r->serve->counters.handoff_load_failed++;
+	r->fault_engine = r->prefill_pair;
+	return true;
+}
+
 void
 nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
                       const char *payload, size_t len)
@@ -766,6 +852,14 @@ nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
 	if (!nw_request_streaming(r))
 		s->counters.stream_errors++;
 	switch (ev->error_class) {
+	case NARWHAL_ERROR_HANDOFF:
+		if (handoff_failed(r)) {
+			nw_request_fail_engine(r, NW_FAIL_STATUS, 502, detail, NULL);
+			break;
+		}
+		s->counters.permanent_errors++;
+		nw_request_fail_engine(r, NW_FAIL_PERMANENT, 0, detail, NULL);
+		break;
 	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
 		s->counters.context_too_long++;
 		nw_request_fail_engine(r, NW_FAIL_CONTEXT, 0, detail, NULL);
@@ -791,7 +885,9 @@ nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long s
 	struct narwhal_engine_error err;
 
 	nw_dialect_read_error(d, status, body, answer->len, &err);
-	if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
+	if (err.error_class == NARWHAL_ERROR_HANDOFF && handoff_failed(r)) {
+		nw_request_fail_engine(r, NW_FAIL_STATUS, status, body, NULL);
+	} else if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
 		s->counters.context_too_long++;
 		nw_request_fail_engine(r, NW_FAIL_CONTEXT, status, body, NULL);
 	} else if (err.error_class == NARWHAL_ERROR_RETRYABLE && nw_engine_status_retryable(status)) {
@@ -852,6 +948,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		nw_log(NARWHAL_LOG_WARNING, "handoff_missing", "request_id", r->id, "engine",
 		       d->ref.id, NULL);
 	}
+	nw_phase_report_ok(r, (int32_t)r->leg.engine);
 	nw_leg_release(r);
 	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
 	/* The stream commits when its decode leg goes out (leg.c), not here:

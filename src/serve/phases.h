@@ -13,6 +13,7 @@
 #include <glib.h>
 
 #include "serve/request-parse.h"
+#include "serve/retry.h"
 
 struct nw_request;
 struct nw_dialect;
@@ -32,6 +33,13 @@ void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
 void nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long status,
                              const GString *answer);
 void nw_phase_unqueue(struct nw_request *r);
+
+/* Passive detection (docs/recovery.md): a leg on engine ended well, or a
+ * failure of kind is reported against engine (-1: none) when the engine is
+ * at fault. */
+void nw_phase_report_ok(struct nw_request *r, int32_t engine);
+void nw_phase_report_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
+                             int32_t engine, const char *detail);
 void nw_phase_leave_line(struct nw_request *r);
 /* The client's view of a context-length refusal: its own prompt and
  * max_tokens, never an engine leg's. */

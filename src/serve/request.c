@@ -430,15 +430,22 @@ nw_request_answer_text(struct nw_request *r, char *text, size_t len)
 	answer(r, 200, text, len);
 }
 
-/* A refusal: 429 (or 400) with Retry-After in whole seconds, at least 1. */
+static void
+set_retry_after(struct nw_request *r, double retry_after_s)
+{
+	double secs = ceil(isfinite(retry_after_s) ? retry_after_s : 1.0);
+
+	g_snprintf(r->retry_after, sizeof r->retry_after, "%.0f", MAX(1.0, MIN(secs, 86400.0)));
+}
+
+/* A refusal: 429 or 503 with Retry-After in whole seconds, at least 1 (or
+ * 400 without). */
 void
 nw_request_refuse(struct nw_request *r, unsigned status, const char *code, double retry_after_s,
                   const char *message)
 {
-	double secs = ceil(isfinite(retry_after_s) ? retry_after_s : 1.0);
-
-	if (status == 429)
-		g_snprintf(r->retry_after, sizeof r->retry_after, "%.0f", MAX(1.0, MIN(secs, 86400.0)));
+	if (status == 429 || status == 503)
+		set_retry_after(r, retry_after_s);
 	nw_request_finish(r, false);
 	nw_request_answer_error(r, status, "invalid_request_error", code, NULL, message);
 }
@@ -498,6 +505,9 @@ nw_request_finish(struct nw_request *r, bool ok)
 		return;
 	r->ok = ok;
 	if (ok) {
+		/* The leg that delivered the answer ended well. */
+		if (r->leg.kind == NW_LEG_DECODE || r->leg.kind == NW_LEG_AGGREGATE)
+			nw_phase_report_ok(r, (int32_t)r->leg.engine);
 		s->counters.requests_ok++;
 		nw_retry_budget_success(&s->budget);
 	} else {
@@ -670,6 +680,9 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		nw_collect_answer(r);
 		return;
 	}
+	nw_phase_report_failure(r, kind, engine_status, blamed_engine(r, kind), message);
+	if (kind == NW_FAIL_NO_ENGINE)
+		set_retry_after(r, s->fleet->retry_after_s);
 	if (!streaming && nw_fail_retryable(kind) &&
 	    r->attempt + 1 < s->cfg->serving.max_attempts && !s->stopping) {
 		if (nw_retry_budget_take(&s->budget)) {

@@ -13,13 +13,13 @@
 #include <glib.h>
 
 #include "core/config.h"
+#include "core/dialect.h"
 #include "core/host.h"
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
 #include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/counters.h"
-#include "core/dialect.h"
 #include "serve/retry.h"
 #include "serve/slots.h"
 
@@ -29,11 +29,10 @@ struct nw_serve {
 	struct nw_fleet *fleet;
 	struct nw_plugin_instance *admission;
 	struct nw_plugin_instance *placement;
-	struct nw_dialect *dialects;     /* one per engine (shared instances) */
+	const struct nw_dialect *dialects; /* one per engine, borrowed */
 	const char **router_keys;        /* keys the dialects own, refused from clients */
 	uint64_t next_handle;            /* request handles for plugins */
 	struct nw_upstream *serving_pool;
-	struct nw_upstream *control_pool;
 	struct nw_http_server *http;
 	char **api_keys;                 /* NULL: no key needed */
 
@@ -53,14 +52,7 @@ struct nw_serve {
 	GQueue requests;                 /* every live request */
 	bool stopping;
 
-	/* The served model: fleet.model, or the first engine's. */
-	char *model;
-	int64_t max_model_len;           /* -1: unknown */
 	int64_t created;                 /* start time, Unix seconds */
-	struct nw_upstream_call *model_probe;
-	GString *model_probe_body;
-	guint model_retry;               /* GLib source of the next probe, 0: none */
-	unsigned model_retry_s;          /* its delay, doubled up to MODEL_RETRY_MAX_S */
 };
 
 const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);

@@ -34,15 +34,8 @@ nw_serve_new(const struct nw_serve_options *o, GError **error)
 	s->admission = o->admission;
 	s->placement = o->placement;
 	s->serving_pool = o->serving_pool;
-	s->control_pool = o->control_pool;
 	s->api_keys = o->api_keys ? g_strdupv(o->api_keys) : NULL;
-	s->dialects = g_new0(struct nw_dialect, MAX(n, 1));
-	if (!nw_dialects_init(s->dialects, cfg, o->dialects, error)) {
-		g_free(s->dialects);
-		g_free(s->api_keys);
-		g_free(s);
-		return NULL;
-	}
+	s->dialects = o->dialects;
 	s->router_keys = nw_dialects_router_keys(s->dialects, n);
 	s->timers = nw_timers_new(true);
 	s->rng = g_rand_new();
@@ -54,8 +47,6 @@ nw_serve_new(const struct nw_serve_options *o, GError **error)
 	nw_wait_line_init(&s->decode_line);
 	s->eligible = g_new0(uint32_t, MAX(n, 1));
 	g_queue_init(&s->requests);
-	s->model = g_strdup(cfg->fleet.model);
-	s->max_model_len = -1;
 	s->created = g_get_real_time() / G_USEC_PER_SEC;
 	return s;
 }
@@ -71,19 +62,11 @@ nw_serve_free(struct nw_serve *s)
 {
 	if (s == NULL)
 		return;
-	if (s->model_probe != NULL)
-		nw_upstream_cancel(s->model_probe);
-	if (s->model_probe_body != NULL)
-		g_string_free(s->model_probe_body, TRUE);
-	if (s->model_retry != 0)
-		g_source_remove(s->model_retry);
 	nw_timers_free(s->timers);
 	g_rand_free(s->rng);
 	g_free(s->eligible);
-	g_free(s->dialects);
 	g_free(s->router_keys);
 	g_strfreev(s->api_keys);
-	g_free(s->model);
 	g_free(s);
 }
 
@@ -117,8 +100,15 @@ json_t *
 nw_serve_counters_to_json(const struct nw_serve *s)
 {
 	json_t *o = nw_serve_counters_json(&s->counters);
+	json_int_t undecided = 0;
 
+	for (GList *l = s->requests.head; l != NULL; l = l->next)
+		undecided += !nw_request_decided(l->data);
+	json_object_set_new(o, "plugin_call_errors",
+	                    json_integer((json_int_t)(s->counters.plugin_call_errors +
+	                                              s->fleet->monitor_plugin_errors)));
 	json_object_set_new(o, "retained", json_integer(s->retained));
+	json_object_set_new(o, "in_progress", json_integer(undecided));
 	json_object_set_new(o, "admitted_now", json_integer(s->admitted.in_use));
 	json_object_set_new(o, "queued_now", json_integer(nw_resource_waiting(&s->admitted)));
 	json_object_set_new(o, "retry_credits", json_real(nw_retry_budget_credits(&s->budget)));
@@ -258,141 +248,20 @@ nw_serve_method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn, con
 static enum MHD_Result
 route_models(struct nw_serve *s, struct MHD_Connection *conn)
 {
-	json_t *model = json_pack("{s:s?, s:s, s:I, s:s}", "id", s->model, "object", "model",
+	json_t *model = json_pack("{s:s?, s:s, s:I, s:s}", "id", s->fleet->model, "object", "model",
 	                          "created", (json_int_t)s->created, "owned_by", "narwhal");
 	json_t *body;
 	enum MHD_Result ret;
 
 	s->counters.requests_models++;
-	if (s->max_model_len > 0)
-		json_object_set_new(model, "max_model_len", json_integer(s->max_model_len));
+	if (s->fleet->max_model_len > 0)
+		json_object_set_new(model, "max_model_len", json_integer(s->fleet->max_model_len));
 	body = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
-	if (s->model == NULL) /* not known yet: the list is empty */
+	if (s->fleet->model == NULL) /* not known yet: the list is empty */
 		json_array_clear(json_object_get(body, "data"));
 	ret = nw_http_respond_json(conn, MHD_HTTP_OK, body);
 	json_decref(body);
 	return ret;
-}
-
-static bool
-probe_data(void *data, const char *bytes, size_t len)
-{
-	struct nw_serve *s = data;
-
-	if (s->model_probe_body->len + len <= (1u << 20))
-		g_string_append_len(s->model_probe_body, bytes, (gssize)len);
-	return true;
-}
-
-/* An engine that is not up yet when Narwhal starts is asked again, after
- * 1, 2, 4 ... seconds up to this, until it answers: the model's maximum
- * length is what the context check before any leg needs (docs/api.md). */
-#define MODEL_RETRY_MAX_S 30u
-
-static gboolean
-probe_again(gpointer data)
-{
-	struct nw_serve *s = data;
-
-	s->model_retry = 0;
-	nw_serve_probe_model(s);
-	return G_SOURCE_REMOVE;
-}
-
-static void
-probe_later(struct nw_serve *s)
-{
-	if (s->stopping || s->model_retry != 0)
-		return;
-	s->model_retry_s = s->model_retry_s == 0 ? 1 : MIN(s->model_retry_s * 2, MODEL_RETRY_MAX_S);
-	s->model_retry = g_timeout_add_seconds(s->model_retry_s, probe_again, s);
-}
-
-static void
-probe_done(void *data, const struct nw_upstream_result *res)
-{
-	struct nw_serve *s = data;
-	const struct nw_dialect *d = nw_serve_dialect(s, 0);
-	struct narwhal_model_info info = {
-		.struct_size = sizeof info, .name = "", .max_model_len = -1,
-	};
-	json_t *doc = NULL;
-	int rc = -EPROTO;
-
-	s->model_probe = NULL;
-	if (res->code == NW_UPSTREAM_OK && res->status == 200)
-		doc = json_loadb(s->model_probe_body->str, s->model_probe_body->len, 0, NULL);
-	if (doc != NULL)
-		rc = d->ops->parse_models(d->ctx, doc, &info);
-	info.name[sizeof info.name - 1] = '\0';
-	if (rc == 0 && info.name[0] != '\0') {
-		if (s->model == NULL)
-			s->model = g_strdup(info.name);
-		s->max_model_len = info.max_model_len > 0 ? info.max_model_len : -1;
-		s->model_retry_s = 0;
-		nw_log(NARWHAL_LOG_INFO, "model_discovered", "model", s->model, "engine",
-		       d->ref.id, NULL);
-	} else {
-		if (doc != NULL)
-			nw_serve_plugin_failed(s, "dialect", d->name, "parse_models", rc, d->ref.id, NULL);
-		nw_log(NARWHAL_LOG_WARNING, "model_probe_failed", "engine", d->ref.id,
-		       "error", res->error ? res->error : "no model in the answer", NULL);
-		probe_later(s);
-	}
-	json_decref(doc);
-	g_string_free(s->model_probe_body, TRUE);
-	s->model_probe_body = NULL;
-}
-
-/* Model discovery, when the first engine's dialect can ask (build_models):
- * the served model's name when the configuration gives none, and its
- * maximum length for the context check. */
-void
-nw_serve_probe_model(struct nw_serve *s)
-{
-	static const struct nw_upstream_handlers handlers = {
-		.on_data = probe_data,
-		.on_done = probe_done,
-	};
-	struct narwhal_http_call call = { .struct_size = sizeof call };
-	g_autofree char *url = NULL;
-	struct nw_upstream_request req = { .method = "GET" };
-	const struct nw_dialect *d;
-	int rc;
-
-	if (s->cfg->fleet.n_engines == 0 || s->model_probe != NULL)
-		return;
-	d = nw_serve_dialect(s, 0);
-	if (d->ops->build_models == NULL)
-		return;
-	rc = d->ops->build_models(d->ctx, &d->ref, &call);
-	if (rc != 0 || call.path == NULL || call.path[0] != '/') {
-		json_decref(call.body);
-		nw_serve_plugin_failed(s, "dialect", d->name, "build_models", rc != 0 ? rc : -EINVAL,
-		                       d->ref.id, NULL);
-		return;
-	}
-	url = g_strconcat(d->ref.url, call.path, NULL);
-	req.method = call.method != NULL ? call.method : "GET";
-	if (call.body != NULL) {
-		char *body = json_dumps(call.body, JSON_COMPACT);
-
-		json_decref(call.body);
-		if (body == NULL)
-			return;
-		req.owned_body = body;
-		req.body_len = strlen(body);
-	}
-	req.url = url;
-	req.connect_timeout_ms = (long)(s->cfg->engine.connect_timeout_s * 1000);
-	req.timeout_ms = (long)(s->cfg->engine.health_timeout_s * 1000);
-	s->model_probe_body = g_string_new(NULL);
-	s->model_probe = nw_upstream_start(s->control_pool, &req, &handlers, s);
-	if (s->model_probe == NULL) {
-		g_string_free(s->model_probe_body, TRUE);
-		s->model_probe_body = NULL;
-		probe_later(s);
-	}
 }
 
 /* --- completions -------------------------------------------------------- */
@@ -420,6 +289,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	    !nw_serve_key_ok(s->api_keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                                              "Authorization"))) {
 		s->counters.unauthorized++;
+		s->counters.refused_before_body++;
 		nw_client_error_set(&err, 401, "invalid_api_key", NULL,
 		                    "a valid API key is required: send Authorization: Bearer <key>");
 		return respond(conn, &err, id, NULL, NULL);
@@ -427,6 +297,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	/* Spec 4.2: the ceiling answers before the body is parsed; the
 	 * request is an unsized offer. */
 	if (s->retained >= s->ceiling || s->stopping) {
+		s->counters.refused_before_body++;
 		if (s->stopping)
 			s->counters.shutdown_aborts++;
 		else
@@ -448,6 +319,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 		n = g_ascii_strtoull(len, &end, 10);
 		if (errno == 0 && end != len && n > s->cfg->serving.max_request_bytes) {
 			s->counters.too_large++;
+			s->counters.refused_before_body++;
 			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
 			return respond(conn, &err, id, NULL, NULL);
 		}
@@ -494,14 +366,6 @@ nw_serve_shutdown(struct nw_serve *s)
 	for (l = s->requests.head; l != NULL; l = next) {
 		next = l->next;
 		nw_request_shutdown(l->data);
-	}
-	if (s->model_probe != NULL) {
-		nw_upstream_cancel(s->model_probe);
-		s->model_probe = NULL;
-	}
-	if (s->model_retry != 0) {
-		g_source_remove(s->model_retry);
-		s->model_retry = 0;
 	}
 	return s->retained;
 }

@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "core/config.h"
+#include "core/dialect.h"
 #include "core/host.h"
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
@@ -26,19 +27,15 @@ struct nw_serve_options {
 	struct nw_fleet *fleet;                    /* borrowed: engine views kept current */
 	struct nw_plugin_instance *admission;      /* borrowed */
 	struct nw_plugin_instance *placement;      /* borrowed */
-	struct nw_plugin_instance **dialects;      /* one per engine, borrowed */
+	const struct nw_dialect *dialects;         /* one per engine, borrowed */
 	struct nw_upstream *serving_pool;          /* data-plane engine calls */
-	struct nw_upstream *control_pool;          /* the model probe */
 	char **api_keys;                           /* NULL-terminated, copied; NULL: open */
 };
 
-/* NULL with error set when the fleet's dialects cannot serve it. */
+/* NULL with error set when the serving context cannot be made. */
 struct nw_serve *nw_serve_new(const struct nw_serve_options *opts, GError **error);
 /* The client server, once it exists (its handler needs the serve first). */
 void nw_serve_set_http(struct nw_serve *s, struct nw_http_server *http);
-/* Ask the first engine for its model through its dialect (build_models,
- * parse_models), on the control pool; nothing when the dialect cannot. */
-void nw_serve_probe_model(struct nw_serve *s);
 
 /* Whether a path belongs to the data plane. */
 bool nw_serve_owns(const char *url);

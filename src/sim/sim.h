@@ -92,6 +92,7 @@ struct sim_node {
 	unsigned calls_active;
 	uint64_t http_requests_total;
 	uint64_t kv_pulls_served;
+	uint64_t work_requests_total; /* generation and tokenize requests received */
 	int64_t last_request_unix_ms; /* wall clock of the last generation or
 	                               * tokenize request received; 0: none */
 };

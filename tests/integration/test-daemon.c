@@ -12,8 +12,8 @@
 
 #include "integration/harness.h"
 
-/* A one-engine fleet: both floors at 1 serve aggregate (spec 7.2). No engine
- * is contacted by the skeleton, so the URL need not answer. */
+/* A one-engine fleet: both floors at 1 serve aggregate (spec 7.2). Nothing
+ * listens at the engine's URL: the monitor finds it dead. */
 static const char *good_config =
 	"{\n"
 	"  \"server\": {\"host\": \"127.0.0.1\", \"port\": 0},\n"
@@ -25,20 +25,44 @@ static const char *good_config =
 	"  ]}\n"
 	"}\n";
 
+/* Issue 10 (degraded state): "Health is no longer ok with a whole pool
+ * dead". The only engine refuses connections, so the monitor's probes
+ * eject it, and /narwhal/health answers 503 unavailable, saying which
+ * engine is out and why. */
 static void
 test_health(void)
 {
 	struct harness_proc p = { 0 };
 	g_autofree char *file = harness_write_config(&p, good_config);
-	g_autofree char *body = NULL;
-	json_t *doc;
+	json_t *doc = NULL, *engine;
+	gint64 deadline;
+	int status = 0;
 
 	g_assert_true(harness_start_daemon(&p, file));
-	g_assert_cmpint(harness_http(p.port, "GET", "/narwhal/health", NULL, &body), ==, 200);
-	doc = json_loads(body, 0, NULL);
-	g_assert_nonnull(doc);
-	g_assert_cmpstr(json_string_value(json_object_get(doc, "status")), ==, "ok");
-	g_assert_cmpint(json_integer_value(json_object_get(doc, "engines")), ==, 1);
+	deadline = g_get_monotonic_time() + 20 * G_USEC_PER_SEC;
+	while (g_get_monotonic_time() < deadline) {
+		g_autofree char *body = NULL;
+
+		status = harness_http(p.port, "GET", "/narwhal/health", NULL, &body);
+		json_decref(doc);
+		doc = json_loads(body, 0, NULL);
+		g_assert_nonnull(doc);
+		if (status == 503)
+			break;
+		g_assert_cmpint(status, ==, 200);
+		g_usleep(50000);
+	}
+	g_assert_cmpint(status, ==, 503);
+	g_assert_cmpstr(json_string_value(json_object_get(doc, "status")), ==, "unavailable");
+	g_assert_cmpstr(json_string_value(json_object_get(json_array_get(json_object_get(doc,
+	                "reasons"), 0), "code")), ==, "no_live_engine");
+	engine = json_array_get(json_object_get(doc, "engines"), 0);
+	g_assert_cmpstr(json_string_value(json_object_get(engine, "id")), ==, "e0");
+	g_assert_cmpstr(json_string_value(json_object_get(engine, "state")), ==, "ejected");
+	g_assert_cmpstr(json_string_value(json_object_get(engine, "reason")), ==, "probe_failures");
+	g_assert_false(json_is_true(json_object_get(engine, "available")));
+	/* The engine's own error text names its address: not on this route. */
+	g_assert_null(json_object_get(engine, "last_error"));
 	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(json_object_get(doc,
 	                "plugins"), "admission"), "name")), ==, "open");
 	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(json_object_get(doc,
@@ -77,8 +101,8 @@ test_unknown_route_and_method(void)
 	g_assert_cmpint(harness_http(p.port, "POST", "/narwhal/health", "{}", &body), ==, 405);
 	assert_error_envelope(body, "method_not_allowed");
 	g_free(body);
-	/* Still healthy after the errors. */
-	g_assert_cmpint(harness_http(p.port, "GET", "/narwhal/health", NULL, NULL), ==, 200);
+	/* Still answering after the errors (503 once the dead engine is out). */
+	g_assert_cmpint(harness_http(p.port, "GET", "/narwhal/health", NULL, NULL), >=, 200);
 	g_assert_cmpint(harness_stop(&p, SIGTERM, 10000), ==, 0);
 	harness_clear(&p);
 }

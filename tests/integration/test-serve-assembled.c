@@ -212,13 +212,16 @@ fake_connection(int fd, gpointer data)
 
 	for (;;) {
 		size_t len = serve_fake_read_request(fd, in);
+		int control;
 		const char *bad;
 
 		if (len == 0)
 			break;
-		if (g_str_has_prefix(in->str, "GET /v1/models")) {
-			if (!serve_fake_answer_models(fd, FALSE))
-				break;
+		control = serve_fake_answer_control(fd, in->str, FALSE);
+		if (control == 0)
+			break;
+		if (control > 0) {
+			/* the monitor's call: answered */
 		} else if (g_str_has_prefix(in->str, "POST /v1/completions")) {
 			g_atomic_int_inc(&f->completions);
 			bad = strstr(in->str, "\"utf8\"") ? FAKE_EVENT("\xff\xfe tusk")
@@ -264,7 +267,10 @@ test_bad_event_data(void)
 		return;
 	fake_engine_start(&f);
 	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	/* Passive detection off (docs/recovery.md): every request here fails
+	 * on the one engine by design, and must meet it. */
 	config = g_strdup_printf("{\"engine\":{\"tokenize\":false},"
+	                         "\"recovery\":{\"passive_failures\":0},"
 	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1},"
 	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
 	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f.srv.port);

@@ -230,18 +230,49 @@ serve_post(struct serve_env *e, const char *path, const char *body, const char *
 }
 
 json_t *
-serve_counters(struct serve_env *e)
+serve_health(struct serve_env *e)
 {
 	struct sim_reply r;
-	json_t *doc, *counters;
+	json_t *doc;
 
 	sim_http(e->port, "GET", "/narwhal/health", NULL, NULL, 5000, &r);
-	g_assert_cmpint(r.status, ==, 200);
+	/* 503 when Narwhal cannot serve (docs/api.md), with the same body. */
+	if (r.status != 200 && r.status != 503)
+		g_error("GET /narwhal/health: %ld %s", r.status, r.body->str);
 	doc = sim_json(r.body->str);
-	counters = json_incref(json_object_get(doc, "counters"));
-	json_decref(doc);
 	sim_reply_clear(&r);
+	return doc;
+}
+
+json_t *
+serve_counters(struct serve_env *e)
+{
+	json_t *doc = serve_health(e);
+	json_t *counters = json_incref(json_object_get(doc, "counters"));
+
+	json_decref(doc);
 	return counters;
+}
+
+gboolean
+serve_wait_all_available(struct serve_env *e, long timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + timeout_ms * 1000;
+
+	for (;;) {
+		json_t *doc = serve_health(e), *engine;
+		size_t i;
+		gboolean all = TRUE;
+
+		json_array_foreach(json_object_get(doc, "engines"), i, engine)
+			all = all && json_is_true(json_object_get(engine, "available"));
+		json_decref(doc);
+		if (all)
+			return TRUE;
+		if (g_get_monotonic_time() >= deadline)
+			return FALSE;
+		g_usleep(20000);
+	}
 }
 
 json_int_t
@@ -444,17 +475,31 @@ serve_fake_read_request(int fd, GString *in)
 	return in->len < head + body ? 0 : head + body;
 }
 
-gboolean
-serve_fake_answer_models(int fd, gboolean close)
+int
+serve_fake_answer_control(int fd, const char *request, gboolean close)
 {
 	static const char models[] = "{\"object\":\"list\",\"data\":[{\"id\":\"opt-13b-a100\","
 	                             "\"object\":\"model\",\"max_model_len\":2048}]}";
-	g_autofree char *resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: application/json"
-	                                        "\r\n%sContent-Length: %zu\r\n\r\n%s",
-	                                        close ? "Connection: close\r\n" : "",
-	                                        strlen(models), models);
+	static const char metrics[] = "vllm:num_requests_running{model_name=\"opt-13b-a100\"} 0\n"
+	                              "vllm:num_requests_waiting{model_name=\"opt-13b-a100\"} 0\n"
+	                              "vllm:kv_cache_usage_perc{model_name=\"opt-13b-a100\"} 0\n";
+	const char *body, *type = "application/json";
+	g_autofree char *resp = NULL;
 
-	return serve_send_all(fd, resp);
+	if (g_str_has_prefix(request, "GET /v1/models")) {
+		body = models;
+	} else if (g_str_has_prefix(request, "GET /health")) {
+		body = "";
+	} else if (g_str_has_prefix(request, "GET /metrics")) {
+		body = metrics;
+		type = "text/plain; version=0.0.4";
+	} else {
+		return -1;
+	}
+	resp = g_strdup_printf("HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%sContent-Length: %zu\r\n"
+	                       "\r\n%s", type, close ? "Connection: close\r\n" : "",
+	                       strlen(body), body);
+	return serve_send_all(fd, resp) ? 1 : 0;
 }
 
 struct fake_conn {

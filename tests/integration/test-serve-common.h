@@ -44,7 +44,11 @@ void serve_post(struct serve_env *e, const char *path, const char *body,
                 const char *const *headers, long timeout_ms, struct sim_reply *r);
 
 /* The counters of GET /narwhal/health (owned). */
+/* GET /narwhal/health, 200 or 503 (owned). */
+json_t *serve_health(struct serve_env *e);
 json_t *serve_counters(struct serve_env *e);
+/* Poll /narwhal/health until every engine is available (docs/recovery.md). */
+gboolean serve_wait_all_available(struct serve_env *e, long timeout_ms);
 json_int_t serve_counter(struct serve_env *e, const char *name);
 
 /* A completions body for the served model (owned string). */
@@ -107,8 +111,11 @@ gboolean serve_send_all(int fd, const char *text);
  * body its Content-Length gives); the request's length, or 0 when the peer
  * closed first. The caller erases the request from in after answering. */
 size_t serve_fake_read_request(int fd, GString *in);
-/* Answer the model probe (GET /v1/models) the way vLLM does, for model
- * opt-13b-a100 with max_model_len 2048; with close, Connection: close. */
-gboolean serve_fake_answer_models(int fd, gboolean close);
+/* Answer the monitor's calls the way vLLM does (docs/recovery.md): GET
+ * /health (200), GET /v1/models (model opt-13b-a100, max_model_len 2048)
+ * and GET /metrics (an idle engine). request is the request's head; with
+ * close, Connection: close. -1 when request is none of them (nothing sent),
+ * else whether the answer was written. */
+int serve_fake_answer_control(int fd, const char *request, gboolean close);
 
 #endif /* NW_TEST_SERVE_COMMON_H */

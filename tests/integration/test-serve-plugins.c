@@ -103,7 +103,8 @@ static json_int_t
 engine_requests(struct serve_env *e, unsigned engine)
 {
 	json_t *stats = sim_engine_stats(&e->sim, engine);
-	json_int_t n = json_integer_value(json_object_get(stats, "http_requests_total"));
+	/* Work only: the monitor's health, model and metrics calls do not count. */
+	json_int_t n = json_integer_value(json_object_get(stats, "work_requests_total"));
 
 	json_decref(stats);
 	return n;

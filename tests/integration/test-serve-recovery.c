@@ -337,12 +337,15 @@ fake_connection(int fd, gpointer data)
 
 	for (;;) {
 		size_t len = serve_fake_read_request(fd, in);
+		int control;
 
 		if (len == 0)
 			break;
-		if (g_str_has_prefix(in->str, "GET /v1/models")) {
-			if (!serve_fake_answer_models(fd, FALSE))
-				break;
+		control = serve_fake_answer_control(fd, in->str, FALSE);
+		if (control == 0)
+			break;
+		if (control > 0) {
+			/* the monitor's call: answered */
 		} else if (g_str_has_prefix(in->str, "POST /v1/completions")) {
 			if (!counted) {
 				counted = true;

@@ -1244,6 +1244,29 @@ test_error_body_without_error_status(void)
 	nw_harness_free(h);
 }
 
+/* ABI 2.1, NARWHAL_ERROR_HANDOFF: a decode engine that could not load the
+ * remote KV cache (reference 1.3, kv_load_failure_policy=fail) is the
+ * prefill engine's fault; other server errors stay retryable, and a client
+ * error that mentions KV does not become one. */
+static void
+test_handoff_load_failure(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+
+	if (h == NULL)
+		return;
+	expect_class(h, 500, "{\"error\": {\"message\": \"Failed to load the remote KV cache: the"
+	             " producer answered 410 (kv_load_failure_policy=fail).\", \"type\":"
+	             " \"InternalServerError\", \"code\": 500}}", NARWHAL_ERROR_HANDOFF);
+	expect_class(h, 0, "{\"error\": {\"message\": \"Remote KV load failed for request r1\","
+	             " \"code\": 500}}", NARWHAL_ERROR_HANDOFF);
+	expect_class(h, 500, "{\"error\": {\"message\": \"CUDA out of memory\", \"code\": 500}}",
+	             NARWHAL_ERROR_RETRYABLE);
+	expect_class(h, 400, "{\"error\": {\"message\": \"kv_load_failure_policy is not a"
+	             " request field\", \"code\": 400}}", NARWHAL_ERROR_CLIENT);
+	nw_harness_free(h);
+}
+
 /* One context-length wording in both error shapes; the param is put in
  * the JSON when given. */
 static void
@@ -1707,6 +1730,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/vllm/ref-4.4/error-body-without-error-status",
 	                test_error_body_without_error_status);
 	g_test_add_func("/dialect/vllm/ref-4.5/context-length", test_context_length);
+	g_test_add_func("/dialect/vllm/abi-2.1/handoff-load-failure", test_handoff_load_failure);
 
 	g_test_add_func("/dialect/vllm/ref-5.1/metrics/scrape", test_metrics_scrape);
 	g_test_add_func("/dialect/vllm/ref-5.1/metrics/series", test_metrics_series);

@@ -396,13 +396,15 @@ test_breaker_verification(void)
 	struct fx f;
 
 	fx_init(&f, &r);
-	fx_step(&f, NW_HEALTH_PROBE_FAILED, 1);
-	g_assert_true(fx_step(&f, NW_HEALTH_PROBE_FAILED, 2));
-	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_PROBE_FAILURES);
+	/* Ejected by its real legs, its health never failing. */
+	fx_step(&f, NW_HEALTH_LEG_FAILED, 1);
+	fx_step(&f, NW_HEALTH_LEG_FAILED, 1.5);
+	g_assert_true(fx_step(&f, NW_HEALTH_LEG_FAILED, 2));
+	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_LEG_FAILURES);
 
 	/* A passing probe does not readmit. */
 	g_assert_false(fx_step(&f, NW_HEALTH_PROBE_OK, 2.5));
-	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_PROBE_FAILURES);
+	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_LEG_FAILURES);
 	/* Before the backoff has passed verification may not start. */
 	g_assert_false(nw_health_verify_due(&f.h, S(3) - 1));
 	g_assert_false(fx_step(&f, NW_HEALTH_VERIFY_START, 2.9));
@@ -413,7 +415,7 @@ test_breaker_verification(void)
 
 	g_assert_true(nw_health_verify_due(&f.h, S(3)));
 	g_assert_true(fx_step(&f, NW_HEALTH_VERIFY_START, 3));
-	assert_state(&f, NW_HEALTH_VERIFYING, NW_HEALTH_REASON_PROBE_FAILURES);
+	assert_state(&f, NW_HEALTH_VERIFYING, NW_HEALTH_REASON_LEG_FAILURES);
 	g_assert_false(nw_health_available(&f.h, f.now));
 	g_assert_false(nw_health_verify_due(&f.h, f.now));
 	g_assert_cmpint(f.h.changed_ns, ==, S(3));
@@ -477,8 +479,11 @@ test_backoff_grows_and_is_capped(void)
 	nw_health_clear(&f.h);
 }
 
-/* issue 10: restart hold (health answers after failing): held until
- * verified, and verification may start at once. */
+/* issue 10: restart hold (health answers after failing): an engine that
+ * failed its probes until ejected and answers again has restarted, and is
+ * verified at once, without its backoff. One lost probe of a live engine
+ * is no restart; an engine the window ejected (flapping) keeps its
+ * backoff. */
 static void
 test_restart_hold_answers_after_failing(void)
 {
@@ -489,16 +494,23 @@ test_restart_hold_answers_after_failing(void)
 	g_assert_false(fx_step(&f, NW_HEALTH_PROBE_OK, 1));
 	g_assert_false(fx_step(&f, NW_HEALTH_PROBE_FAILED, 2));
 	g_assert_true(f.h.probe_failed_last);
+	g_assert_false(fx_step(&f, NW_HEALTH_PROBE_OK, 3));
 	assert_state(&f, NW_HEALTH_LIVE, NW_HEALTH_REASON_NONE);
-	g_assert_true(fx_step(&f, NW_HEALTH_PROBE_OK, 3));
+
+	/* Down: ejected by probes in a row, backoff pending. */
+	g_assert_false(fx_step(&f, NW_HEALTH_PROBE_FAILED, 4));
+	g_assert_true(fx_step(&f, NW_HEALTH_PROBE_FAILED, 5));
+	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_PROBE_FAILURES);
+	g_assert_cmpint(f.h.next_verify_ns, >, S(5));
+	/* Back: a restart, verified at once. */
+	g_assert_false(fx_step(&f, NW_HEALTH_PROBE_OK, 5.5));
 	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_RESTART);
-	g_assert_false(nw_health_available(&f.h, f.now));
-	g_assert_cmpint(f.h.next_verify_ns, ==, S(3));
-	g_assert_true(nw_health_verify_due(&f.h, S(3)));
+	g_assert_cmpint(f.h.next_verify_ns, ==, S(5.5));
+	g_assert_true(nw_health_verify_due(&f.h, S(5.5)));
 	g_assert_false(f.h.probe_failed_last);
 	g_assert_cmpuint(f.h.probe_failures, ==, 0);
 	g_assert_cmpuint(f.h.ejections, ==, 1);
-	fx_verify(&f, 3.2);
+	fx_verify(&f, 5.7);
 	g_assert_true(nw_health_available(&f.h, f.now));
 	nw_health_clear(&f.h);
 }

@@ -1,0 +1,544 @@
+/*
+ * The monitor's passes (docs/recovery.md): health verdicts into
+ * availability, floor repair, the served model, and the degraded state.
+ * The calls themselves are engine-probe.c's and verify.c's.
+ */
+#include "build-config.h"
+
+#include "control/monitor.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "control/monitor-internal.h"
+#include "core/log.h"
+
+struct nw_monitor *
+nw_monitor_new(const struct nw_monitor_options *o)
+{
+	struct nw_monitor *m = g_new0(struct nw_monitor, 1);
+	const struct nw_config *cfg = o->cfg;
+
+	m->cfg = cfg;
+	m->fleet = o->fleet;
+	m->dialects = o->dialects;
+	m->pool = o->control_pool;
+	m->clock = o->clock != NULL ? o->clock : nw_clock_monotonic_ns;
+	m->clock_data = o->clock_data;
+	m->start_ns = nw_monitor_now(m);
+	m->n = o->fleet->view.n_engines;
+	m->pool_cap = nw_config_control_connections(cfg);
+	nw_health_rules_from_config(&m->rules, cfg);
+	m->role_rules = (struct nw_role_rules){
+		.min_prefill = cfg->controller.min_prefill,
+		.min_decode = cfg->controller.min_decode,
+		.dwell_s = cfg->controller.thresholds.dwell_s,
+		.advisory = cfg->controller.advisory,
+	};
+	m->engines = g_new0(struct nw_monitor_engine, MAX(m->n, 1));
+	m->role_scratch = g_new0(struct nw_role_engine, MAX(m->n, 1));
+	m->change_scratch = g_new0(struct nw_role_change, MAX(m->n, 1));
+	for (uint32_t i = 0; i < m->n; i++) {
+		struct nw_monitor_engine *e = &m->engines[i];
+
+		e->m = m;
+		e->index = i;
+		e->max_model_len = -1;
+		nw_health_init(&e->health, &m->rules, cfg->controller.monitor_interval_s, m->start_ns);
+	}
+	nw_flip_history_init(&m->history, cfg->controller.flip_history);
+	m->fleet->retry_after_s = ceil(cfg->controller.monitor_interval_s);
+	return m;
+}
+
+void
+nw_monitor_stop(struct nw_monitor *m)
+{
+	m->stopped = true;
+	if (m->fleet->leg_outcome_data == m) {
+		m->fleet->leg_outcome = NULL;
+		m->fleet->leg_outcome_data = NULL;
+	}
+	if (m->tick != 0) {
+		g_source_remove(m->tick);
+		m->tick = 0;
+	}
+	for (uint32_t i = 0; i < m->n; i++) {
+		nw_engine_probe_cancel(&m->engines[i]);
+		nw_verify_cancel(&m->engines[i]);
+	}
+}
+
+void
+nw_monitor_free(struct nw_monitor *m)
+{
+	if (m == NULL)
+		return;
+	nw_monitor_stop(m);
+	for (uint32_t i = 0; i < m->n; i++) {
+		nw_health_clear(&m->engines[i].health);
+		g_free(m->engines[i].model);
+	}
+	nw_flip_history_clear(&m->history);
+	g_free(m->engines);
+	g_free(m->role_scratch);
+	g_free(m->change_scratch);
+	g_free(m);
+}
+
+void
+nw_monitor_on_pass(struct nw_monitor *m, nw_monitor_pass_fn fn, void *data)
+{
+	m->on_pass = fn;
+	m->on_pass_data = data;
+}
+
+/* --- verdicts into the fleet ------------------------------------------- */
+
+void
+nw_monitor_failed(struct nw_monitor *m, uint32_t engine, const char *stage, const char *error)
+{
+	if (m->n_failures < NW_MONITOR_FAILURES_KEPT) {
+		struct nw_monitor_failure *f = &m->failures[m->n_failures];
+
+		f->engine = engine;
+		f->stage = stage;
+		g_strlcpy(f->error, error ? error : "", sizeof f->error);
+	}
+	m->n_failures++;
+	nw_log(NARWHAL_LOG_WARNING, "monitor_failure", "engine", m->fleet->ids[engine], "stage",
+	       stage, "error", error ? error : "", NULL);
+}
+
+/* Each engine's flags from its health and holds (plugin-abi.h): available,
+ * draining (an operator drain or a restart hold), quarantined. */
+void
+nw_monitor_refresh(struct nw_monitor *m)
+{
+	int64_t now = nw_monitor_now(m);
+
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct nw_engine_health *h = &m->engines[i].health;
+		struct narwhal_engine_view *v = &m->fleet->engines[i];
+		uint32_t flags = v->flags & (NARWHAL_ENGINE_PINNED | NARWHAL_ENGINE_PROFILED);
+
+		if (nw_health_available(h, now))
+			flags |= NARWHAL_ENGINE_AVAILABLE;
+		if ((h->holds & NW_HOLD_DRAIN) || h->reason == NW_HEALTH_REASON_RESTART)
+			flags |= NARWHAL_ENGINE_DRAINING;
+		if (h->quarantine_until_ns > now)
+			flags |= NARWHAL_ENGINE_QUARANTINED;
+		if ((v->flags ^ flags) & NARWHAL_ENGINE_AVAILABLE)
+			nw_log(NARWHAL_LOG_WARNING, (flags & NARWHAL_ENGINE_AVAILABLE) ? "engine_available"
+			                                                                 : "engine_unavailable",
+			       "engine", m->fleet->ids[i], "state", nw_health_state_name(h->state),
+			       "reason", nw_health_reason_name(h->reason) ? nw_health_reason_name(h->reason)
+			               : (h->holds & NW_HOLD_DRAIN) ? "drain"
+			               : (h->holds & NW_HOLD_MODEL_MISMATCH) ? "model_mismatch"
+			               : (flags & NARWHAL_ENGINE_QUARANTINED) ? "quarantine" : "none",
+			       "error", h->last_error, NULL);
+		v->flags = flags;
+	}
+}
+
+void
+nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_event_kind kind,
+                        const char *detail)
+{
+	struct nw_monitor_engine *e = &m->engines[engine];
+	struct nw_health_event ev = { .kind = kind };
+	nw_health_reason before = e->health.reason;
+
+	if (!nw_health_step(&e->health, &m->rules, &ev, nw_monitor_now(m), detail))
+		return;
+	/* A restarted engine may serve another model now: ask again. */
+	if (e->health.reason == NW_HEALTH_REASON_RESTART && before != NW_HEALTH_REASON_RESTART) {
+		g_clear_pointer(&e->model, g_free);
+		e->health.holds &= ~NW_HOLD_MODEL_MISMATCH;
+	}
+	nw_monitor_refresh(m);
+}
+
+/* Passive detection (docs/recovery.md): the data plane's hook. */
+static void
+leg_outcome(void *data, uint32_t engine, bool failed, const char *detail)
+{
+	struct nw_monitor *m = data;
+
+	if (engine >= m->n || m->stopped)
+		return;
+	nw_monitor_health_event(m, engine, failed ? NW_HEALTH_LEG_FAILED : NW_HEALTH_LEG_OK, detail);
+}
+
+/* --- roles ------------------------------------------------------------- */
+
+static void
+fill_role_engines(struct nw_monitor *m)
+{
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+		const struct nw_dialect *d = &m->dialects[i];
+
+		m->role_scratch[i] = (struct nw_role_engine){
+			.role = v->role,
+			.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
+			.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
+			/* Only an engine that takes either role per request can move
+			 * without a restart (plugin-abi.h). */
+			.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
+			.role_since_ns = v->role_since_ns,
+			.resident = v->role == NARWHAL_ROLE_DECODE
+			                    ? v->resident_decode
+			                    : v->resident_prefill + v->queued_prefill,
+		};
+	}
+}
+
+static void
+apply_change(struct nw_monitor *m, const struct nw_role_change *c)
+{
+	struct narwhal_engine_view *v = &m->fleet->engines[c->engine];
+
+	nw_flip_history_add(&m->history, c);
+	nw_log(NARWHAL_LOG_WARNING, c->applied ? "role_change" : "role_change_advised", "engine",
+	       m->fleet->ids[c->engine], "from", nw_role_name(c->from), "to", nw_role_name(c->to),
+	       "caller", c->caller, "reason", c->reason, NULL);
+	if (!c->applied)
+		return;
+	/* New placements see the role at once; resident requests keep their
+	 * engine (spec 5). */
+	v->role = c->to;
+	v->role_since_ns = c->at_ns;
+}
+
+static void
+repair_floors(struct nw_monitor *m, int64_t now)
+{
+	struct nw_floor_report before = m->floors;
+	uint32_t k;
+
+	fill_role_engines(m);
+	/* One engine serves whole requests whatever its role (spec 7.2): no
+	 * floor to repair or breach. */
+	k = nw_roles_repair_floors(m->role_scratch, m->n, &m->role_rules, now, m->change_scratch,
+	                           m->n < 2 ? 0 : m->n, &m->floors);
+	if (m->n < 2)
+		m->floors.prefill_breach = m->floors.decode_breach = false;
+	for (uint32_t i = 0; i < k; i++) {
+		const struct nw_role_change *c = &m->change_scratch[i];
+
+		/* Advisory mode proposes the same move every pass: recorded once. */
+		if (!c->applied && m->last_advised.engine == c->engine &&
+		    m->last_advised.to == c->to && m->last_advised.caller == c->caller)
+			continue;
+		if (!c->applied)
+			m->last_advised = *c;
+		apply_change(m, c);
+	}
+	if ((m->floors.prefill_breach || m->floors.decode_breach) &&
+	    (m->floors.prefill_breach != before.prefill_breach ||
+	     m->floors.decode_breach != before.decode_breach)) {
+		char p[16], d[16];
+
+		g_snprintf(p, sizeof p, "%u", m->floors.reachable_prefill);
+		g_snprintf(d, sizeof d, "%u", m->floors.reachable_decode);
+		nw_log(NARWHAL_LOG_WARNING, "floor_breach", "phase",
+		       m->floors.decode_breach ? "decode" : "prefill", "reachable_prefill", p,
+		       "reachable_decode", d, NULL);
+	}
+}
+
+void
+nw_monitor_readmitted(struct nw_monitor *m, uint32_t engine)
+{
+	struct narwhal_engine_view *v = &m->fleet->engines[engine];
+	narwhal_role role;
+
+	fill_role_engines(m);
+	m->role_scratch[engine].live = false;
+	role = nw_roles_readmit_role(m->role_scratch, m->n, engine, &m->role_rules);
+	nw_log(NARWHAL_LOG_WARNING, "engine_readmitted", "engine", m->fleet->ids[engine], "role",
+	       nw_role_name(role), NULL);
+	if (role != v->role) {
+		struct nw_role_change c = {
+			.engine = engine, .from = v->role, .to = role, .at_ns = nw_monitor_now(m),
+			.caller = "readmission", .reason = "current_demand",
+			.applied = !m->role_rules.advisory,
+		};
+
+		for (uint32_t i = 0; i < m->n; i++) {
+			const struct narwhal_engine_view *w = &m->fleet->engines[i];
+			narwhal_role r = i == engine ? role : w->role;
+
+			if (i == engine || (w->flags & NARWHAL_ENGINE_AVAILABLE)) {
+				c.prefill_after += r == NARWHAL_ROLE_PREFILL;
+				c.decode_after += r == NARWHAL_ROLE_DECODE;
+			}
+		}
+		apply_change(m, &c);
+	}
+}
+
+/* --- the served model --------------------------------------------------- */
+
+/* An engine said which model it serves: the first answer names the fleet's
+ * model when the configuration did not; an engine serving another one is
+ * held out of placement and reported. The context length is the smallest
+ * any engine of the model gave. */
+void
+nw_monitor_model_seen(struct nw_monitor *m, uint32_t engine)
+{
+	struct nw_monitor_engine *e = &m->engines[engine];
+	struct nw_fleet *f = m->fleet;
+	bool mismatch;
+
+	if (f->model == NULL)
+		f->model = g_strdup(e->model);
+	if (!m->model_seen) {
+		char len[24];
+
+		m->model_seen = true;
+		g_snprintf(len, sizeof len, "%" G_GINT64_FORMAT, e->max_model_len);
+		nw_log(NARWHAL_LOG_INFO, "model_discovered", "model", e->model, "engine",
+		       f->ids[engine], "max_model_len", len, NULL);
+	}
+	mismatch = strcmp(e->model, f->model) != 0;
+	if (mismatch != ((e->health.holds & NW_HOLD_MODEL_MISMATCH) != 0)) {
+		if (mismatch) {
+			e->health.holds |= NW_HOLD_MODEL_MISMATCH;
+			nw_log(NARWHAL_LOG_ERROR, "model_mismatch", "engine", f->ids[engine], "serves",
+			       e->model, "fleet_model", f->model, NULL);
+		} else {
+			e->health.holds &= ~NW_HOLD_MODEL_MISMATCH;
+		}
+		nw_monitor_refresh(m);
+	}
+	if (!mismatch && e->max_model_len > 0 &&
+	    (f->max_model_len < 0 || e->max_model_len < f->max_model_len))
+		f->max_model_len = e->max_model_len;
+}
+
+/* --- passes ------------------------------------------------------------- */
+
+/* A pass with any monitoring failure counts towards the degraded state;
+ * controller.monitor_failure_limit of them in a row stop new admission
+ * until a clean pass (spec 7). */
+static void
+close_pass(struct nw_monitor *m)
+{
+	bool was = m->fleet->admission_stopped;
+
+	if (m->n_failures > 0) {
+		m->failed_passes++;
+		memcpy(m->last_failures, m->failures, sizeof m->failures);
+		m->n_last_failures = MIN(m->n_failures, NW_MONITOR_FAILURES_KEPT);
+	} else {
+		m->failed_passes = 0;
+	}
+	m->n_failures = 0;
+	m->fleet->admission_stopped = m->failed_passes >= m->cfg->controller.monitor_failure_limit;
+	if (m->fleet->admission_stopped != was) {
+		char passes[16];
+
+		g_snprintf(passes, sizeof passes, "%u", m->failed_passes);
+		nw_log(was ? NARWHAL_LOG_WARNING : NARWHAL_LOG_ERROR,
+		       was ? "admission_resumed" : "admission_stopped", "failed_passes", passes, NULL);
+	}
+}
+
+void
+nw_monitor_pass(struct nw_monitor *m)
+{
+	int64_t now;
+
+	if (m->stopped)
+		return;
+	if (m->passes > 0)
+		close_pass(m);
+	m->passes++;
+	now = nw_monitor_now(m);
+	nw_monitor_refresh(m); /* quarantines end on the pass after them */
+	repair_floors(m, now);
+	for (uint32_t i = 0; i < m->n; i++)
+		nw_engine_probe_pass(m, &m->engines[i], now);
+	if (m->on_pass != NULL)
+		m->on_pass(m->on_pass_data, m, now);
+}
+
+static gboolean
+on_tick(gpointer data)
+{
+	nw_monitor_pass(data);
+	return G_SOURCE_CONTINUE;
+}
+
+void
+nw_monitor_start(struct nw_monitor *m)
+{
+	m->fleet->leg_outcome = leg_outcome;
+	m->fleet->leg_outcome_data = m;
+	nw_monitor_pass(m);
+	m->tick = g_timeout_add((guint)MAX(1.0, m->cfg->controller.monitor_interval_s * 1000),
+	                        on_tick, m);
+}
+
+/* --- operator holds ------------------------------------------------------ */
+
+void
+nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain)
+{
+	if (engine >= m->n)
+		return;
+	if (drain)
+		m->engines[engine].health.holds |= NW_HOLD_DRAIN;
+	else
+		m->engines[engine].health.holds &= ~NW_HOLD_DRAIN;
+	nw_monitor_refresh(m);
+}
+
+void
+nw_monitor_eject(struct nw_monitor *m, uint32_t engine)
+{
+	if (engine < m->n)
+		nw_monitor_health_event(m, engine, NW_HEALTH_EJECT, "ejected by the operator");
+}
+
+void
+nw_monitor_readmit(struct nw_monitor *m, uint32_t engine)
+{
+	if (engine < m->n)
+		nw_monitor_health_event(m, engine, NW_HEALTH_READMIT, NULL);
+}
+
+/* --- what operators see --------------------------------------------------- */
+
+static bool
+any_live(const struct nw_monitor *m, narwhal_role role, bool any_role)
+{
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+
+		if ((v->flags & NARWHAL_ENGINE_AVAILABLE) && (any_role || v->role == role))
+			return true;
+	}
+	return false;
+}
+
+static void
+add_reason(json_t *reasons, const char *code, const char *message)
+{
+	json_array_append_new(reasons, json_pack("{s:s, s:s}", "code", code, "message", message));
+}
+
+/* Why health is not plainly "ok": unavailable when admission is stopped
+ * or no engine can serve; degraded while serving with something out. */
+static json_t *
+reasons_json(const struct nw_monitor *m, const char **status)
+{
+	json_t *reasons = json_array();
+	uint32_t out = 0;
+
+	if (m->fleet->admission_stopped)
+		add_reason(reasons, "monitoring_failures", "the monitor failed in "
+		           "controller.monitor_failure_limit passes in a row: new requests are "
+		           "refused until a clean pass");
+	if (!any_live(m, 0, true)) {
+		add_reason(reasons, "no_live_engine", "no engine is available to serve");
+		*status = "unavailable";
+		return reasons;
+	}
+	if (!any_live(m, NARWHAL_ROLE_PREFILL, false))
+		add_reason(reasons, "prefill_pool_empty", "no live prefill engine: live decode "
+		           "engines serve whole requests (the aggregate fallback)");
+	if (!any_live(m, NARWHAL_ROLE_DECODE, false))
+		add_reason(reasons, "decode_pool_empty", "no live decode engine: live prefill "
+		           "engines serve whole requests");
+	if (m->floors.prefill_breach || m->floors.decode_breach)
+		add_reason(reasons, "floor_breach", "too few movable live engines to keep "
+		           "controller.min_prefill and controller.min_decode");
+	for (uint32_t i = 0; i < m->n; i++)
+		out += !(m->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE);
+	if (out > 0)
+		add_reason(reasons, "engines_out", "one or more engines are out of placement: see "
+		           "engines[]");
+	*status = m->fleet->admission_stopped ? "unavailable"
+	          : json_array_size(reasons) > 0 ? "degraded" : "ok";
+	return reasons;
+}
+
+static json_t *
+metrics_json(const struct nw_monitor_engine *e, int64_t now)
+{
+	const struct narwhal_engine_metrics *x = &e->metrics;
+
+	if (e->metrics_at_ns == 0)
+		return json_null();
+	return json_pack("{s:o, s:o, s:o, s:f}",
+	                 "running", x->running >= 0 ? json_integer(x->running) : json_null(),
+	                 "waiting", x->waiting >= 0 ? json_integer(x->waiting) : json_null(),
+	                 "kv_usage", isfinite(x->kv_usage) ? json_real(x->kv_usage) : json_null(),
+	                 "age_s", (double)(now - e->metrics_at_ns) / 1e9);
+}
+
+json_t *
+nw_monitor_to_json(const struct nw_monitor *m, bool operator)
+{
+	int64_t now = nw_monitor_now(m);
+	const char *status;
+	json_t *reasons = reasons_json(m, &status);
+	json_t *engines = json_array(), *failures = json_array();
+
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct nw_monitor_engine *e = &m->engines[i];
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+		const struct nw_engine_stats *st = &m->fleet->stats[i];
+		json_t *h = nw_health_to_json(&e->health, &m->rules, now);
+
+		/* An engine's own error text may name its address: operators only. */
+		if (!operator)
+			json_object_del(h, "last_error");
+		json_object_update_new(h, json_pack(
+			"{s:s, s:s, s:b, s:b, s:s?, s:I, s:I, s:I, s:I, s:o}",
+			"id", m->fleet->ids[i], "role", nw_role_name(v->role),
+			"available", (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
+			"pinned", (v->flags & NARWHAL_ENGINE_PINNED) != 0,
+			"model", e->model,
+			"resident_prefill", (json_int_t)v->resident_prefill,
+			"resident_decode", (json_int_t)v->resident_decode,
+			"legs_placed", (json_int_t)st->legs_placed,
+			"legs_failed", (json_int_t)st->legs_failed,
+			"metrics", metrics_json(e, now)));
+		json_array_append_new(engines, h);
+	}
+	for (uint32_t k = 0; k < m->n_last_failures; k++) {
+		const struct nw_monitor_failure *f = &m->last_failures[k];
+
+		json_array_append_new(failures, json_pack("{s:s, s:s, s:s?}", "engine",
+		                                          m->fleet->ids[f->engine], "stage", f->stage,
+		                                          "error", operator ? f->error : NULL));
+	}
+	return json_pack("{s:s, s:o, s:o, s:{s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:I}, "
+	                 "s:{s:I, s:I, s:I, s:o}}",
+	                 "status", status, "reasons", reasons, "engines", engines,
+	                 "roles",
+	                 "live_prefill", (json_int_t)m->floors.live_prefill,
+	                 "live_decode", (json_int_t)m->floors.live_decode,
+	                 "prefill_breach", m->floors.prefill_breach,
+	                 "decode_breach", m->floors.decode_breach,
+	                 "reachable_prefill", (json_int_t)m->floors.reachable_prefill,
+	                 "reachable_decode", (json_int_t)m->floors.reachable_decode,
+	                 "min_prefill", (json_int_t)m->role_rules.min_prefill,
+	                 "min_decode", (json_int_t)m->role_rules.min_decode,
+	                 "monitor",
+	                 "passes", (json_int_t)m->passes,
+	                 "failed_passes", (json_int_t)m->failed_passes,
+	                 "failure_limit", (json_int_t)m->cfg->controller.monitor_failure_limit,
+	                 "last_failures", failures);
+}
+
+json_t *
+nw_monitor_history_json(const struct nw_monitor *m)
+{
+	return nw_flip_history_to_json(&m->history, (const char *const *)m->fleet->ids,
+	                               m->start_ns);
+}

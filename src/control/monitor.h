@@ -1,0 +1,70 @@
+/*
+ * The monitor (docs/recovery.md; spec 6 and 7): one pass every
+ * controller.monitor_interval_s on the control pool. Each pass probes every
+ * engine's health through its dialect, asks an engine that has not said
+ * which model it serves, reads the engine's own metrics where the dialect
+ * can, verifies ejected engines before readmitting them, repairs the role
+ * floors, and keeps the degraded state. The data plane reports real legs'
+ * ends (passive detection) through the fleet registry's leg_outcome hook.
+ *
+ * What the monitor decides it writes into the fleet registry
+ * (core/host.h): each engine's availability flags and role, the served
+ * model, and whether admission is stopped.
+ */
+#ifndef NW_CONTROL_MONITOR_H
+#define NW_CONTROL_MONITOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core/config.h"
+#include "core/dialect.h"
+#include "core/host.h"
+#include "net/upstream.h"
+
+struct nw_monitor;
+
+struct nw_monitor_options {
+	const struct nw_config *cfg;        /* borrowed, outlives the monitor */
+	struct nw_fleet *fleet;             /* borrowed: the monitor keeps it current */
+	const struct nw_dialect *dialects;  /* one per engine, borrowed */
+	struct nw_upstream *control_pool;   /* borrowed; the monitor's own calls */
+	nw_clock_fn clock;                  /* the host clock */
+	void *clock_data;
+};
+
+struct nw_monitor *nw_monitor_new(const struct nw_monitor_options *opts);
+/* The first pass runs at once, then one every monitor_interval_s. */
+void nw_monitor_start(struct nw_monitor *m);
+/* No more passes; calls in flight are cancelled. */
+void nw_monitor_stop(struct nw_monitor *m);
+void nw_monitor_free(struct nw_monitor *m);
+
+/* Run one pass now (tests and the operator's readmission). */
+void nw_monitor_pass(struct nw_monitor *m);
+
+/* The controller's pass runs on the same tick (ARCHITECTURE.md, section
+ * 9): called at the end of every pass. */
+typedef void (*nw_monitor_pass_fn)(void *data, struct nw_monitor *m, int64_t now_ns);
+void nw_monitor_on_pass(struct nw_monitor *m, nw_monitor_pass_fn fn, void *data);
+
+/* Operator lifecycle holds (spec 5; the admin API drives them). */
+void nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain);
+void nw_monitor_eject(struct nw_monitor *m, uint32_t engine);
+void nw_monitor_readmit(struct nw_monitor *m, uint32_t engine);
+
+/* Health as /narwhal/health shows it (transfer full): {"status": "ok",
+ * "degraded" (serving, but something is out or a floor is breached) or
+ * "unavailable" (admission is stopped, or no engine can serve), "reasons":
+ * [{code, message}], "engines": [...], "roles": {live split, floors, breach,
+ * reachable split}, "monitor": {passes, failed passes in a row, the last
+ * failed pass's failures}}. Engine errors may name addresses: they are
+ * included only for operators (operator true). */
+json_t *nw_monitor_to_json(const struct nw_monitor *m, bool operator);
+
+/* The flip history (controller.flip_history), oldest first. */
+json_t *nw_monitor_history_json(const struct nw_monitor *m);
+
+#endif /* NW_CONTROL_MONITOR_H */
