@@ -9,6 +9,7 @@
 #include "build-config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "plugins/harness.h"
@@ -223,6 +224,8 @@ test_descriptor(void)
 	g_assert_nonnull(ops(h)->build_models);
 	g_assert_nonnull(ops(h)->parse_models);
 	g_assert_nonnull(ops(h)->router_keys);
+	g_assert_nonnull(ops(h)->build_metrics);
+	g_assert_nonnull(ops(h)->parse_metrics);
 	nw_harness_free(h);
 }
 
@@ -1340,6 +1343,266 @@ test_context_length(void)
 	nw_harness_free(h);
 }
 
+/* ------------------------------------------------- engine metrics, 2.1 --- */
+
+/* The host's presets (plugin-abi.h, struct narwhal_engine_metrics). */
+static struct narwhal_engine_metrics
+preset_metrics(void)
+{
+	return (struct narwhal_engine_metrics){ .struct_size = sizeof(struct narwhal_engine_metrics),
+	                                        .running = -1, .waiting = -1,
+	                                        .kv_usage = NAN, .start_time_s = NAN };
+}
+
+/* parse_metrics on text, handed over in a buffer of exactly its length (no
+ * terminator), so a read past the end shows under the sanitizer. */
+static int
+metrics(struct nw_harness *h, const char *text, struct narwhal_engine_metrics *out)
+{
+	size_t len = strlen(text);
+	g_autofree char *body = g_memdup2(text, len > 0 ? len : 1);
+
+	*out = preset_metrics();
+	return ops(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
+}
+
+/* A failed parse leaves every preset in place. */
+static void
+expect_metrics_error(struct nw_harness *h, const char *text)
+{
+	struct narwhal_engine_metrics m;
+
+	if (metrics(h, text, &m) != -EPROTO)
+		g_error("parse_metrics took a body it should refuse:\n%s", text);
+	g_assert_cmpint(m.running, ==, -1);
+	g_assert_cmpint(m.waiting, ==, -1);
+	g_assert_true(isnan(m.kv_usage));
+	g_assert_true(isnan(m.start_time_s));
+}
+
+/* A vLLM scrape as the reference's section 5.1 names it: HELP and TYPE
+ * comments, histograms and counters around the gauges, the process
+ * collector's series, label values with escaped quotes. */
+#define SCRAPE_HEAD                                                                  \
+	"# HELP python_gc_objects_collected_total Objects collected during gc\n"        \
+	"# TYPE python_gc_objects_collected_total counter\n"                            \
+	"python_gc_objects_collected_total{generation=\"0\"} 12345.0\n"                 \
+	"# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n" \
+	"# TYPE process_start_time_seconds gauge\n"                                     \
+	"process_start_time_seconds 1.75123456789e+09\n"                                \
+	"# HELP vllm:num_requests_running Number of requests in model execution batches.\n" \
+	"# TYPE vllm:num_requests_running gauge\n"                                      \
+	"vllm:num_requests_running{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 7.0\n" \
+	"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n" \
+	"# TYPE vllm:num_requests_waiting gauge\n"                                      \
+	"vllm:num_requests_waiting{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 2.0\n" \
+	"# TYPE vllm:num_requests_waiting_by_reason gauge\n"                            \
+	"vllm:num_requests_waiting_by_reason{engine=\"0\",model_name=\"m\",reason=\"capacity\"} 2.0\n" \
+	"# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"  \
+	"# TYPE vllm:kv_cache_usage_perc gauge\n"                                       \
+	"vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 0.4375\n"
+
+#define SCRAPE_TAIL                                                                  \
+	"# TYPE vllm:time_to_first_token_seconds histogram\n"                           \
+	"vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.001\",model_name=\"m\"} 0.0\n" \
+	"vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\",model_name=\"m\"} 31.0\n" \
+	"vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} 31.0\n"  \
+	"vllm:time_to_first_token_seconds_sum{engine=\"0\",model_name=\"m\"} 4.25\n"    \
+	"# TYPE vllm:cache_config_info gauge\n"                                         \
+	"vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\",note=\"say \\\"hi\\\"\\\\\\n\"} 1.0\n" \
+	"# TYPE vllm:prompt_tokens_total counter\n"                                     \
+	"vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"} 1.2345e+06\n"
+
+/* Issue 10 ("reads the engine's own metrics where the dialect can"):
+ * GET /metrics, and the four numbers out of a whole scrape. */
+static void
+test_metrics_scrape(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_http_call call = poisoned_call();
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(ops(h)->build_metrics(nw_harness_ctx(h), &test_engine, &call), ==, 0);
+	g_assert_cmpstr(call.method, ==, "GET");
+	g_assert_cmpstr(call.path, ==, "/metrics");
+	g_assert_cmpuint(call.flags, ==, 0);
+	g_assert_null(call.body);
+	g_assert_cmpint(ops(h)->build_metrics(nw_harness_ctx(h), &test_engine, NULL), ==, -EINVAL);
+
+	g_assert_cmpint(metrics(h, SCRAPE_HEAD SCRAPE_TAIL, &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 7);
+	g_assert_cmpint(m.waiting, ==, 2);
+	g_assert_cmpfloat(m.kv_usage, ==, 0.4375);
+	g_assert_cmpfloat_with_epsilon(m.start_time_s, 1751234567.89, 1e-6);
+	g_assert_cmpuint(m.struct_size, ==, sizeof m);
+	nw_harness_free(h);
+}
+
+/* Several series of one metric (data parallel engines, several models):
+ * counts add up, KV usage and start time are the highest. */
+static void
+test_metrics_series(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(metrics(h,
+		"vllm:num_requests_running{engine=\"0\",model_name=\"a\"} 3\n"
+		"vllm:num_requests_running{engine=\"1\",model_name=\"a\"} 4\n"
+		"vllm:num_requests_waiting{engine=\"0\",model_name=\"a\"} 0\n"
+		"vllm:num_requests_waiting{engine=\"1\",model_name=\"a\"} 5\n"
+		"vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"a\"} 0.25\n"
+		"vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"a\"} 0.75\n"
+		"vllm:kv_cache_usage_perc{engine=\"2\",model_name=\"a\"} 0.5\n", &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 7);
+	g_assert_cmpint(m.waiting, ==, 5);
+	g_assert_cmpfloat(m.kv_usage, ==, 0.75);
+	/* Not in the body: the preset stays. */
+	g_assert_true(isnan(m.start_time_s));
+	nw_harness_free(h);
+}
+
+/* Reference 5.1: vllm:gpu_cache_usage_perc is the older name. It is read
+ * when the new one is absent, and the new one wins when both are there
+ * (mid-2025 versions export both). */
+static void
+test_metrics_old_kv_name(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(metrics(h, "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.125\n", &m), ==, 0);
+	g_assert_cmpfloat(m.kv_usage, ==, 0.125);
+	g_assert_cmpint(m.running, ==, -1);
+	g_assert_cmpint(metrics(h,
+		"vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.9\n"
+		"vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n", &m), ==, 0);
+	g_assert_cmpfloat(m.kv_usage, ==, 0.25);
+	g_assert_cmpint(metrics(h,
+		"vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n"
+		"vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.9\n", &m), ==, 0);
+	g_assert_cmpfloat(m.kv_usage, ==, 0.25);
+	nw_harness_free(h);
+}
+
+/* The text format's latitude: blank lines and leading blanks, tabs, CRLF,
+ * a trailing comma and blanks in a label set, a blank between the name and
+ * its labels, timestamps, no final newline, exponents and signs. */
+static void
+test_metrics_format(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(metrics(h,
+		"\n\n   # a free comment\r\n"
+		"\tvllm:num_requests_running { model_name = \"x\" , engine=\"0\", } \t +2e0  1700000000000\r\n"
+		"\n"
+		"vllm:num_requests_waiting{} 0.0 -5\n"
+		"vllm:kv_cache_usage_perc 1\n"
+		"process_start_time_seconds\t1700000000.25", &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 2);
+	g_assert_cmpint(m.waiting, ==, 0);
+	g_assert_cmpfloat(m.kv_usage, ==, 1.0);
+	g_assert_cmpfloat(m.start_time_s, ==, 1700000000.25);
+	/* A name that merely starts like one of ours is another metric. */
+	g_assert_cmpint(metrics(h,
+		"vllm:num_requests_running_total 9\n"
+		"vllm:num_requests_running 1\n", &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 1);
+	nw_harness_free(h);
+}
+
+/* Issue 10: a body that is not this engine's metrics is a monitoring
+ * failure (-EPROTO, presets untouched), and so is a malformed sample of a
+ * metric the dialect reads; oddities in other families are not. */
+static void
+test_metrics_malformed(void)
+{
+	static const char *const refused[] = {
+		/* None of the four metrics. */
+		"",
+		"\n\n",
+		"# HELP vllm:num_requests_running Number of requests.\n"
+		"# TYPE vllm:num_requests_running gauge\n",
+		"python_gc_objects_collected_total{generation=\"0\"} 1.0\n",
+		/* Not Prometheus text at all. */
+		"{\"running\": 3}",
+		"<html><body>502 Bad Gateway</body></html>\n",
+		"vllm:num_requests_running 1\n<html>\n",
+		"7 vllm:num_requests_running\n",
+		/* Malformed samples of a metric the dialect reads. */
+		"vllm:num_requests_running\n",
+		"vllm:num_requests_running \n",
+		"vllm:num_requests_running{model_name=\"m\"}\n",
+		"vllm:num_requests_running{model_name=\"m\"\n",
+		"vllm:num_requests_running{model_name=\"m} 1\n",
+		"vllm:num_requests_running{model_name=m} 1\n",
+		"vllm:num_requests_running{model_name \"m\"} 1\n",
+		"vllm:num_requests_running{=\"m\"} 1\n",
+		"vllm:num_requests_running{model-name=\"m\"} 1\n",
+		"vllm:num_requests_running{model_name=\"m\" engine=\"0\"} 1\n",
+		"vllm:num_requests_running{model_name=\"m\",,} 1\n",
+		"vllm:num_requests_running{model_name=\"a\\tb\"} 1\n",
+		"vllm:num_requests_running{model_name=\"a\\",
+		"vllm:num_requests_running} 1\n",
+		"vllm:num_requests_running= 1\n",
+		"vllm:num_requests_running one\n",
+		"vllm:num_requests_running 0x10\n",
+		"vllm:num_requests_running 1e\n",
+		"vllm:num_requests_running .\n",
+		"vllm:num_requests_running 1.0.0\n",
+		"vllm:num_requests_running infinity\n",
+		"vllm:num_requests_running 1 2 3\n",
+		"vllm:num_requests_running 1 1.5\n",
+		"vllm:num_requests_running 1 -\n",
+		"vllm:num_requests_running 1 12a\n",
+		"vllm:num_requests_running 123456789012345678901234567890123456789012345678901234567890123456789\n",
+		/* Values that do not fit. */
+		"vllm:num_requests_running -1\n",
+		"vllm:num_requests_running 2.5\n",
+		"vllm:num_requests_running NaN\n",
+		"vllm:num_requests_running +Inf\n",
+		"vllm:num_requests_waiting 1e300\n",
+		"vllm:kv_cache_usage_perc 1.5\n",
+		"vllm:kv_cache_usage_perc -0.1\n",
+		"vllm:kv_cache_usage_perc NaN\n",
+		"vllm:gpu_cache_usage_perc Inf\n",
+		"process_start_time_seconds 0\n",
+		"process_start_time_seconds -Inf\n",
+		/* One bad sample spoils an otherwise good scrape. */
+		SCRAPE_HEAD "vllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} -3\n" SCRAPE_TAIL,
+		SCRAPE_HEAD "vllm:kv_cache_usage_perc{engine=\"1\" 0.5\n" SCRAPE_TAIL,
+	};
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(refused); i++)
+		expect_metrics_error(h, refused[i]);
+	/* A family the dialect does not read may carry what it likes after its
+	 * name (a later format's exemplar, say). */
+	g_assert_cmpint(metrics(h,
+		"vllm:time_to_first_token_seconds_bucket{le=\"0.1\"} 8 # {trace_id=\"abc\"} 0.08\n"
+		"vllm:other{broken 1\n"
+		"vllm:num_requests_running 4\n", &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 4);
+	/* Bad arguments. */
+	g_assert_cmpint(ops(h)->parse_metrics(nw_harness_ctx(h), NULL, 4, &m), ==, -EINVAL);
+	g_assert_cmpint(ops(h)->parse_metrics(nw_harness_ctx(h), "x", 1, NULL), ==, -EINVAL);
+	expect_metrics_error(h, "");
+	nw_harness_free(h);
+}
+
 /* ----------------------------------------------------------- the rules --- */
 
 /* No clock, no fleet, no estimators, no logs: a pure wire format. */
@@ -1348,6 +1611,7 @@ test_no_host_calls(void)
 {
 	struct nw_harness *h = vllm_with(NULL);
 	json_t *body = NULL, *handoff = NULL;
+	struct narwhal_engine_metrics m;
 	uint64_t n;
 
 	if (h == NULL)
@@ -1369,6 +1633,7 @@ test_no_host_calls(void)
 	sse(h, "{\"choices\": [{\"text\": \"x\"}]}");
 	sse(h, "[DONE]");
 	classify(h, 503, "{\"error\": {\"code\": 503}}");
+	g_assert_cmpint(metrics(h, SCRAPE_HEAD, &m), ==, 0);
 	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
 	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 0);
 	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
@@ -1439,6 +1704,12 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/vllm/ref-4.4/error-body-without-error-status",
 	                test_error_body_without_error_status);
 	g_test_add_func("/dialect/vllm/ref-4.5/context-length", test_context_length);
+
+	g_test_add_func("/dialect/vllm/ref-5.1/metrics/scrape", test_metrics_scrape);
+	g_test_add_func("/dialect/vllm/ref-5.1/metrics/series", test_metrics_series);
+	g_test_add_func("/dialect/vllm/ref-5.1/metrics/old-kv-name", test_metrics_old_kv_name);
+	g_test_add_func("/dialect/vllm/ref-5.1/metrics/format", test_metrics_format);
+	g_test_add_func("/dialect/vllm/ref-5.1/metrics/malformed", test_metrics_malformed);
 
 	g_test_add_func("/dialect/vllm/no-host-calls", test_no_host_calls);
 	g_test_add_func("/dialect/vllm/two-instances", test_two_instances);
