@@ -164,7 +164,7 @@ polled(struct lease_job *job, double kv_usage)
 	if (g_get_monotonic_time() >= job->deadline_us) {
 		job_end(job, NW_CHECK_FAIL, "the engine did not release an abandoned handoff within "
 		        "its lease: KV use still %.4g after %s (baseline %.4g, kv_lease_s %g s); "
-		        "check the engine's KV lease setting (vLLM: kv_lease_duration) and "
+		        "check the engine's own KV lease setting and "
 		        "fleet.engines[%u].kv_lease_s", kv_usage, after_text, job->baseline,
 		        job->lease_s, job->engine);
 		return;
