@@ -241,7 +241,9 @@ on_done(void *data, const struct nw_upstream_result *res)
 	if (p->finished)
 		return;
 	if (leg->streaming) {
-		nw_sse_finish(&p->sse);
+		/* A last event without its blank line still counts. */
+		if (!p->saw_done)
+			nw_sse_finish(&p->sse);
 		if (p->finished)
 			return;
 		/* The terminator came: a success, whether or not the transfer
@@ -444,9 +446,12 @@ decode_ended(struct nw_handoff_probe *p)
 		     "generated token", p->decode.d->ref.id);
 		return;
 	}
-	/* A concurrent pair is complete when both legs are. */
-	if (p->concurrent && !p->prefill.ended)
+	/* A concurrent pair is complete when both legs are; its prefill leg
+	 * has its own bound (the call's timeout). */
+	if (p->concurrent && !p->prefill.ended) {
+		nw_deadline_source_set(p->timer, -1);
 		return;
+	}
 	finish(p);
 }
 
