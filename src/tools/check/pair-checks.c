@@ -185,13 +185,12 @@ check_pair(struct nw_check_run *run, uint32_t a, uint32_t b)
 	else if (aggregate)
 		nw_check_report_add(run->report, check, subject, NW_CHECK_PASS, m, "%u sample%s: first "
 		                    "token p50 %s, p99 %s (engine.first_token_timeout_s %g s)", n,
-		                    n == 1 ? "" : "s",
-		                    ft50_text, ft99_text, timeout);
+		                    n == 1 ? "" : "s", ft50_text, ft99_text, timeout);
 	else
 		nw_check_report_add(run->report, check, subject, NW_CHECK_PASS, m, "%u sample%s: first "
 		                    "token p50 %s, p99 %s (engine.first_token_timeout_s %g s); handoff "
-		                    "p99 %s (kv_lease_s %g s)", n, n == 1 ? "" : "s", ft50_text, ft99_text, timeout,
-		                    ho99_text, lease);
+		                    "p99 %s (kv_lease_s %g s)", n, n == 1 ? "" : "s", ft50_text,
+		                    ft99_text, timeout, ho99_text, lease);
 }
 
 void
