@@ -20,8 +20,9 @@
  * the ABI's first version of it; of another kind than configured; whose name
  * differs from the configured one; that lacks a required slot; that has only
  * one slot of a pair that works together (dialect: build_tokenize with
- * parse_tokenize, build_models with parse_models, and build_prefill,
- * build_decode and parse_prefill together). Optional slots may be NULL; the
+ * parse_tokenize, build_models with parse_models, build_metrics with
+ * parse_metrics, and build_prefill, build_decode and parse_prefill
+ * together). Optional slots may be NULL; the
  * host checks every optional slot before it calls it.
  *
  * Compatibility: the plugin's ABI major must equal the host's, and its minor
@@ -90,6 +91,10 @@
  *        NARWHAL_CALL_CLIENT_BODY on struct narwhal_http_call, not pointer
  *        identity. The slots a dialect must implement are split into
  *        required ones and pairs.
+ *   2.1  Dialect: the optional pair build_metrics and parse_metrics (the
+ *        engine's own metrics, read by the host's monitor each pass) and
+ *        struct narwhal_engine_metrics (running, waiting, kv_usage,
+ *        start_time_s). A 2.0 dialect loads with the pair absent.
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H

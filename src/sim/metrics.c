@@ -226,3 +226,15 @@ sim_metrics_render(const struct sim_metrics *m, const struct sim_engine_stats *s
 	family(out, "narwhal_sim:steps_total", "counter", "Scheduler steps run.");
 	sample_u64(out, "narwhal_sim:steps_total", labels, st->steps_total);
 }
+
+void
+sim_metrics_render_process(double start_unix_s, GString *out)
+{
+	char buf[G_ASCII_DTOSTR_BUF_SIZE];
+
+	family(out, "process_start_time_seconds", "gauge",
+	       "Start time of the process since unix epoch in seconds.");
+	/* Milliseconds: a restart within the same second still shows. */
+	g_string_append_printf(out, "process_start_time_seconds %s\n",
+	                       g_ascii_formatd(buf, sizeof buf, "%.3f", start_unix_s));
+}

@@ -34,5 +34,8 @@ void sim_metrics_finished(struct sim_metrics *m, sim_finish_reason reason, doubl
 /* The exposition text (version 0.0.4) of one engine. */
 void sim_metrics_render(const struct sim_metrics *m, const struct sim_engine_stats *st,
                         const char *model_name, const char *engine_label, GString *out);
+/* The process's start time (Unix seconds), as Prometheus's process
+ * collector exports it: one sample without labels. */
+void sim_metrics_render_process(double start_unix_s, GString *out);
 
 #endif /* NW_SIM_METRICS_H */

@@ -46,6 +46,10 @@ sim_fleet_wall_us(const struct sim_fleet *fleet, double v)
 	return fleet->start_us + (int64_t)ceil(v / fleet->opts->time_scale * 1e6);
 }
 
+/* Wall clock when main() began: the start time /metrics reports, as
+ * Prometheus's process collector does, so a restart shows. */
+static int64_t process_start_unix_us;
+
 double
 sim_fleet_unix_s(const struct sim_fleet *fleet, double v)
 {
@@ -271,6 +275,7 @@ fleet_start(struct sim_fleet *fleet, char **error)
 	fleet->loop = g_main_loop_new(NULL, FALSE);
 	fleet->start_us = g_get_monotonic_time();
 	fleet->start_unix_us = g_get_real_time();
+	fleet->process_start_unix_us = process_start_unix_us;
 	fleet->pulls = nw_upstream_new(&uo);
 	fleet->nodes = g_new0(struct sim_node *, o->engines);
 	for (unsigned i = 0; i < o->engines; i++) {
@@ -452,6 +457,7 @@ main(int argc, char **argv)
 	narwhal_log_level level;
 	int status;
 
+	process_start_unix_us = g_get_real_time();
 	setlocale(LC_ALL, "C");
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, &gerror)) {

@@ -315,7 +315,7 @@ sim_node_stats_json(const struct sim_node *node)
 
 	sim_engine_stats(node->engine, &st);
 	doc = json_pack("{s:s, s:s, s:i, s:b, s:f, s:{s:i, s:i, s:I, s:I, s:f, s:i, s:I, s:I, "
-	                "s:I, s:I, s:I, s:I, s:i, s:I}, s:o}",
+	                "s:I, s:I, s:I, s:I, s:i, s:I, s:I}, s:o}",
 	                "id", node->id,
 	                "url", url,
 	                "port", (json_int_t)node->port,
@@ -337,6 +337,7 @@ sim_node_stats_json(const struct sim_node *node)
 	                "http_requests_total", (json_int_t)node->http_requests_total,
 	                "active_requests", (json_int_t)node->calls_active,
 	                "kv_pulls_served", (json_int_t)node->kv_pulls_served,
+	                "last_request_unix_ms", (json_int_t)node->last_request_unix_ms,
 	                "faults", sim_faults_json(&node->faults));
 	g_free(url);
 	return doc;

@@ -95,6 +95,7 @@ route_metrics(struct sim_node *node, struct MHD_Connection *conn)
 
 	sim_engine_stats(node->engine, &st);
 	sim_metrics_render(node->metrics, &st, node->fleet->model_name, node->index_label, out);
+	sim_metrics_render_process((double)node->fleet->process_start_unix_us / 1e6, out);
 	len = out->len;
 	return sim_respond_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8",
 	                        g_string_free(out, FALSE), len, NULL);

@@ -505,6 +505,11 @@ sim_server_handler(void *data, struct MHD_Connection *conn, const char *url, con
 		call->arrival_v = sim_fleet_now(node->fleet);
 		node->calls_active++;
 		node->http_requests_total++;
+		/* Work the engine was given, failed or not (docs/simulator.md,
+		 * "last_request_unix_ms"). */
+		if ((call->route == R_COMPLETIONS || call->route == R_CHAT ||
+		     call->route == R_TOKENIZE) && call->not_allowed == NULL)
+			node->last_request_unix_ms = g_get_real_time() / 1000;
 		*request = call;
 		return MHD_YES;
 	}

@@ -92,6 +92,8 @@ struct sim_node {
 	unsigned calls_active;
 	uint64_t http_requests_total;
 	uint64_t kv_pulls_served;
+	int64_t last_request_unix_ms; /* wall clock of the last generation or
+	                               * tokenize request received; 0: none */
 };
 
 struct sim_fleet {
@@ -102,6 +104,8 @@ struct sim_fleet {
 	GMainLoop *loop;
 	int64_t start_us;            /* monotonic */
 	int64_t start_unix_us;       /* wall clock at start_us */
+	int64_t process_start_unix_us; /* wall clock when main() began: the
+	                                * process_start_time_seconds metric */
 	struct sim_node **nodes;
 	unsigned n_nodes;
 	struct nw_http_server *admin;

@@ -293,11 +293,21 @@ sim_metric(guint16 port, const char *prefix)
 
 	sim_http(port, "GET", "/metrics", NULL, NULL, 5000, &r);
 	g_assert_cmpint(r.status, ==, 200);
-	at = strstr(r.body->str, prefix);
-	g_assert_nonnull(at);
-	at = strstr(at, "} ");
-	g_assert_nonnull(at);
-	v = g_ascii_strtod(at + 2, NULL);
+	/* At the start of a line, so a HELP or TYPE comment never matches. */
+	for (at = r.body->str; at != NULL && !g_str_has_prefix(at, prefix);) {
+		at = strchr(at, '\n');
+		at = at ? at + 1 : NULL;
+	}
+	if (at == NULL)
+		g_error("no /metrics sample starts with \"%s\"", prefix);
+	/* The value is the line's last token: the simulator sends no
+	 * timestamps. */
+	{
+		const char *eol = strchr(at, '\n');
+		g_autofree char *line = eol ? g_strndup(at, (gsize)(eol - at)) : g_strdup(at);
+
+		v = g_ascii_strtod(strrchr(line, ' ') + 1, NULL);
+	}
 	sim_reply_clear(&r);
 	return v;
 }

@@ -59,7 +59,8 @@ json_t *sim_json(const char *text);
 GPtrArray *sim_sse_events(const char *body);
 
 /* The value of the first /metrics sample whose line starts with prefix
- * (e.g. "vllm:e2e_request_latency_seconds_sum{"). */
+ * (e.g. "vllm:e2e_request_latency_seconds_sum{", or
+ * "process_start_time_seconds " for a sample without labels). */
 double sim_metric(guint16 port, const char *prefix);
 
 /* The stats object of one engine from the admin API (owned). */

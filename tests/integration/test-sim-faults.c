@@ -2,7 +2,9 @@
  * narwhal-sim's fault injection, through the admin API and the --fault-*
  * flags: injected error statuses, latency multipliers, a hang before the
  * first token, death mid-stream, refused connections, flapping or failed
- * health, a shortened lease, strict validation of fault objects, and reset.
+ * health, a shortened lease, strict validation of fault objects, and reset;
+ * and what a recovery test reads back: the process start time across a
+ * SIGKILL and restart, and when an engine last received work.
  */
 #include "build-config.h"
 
@@ -529,6 +531,169 @@ test_bad_flags(void)
 	}
 }
 
+/* Issue 10 ("with expired leases"): a lease shorter than any handoff
+ * lapses before the decode engine's pull arrives, so the decode fails
+ * while the prefill answered normally, and the producer holds nothing. */
+static void
+test_expired_lease(void)
+{
+	struct sim_proc p;
+	const char *args[] = { "--engines", "2", "--no-delay", NULL };
+	struct sim_reply r;
+	json_t *doc, *st;
+	char *params, *decode;
+
+	g_test_summary("/sim/issue10/fault-expired-lease: with kv_lease_s below a handoff's "
+	               "time the decode's pull is refused and the prefill engine's KV is free");
+	g_assert_true(sim_start(&p, args));
+	g_assert_cmpint(sim_set_faults(&p, 0, "{\"kv_lease_s\":0.000001}"), ==, 200);
+	sim_http(p.ports[0], "POST", "/v1/completions",
+	         "{\"prompt\":\"a b c\",\"max_tokens\":4,\"kv_transfer_params\":"
+	         "{\"do_remote_decode\":true}}", NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	doc = sim_json(r.body->str);
+	params = json_dumps(json_object_get(doc, "kv_transfer_params"), JSON_COMPACT);
+	g_assert_nonnull(params);
+	json_decref(doc);
+	sim_reply_clear(&r);
+	decode = g_strdup_printf("{\"prompt\":\"a b c\",\"max_tokens\":4,"
+	                         "\"kv_transfer_params\":%s}", params);
+	sim_http(p.ports[1], "POST", "/v1/completions", decode, NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 500);
+	sim_reply_clear(&r);
+	g_assert_true(sim_wait_log(&p, "\"event\":\"kv_load_failed\"", 5000));
+	st = sim_engine_stats(&p, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(st, "leases")), ==, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(st, "kv_pulls_served")), ==, 0);
+	json_decref(st);
+	free(params);
+	g_free(decode);
+	g_assert_cmpint(sim_stop(&p, SIGTERM, 10000), ==, 0);
+	sim_clear(&p);
+}
+
+/* Issue 10 ("killed with SIGKILL then restarted"): every engine's /metrics
+ * carries the process's start time as Prometheus's process collector does
+ * (a gauge without labels, Unix seconds, below a second's precision), so a
+ * monitor tells a restarted engine from one that only blinked. */
+static void
+test_restart_start_time(void)
+{
+	struct sim_proc p;
+	const char *args[] = { "--engines", "2", "--no-delay", NULL };
+	struct sim_reply r;
+	double before, after, first, killed, second;
+	char port_text[8];
+	guint16 port;
+
+	g_test_summary("/sim/issue10/restart-start-time: process_start_time_seconds is the "
+	               "process's start, the same on every engine, and moves on a restart");
+	before = (double)g_get_real_time() / 1e6;
+	g_assert_true(sim_start(&p, args));
+	after = (double)g_get_real_time() / 1e6;
+	sim_http(p.ports[0], "GET", "/metrics", NULL, NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	g_assert_nonnull(strstr(r.body->str, "\n# TYPE process_start_time_seconds gauge\n"
+	                                     "process_start_time_seconds "));
+	sim_reply_clear(&r);
+	first = sim_metric(p.ports[0], "process_start_time_seconds ");
+	g_assert_cmpfloat(sim_metric(p.ports[1], "process_start_time_seconds "), ==, first);
+	/* Printed to the millisecond. */
+	g_assert_cmpfloat(first, >=, before - 0.001);
+	g_assert_cmpfloat(first, <=, after);
+
+	port = p.ports[0];
+	sim_stop(&p, SIGKILL, 5000);
+	sim_clear(&p);
+	killed = (double)g_get_real_time() / 1e6;
+	/* The same ports again: a later --base-port wins over the helper's 0. */
+	g_snprintf(port_text, sizeof port_text, "%u", port);
+	{
+		const char *again[] = { "--engines", "2", "--no-delay", "--base-port", port_text,
+		                        NULL };
+
+		g_assert_true(sim_start(&p, again));
+	}
+	g_assert_cmpuint(p.ports[0], ==, port);
+	second = sim_metric(port, "process_start_time_seconds ");
+	g_test_message("start time %.3f, after the restart %.3f", first, second);
+	g_assert_cmpfloat(second, >, first);
+	g_assert_cmpfloat(second, >=, killed - 0.001);
+	g_assert_cmpint(sim_stop(&p, SIGTERM, 10000), ==, 0);
+	sim_clear(&p);
+}
+
+static gint64
+last_request_ms(const struct sim_proc *p)
+{
+	json_t *st = sim_engine_stats(p, 0);
+	json_t *v = json_object_get(st, "last_request_unix_ms");
+	gint64 ms;
+
+	g_assert_true(json_is_integer(v));
+	ms = json_integer_value(v);
+	json_decref(st);
+	return ms;
+}
+
+/* Send one request and check that last_request_unix_ms became the wall
+ * clock of its arrival (or stayed put when moves is false). */
+static void
+expect_last_request(const struct sim_proc *p, const char *method, const char *path,
+                    const char *body, long status, gboolean moves)
+{
+	gint64 was = last_request_ms(p), before, after, now;
+	struct sim_reply r;
+
+	/* A later millisecond than the last value, so a move always shows. */
+	while (g_get_real_time() / 1000 <= was)
+		g_usleep(500);
+	before = g_get_real_time() / 1000;
+	sim_http(p->ports[0], method, path, body, NULL, 5000, &r);
+	after = g_get_real_time() / 1000;
+	if (r.status != status)
+		g_error("%s %s -> %ld (want %ld): %s", method, path, r.status, status, r.body->str);
+	sim_reply_clear(&r);
+	now = last_request_ms(p);
+	if (!moves) {
+		g_assert_cmpint(now, ==, was);
+		return;
+	}
+	g_assert_cmpint(now, >=, before);
+	g_assert_cmpint(now, <=, after);
+}
+
+/* Issue 10's chaos benchmark measures how long a dead engine kept
+ * receiving work: each engine's stats say when its last generation or
+ * tokenize request arrived, whatever became of it. */
+static void
+test_last_request(void)
+{
+	struct sim_proc p;
+	const char *args[] = { "--no-delay", NULL };
+	const char *comp = "{\"prompt\":\"a\",\"max_tokens\":2}";
+
+	g_test_summary("/sim/issue10/last-request-time: last_request_unix_ms is the wall clock "
+	               "of the last generation or tokenize request, 0 before any");
+	g_assert_true(sim_start(&p, args));
+	g_assert_cmpint(last_request_ms(&p), ==, 0);
+	/* Probes and discovery are not work. */
+	expect_last_request(&p, "GET", "/health", NULL, 200, FALSE);
+	expect_last_request(&p, "GET", "/metrics", NULL, 200, FALSE);
+	expect_last_request(&p, "GET", "/v1/models", NULL, 200, FALSE);
+	expect_last_request(&p, "GET", "/v1/completions", NULL, 405, FALSE);
+	expect_last_request(&p, "POST", "/v1/completions", comp, 200, TRUE);
+	expect_last_request(&p, "POST", "/v1/chat/completions",
+	                    "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+	                    "\"max_tokens\":1}", 200, TRUE);
+	expect_last_request(&p, "POST", "/tokenize", "{\"prompt\":\"a b\"}", 200, TRUE);
+	/* An engine answering 503 still received the request. */
+	g_assert_cmpint(sim_set_faults(&p, 0, "{\"error_rate\":1}"), ==, 200);
+	expect_last_request(&p, "POST", "/v1/completions", comp, 503, TRUE);
+	g_assert_cmpint(sim_stop(&p, SIGTERM, 10000), ==, 0);
+	sim_clear(&p);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -543,6 +708,9 @@ main(int argc, char **argv)
 	g_test_add_func("/sim/issue3/fault-kv-lease", test_short_lease);
 	g_test_add_func("/sim/issue3/admin-api", test_admin);
 	g_test_add_func("/sim/issue3/flags", test_bad_flags);
+	g_test_add_func("/sim/issue10/fault-expired-lease", test_expired_lease);
+	g_test_add_func("/sim/issue10/restart-start-time", test_restart_start_time);
+	g_test_add_func("/sim/issue10/last-request-time", test_last_request);
 	int status = g_test_run();
 	curl_global_cleanup();
 	return status;

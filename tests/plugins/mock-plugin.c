@@ -16,8 +16,13 @@
  *   MOCK_CREATE_FAIL  create always refuses
  *   MOCK_OLD_OPS      ops struct_size ends at decide: finished must read NULL
  *   MOCK_TINY_OPS     ops struct_size ends before decide
- *   MOCK_DIALECT      a working minimal dialect without the optional slots
+ *   MOCK_DIALECT      a working minimal dialect; of the optional slots it
+ *                     has only the engine-metrics pair (ABI 2.1)
  *   MOCK_HALF_PAIR    that dialect with build_tokenize but no parse_tokenize
+ *   MOCK_HALF_METRICS that dialect with parse_metrics but no build_metrics
+ *   MOCK_ABI_2_0      that dialect built for ABI 2.0: minor 0, its ops
+ *                     struct_size ending at whole_body_only (the metrics
+ *                     pair, present in memory, must read NULL)
  *   MOCK_WRONG_OPS    an admission descriptor given placement ops (must not
  *                     compile: tests/plugins/Makefile.inc checks that)
  */
@@ -39,6 +44,8 @@ struct mock {
 	char label[32];
 	uint32_t caps; /* the mock dialect's capabilities */
 	int decide_rc; /* what the mock admission's decide returns when not 0 */
+	char metrics_path[64]; /* what the mock dialect's build_metrics asks for */
+	int metrics_rc; /* what its parse_metrics returns instead of reading, when not 0 */
 };
 
 static struct mock *
@@ -62,7 +69,9 @@ mock_log(const struct mock *m, narwhal_log_level level, const char *what)
 
 /* Config: {"label": string, "fail": string, "fail_unterminated": true,
  * "fail_silent": negative errno, "caps": dialect capabilities, "decide_rc":
- * what admission decide() returns}; anything else is refused by name. */
+ * what admission decide() returns, "metrics_path": the dialect's metrics
+ * path, "metrics_rc": what the dialect's parse_metrics returns instead of
+ * reading}; anything else is refused by name. */
 static int
 mock_create(const struct narwhal_host *host, const json_t *config, void **instance,
             char *err, size_t err_len)
@@ -71,6 +80,8 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 	const char *label = "none";
 	uint32_t caps = NARWHAL_DIALECT_HANDOFF_SEQUENTIAL;
 	int decide_rc = 0;
+	const char *metrics_path = "/metrics";
+	int metrics_rc = 0;
 	const char *key;
 	json_t *value;
 
@@ -92,6 +103,11 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 			caps = (uint32_t)json_integer_value(value);
 		} else if (strcmp(key, "decide_rc") == 0 && json_is_integer(value)) {
 			decide_rc = (int)json_integer_value(value);
+		} else if (strcmp(key, "metrics_path") == 0 && json_is_string(value) &&
+		           json_string_value(value)[0] == '/' && json_string_length(value) < 64) {
+			metrics_path = json_string_value(value);
+		} else if (strcmp(key, "metrics_rc") == 0 && json_is_integer(value)) {
+			metrics_rc = (int)json_integer_value(value);
 		} else if (strcmp(key, "fail") == 0 && json_is_string(value)) {
 			snprintf(err, err_len, "%s", json_string_value(value));
 			return -EINVAL;
@@ -112,6 +128,8 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 	m->host = host;
 	m->caps = caps;
 	m->decide_rc = decide_rc;
+	m->metrics_rc = metrics_rc;
+	snprintf(m->metrics_path, sizeof m->metrics_path, "%s", metrics_path);
 	snprintf(m->label, sizeof m->label, "%s", label);
 	host->counter_add(host->host_ctx, "mock_instances_total", 1.0);
 	host->gauge_set(host->host_ctx, "mock_live", 1.0);
@@ -153,12 +171,14 @@ static const struct narwhal_controller_ops mock_ops = {
 };
 #define MOCK_KIND CONTROLLER
 
-#elif defined(MOCK_DIALECT) || defined(MOCK_HALF_PAIR)
+#elif defined(MOCK_DIALECT) || defined(MOCK_HALF_PAIR) || defined(MOCK_HALF_METRICS) || \
+	defined(MOCK_ABI_2_0)
 
 /* A minimal working dialect for OpenAI-compatible engines: legs are the
  * client's body (the prefill one cut to one token), no handoff, no
  * tokenise, no model discovery. Config "caps" (an integer) replaces its
- * capabilities, e.g. 0 for an aggregate-only engine. */
+ * capabilities, e.g. 0 for an aggregate-only engine. Its engine metrics are
+ * a tiny text format, below. */
 static uint32_t
 mock_capabilities(void *instance, const struct narwhal_engine_ref *engine)
 {
@@ -270,6 +290,93 @@ mock_parse_error(void *instance, int32_t http_status, const char *body, size_t l
 	return -EPROTO;
 }
 
+#ifndef MOCK_HALF_METRICS
+/* GET metrics_path (config; "/metrics" by default). */
+static int
+mock_build_metrics(void *instance, const struct narwhal_engine_ref *engine,
+                   struct narwhal_http_call *out)
+{
+	struct mock *m = mock_cast(instance);
+
+	(void)engine;
+	out->method = "GET";
+	out->path = m->metrics_path;
+	out->body = NULL;
+	return 0;
+}
+#endif
+
+/* Whether line [p, end) is "key value" for this key; the value is copied
+ * into buf (terminated) when it is. */
+static bool
+mock_metric_line(const char *p, const char *end, const char *key, char *buf, size_t size)
+{
+	size_t k = strlen(key), n;
+
+	if ((size_t)(end - p) <= k || memcmp(p, key, k) != 0 || p[k] != ' ')
+		return false;
+	p += k + 1;
+	n = (size_t)(end - p);
+	if (n >= size)
+		n = size - 1;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	return true;
+}
+
+/*
+ * Lines "key value": "running" and "waiting" (non-negative integers),
+ * "kv_usage" (0 to 1) and "start_time_s" or Prometheus's
+ * "process_start_time_seconds" (positive). Every other line is skipped, so
+ * a vLLM or narwhal-sim scrape reads as its start time alone, and a body
+ * without any of these is an engine that reports nothing (0, presets kept).
+ * A known key with a bad value is -EPROTO; config "metrics_rc" replaces the
+ * answer.
+ */
+static int
+mock_parse_metrics(void *instance, const char *body, size_t len,
+                   struct narwhal_engine_metrics *out)
+{
+	struct mock *m = mock_cast(instance);
+	struct narwhal_engine_metrics got = *out;
+	const char *p = body, *end = body + len;
+
+	if (m->metrics_rc != 0)
+		return m->metrics_rc;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *eol = nl != NULL ? nl : end;
+		char buf[64], *rest;
+		long long count;
+		double v;
+
+		if (mock_metric_line(p, eol, "running", buf, sizeof buf) ||
+		    mock_metric_line(p, eol, "waiting", buf, sizeof buf)) {
+			count = strtoll(buf, &rest, 10);
+			if (rest == buf || *rest != '\0' || count < 0)
+				return -EPROTO;
+			if (p[0] == 'r')
+				got.running = count;
+			else
+				got.waiting = count;
+		} else if (mock_metric_line(p, eol, "kv_usage", buf, sizeof buf)) {
+			v = strtod(buf, &rest);
+			if (rest == buf || *rest != '\0' || !(v >= 0 && v <= 1))
+				return -EPROTO;
+			got.kv_usage = v;
+		} else if (mock_metric_line(p, eol, "start_time_s", buf, sizeof buf) ||
+		           mock_metric_line(p, eol, "process_start_time_seconds", buf, sizeof buf)) {
+			v = strtod(buf, &rest);
+			if (rest == buf || *rest != '\0' || !(v > 0 && isfinite(v)))
+				return -EPROTO;
+			got.start_time_s = v;
+		}
+		p = eol + 1;
+	}
+	*out = got;
+	return 0;
+}
+
 #ifdef MOCK_HALF_PAIR
 static int
 mock_build_tokenize(void *instance, const struct narwhal_dialect_target *target,
@@ -283,7 +390,13 @@ mock_build_tokenize(void *instance, const struct narwhal_dialect_target *target,
 #endif
 
 static const struct narwhal_dialect_ops mock_ops = {
+#ifdef MOCK_ABI_2_0
+	/* As a plugin built against the 2.0 header sees the table; the
+	 * metrics pair below is present in memory all the same. */
+	.struct_size = MOCK_END_OF(struct narwhal_dialect_ops, whole_body_only),
+#else
 	.struct_size = sizeof(struct narwhal_dialect_ops),
+#endif
 	.create = mock_create,
 	.destroy = mock_destroy,
 	.capabilities = mock_capabilities,
@@ -300,6 +413,12 @@ static const struct narwhal_dialect_ops mock_ops = {
 	.build_health = mock_build_health,
 	.parse_sse = mock_parse_sse,
 	.parse_error = mock_parse_error,
+#ifdef MOCK_HALF_METRICS
+	.build_metrics = NULL, /* with parse_metrics alone */
+#else
+	.build_metrics = mock_build_metrics,
+#endif
+	.parse_metrics = mock_parse_metrics,
 };
 #define MOCK_KIND DIALECT
 
@@ -373,7 +492,7 @@ static const struct narwhal_admission_ops mock_ops = {
 
 #if defined(MOCK_BAD_MAGIC) || defined(MOCK_MAJOR) || defined(MOCK_MINOR) || \
 	defined(MOCK_SHORT_DESC) || defined(MOCK_NULL_DESC) || defined(MOCK_NO_ENTRY) || \
-	defined(MOCK_NO_NAME) || defined(MOCK_NULL_OPS)
+	defined(MOCK_NO_NAME) || defined(MOCK_NULL_OPS) || defined(MOCK_ABI_2_0)
 
 /* A descriptor written by hand, as a broken or foreign build would. */
 #define MOCK_GLUE(a, b) a##b
@@ -391,6 +510,9 @@ static const struct narwhal_plugin_descriptor mock_desc = {
 #elif defined(MOCK_MINOR)
 	.abi_major = NARWHAL_ABI_MAJOR,
 	.abi_minor = NARWHAL_ABI_MINOR + 1,
+#elif defined(MOCK_ABI_2_0)
+	.abi_major = 2,
+	.abi_minor = 0,
 #else
 	.abi_major = NARWHAL_ABI_MAJOR,
 	.abi_minor = NARWHAL_ABI_MINOR,

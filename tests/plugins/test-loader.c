@@ -389,6 +389,19 @@ test_half_pair(void)
 	assert_contains(m, "found parse_tokenize NULL");
 }
 
+/* plugin-abi.h (2.1): the engine-metrics slots are one more such pair; a
+ * dialect with parse_metrics alone is refused, naming the missing half. */
+static void
+test_half_metrics(void)
+{
+	g_autofree char *m = expect_refusal("half-metrics", NARWHAL_KIND_DIALECT, "mock",
+	                                    NW_PLUGIN_ERROR_NULL_SLOT);
+
+	assert_contains(m, "incomplete dialect slot group");
+	assert_contains(m, "build_metrics and parse_metrics work together");
+	assert_contains(m, "found build_metrics NULL");
+}
+
 /* A copy of a mock plugin in a fresh directory (freed by the caller with
  * remove_copy). */
 static char *
@@ -587,6 +600,8 @@ test_dialect_optional_slots(void)
 	g_assert_null(p->ops.dialect.sniff_sse);
 	g_assert_null(p->ops.dialect.router_keys);
 	g_assert_nonnull(p->ops.dialect.parse_error);
+	g_assert_nonnull(p->ops.dialect.build_metrics);
+	g_assert_nonnull(p->ops.dialect.parse_metrics);
 
 	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), NULL, &error);
 	g_assert_no_error(error);
@@ -597,6 +612,96 @@ test_dialect_optional_slots(void)
 	g_assert_null(call.body);
 	g_assert_cmpint(p->ops.dialect.parse_error(inst->ctx, 503, "", 0, &err), ==, -EPROTO);
 	nw_plugin_instance_free(inst);
+	nw_plugin_free(p);
+	nw_mock_host_free(mh);
+}
+
+/* Compatibility (plugin-abi.h): a dialect built for ABI 2.0 loads on a 2.1
+ * host; its ops table ends before the metrics pair, which reads as absent
+ * even though the mock's table has both slots in memory. */
+static void
+test_abi_2_0_dialect(void)
+{
+	struct nw_plugin *p = load_ok("abi-2-0", NARWHAL_KIND_DIALECT, "mock");
+
+	g_assert_cmpuint(p->desc->abi_major, ==, 2);
+	g_assert_cmpuint(p->desc->abi_minor, ==, 0);
+	g_assert_cmpuint(p->ops.dialect.struct_size, ==,
+	                 offsetof(struct narwhal_dialect_ops, whole_body_only) + sizeof(void *));
+	g_assert_null(p->ops.dialect.build_metrics);
+	g_assert_null(p->ops.dialect.parse_metrics);
+	g_assert_nonnull(p->ops.dialect.parse_error);
+	g_assert_nonnull(p->ops.dialect.build_health);
+	nw_plugin_free(p);
+}
+
+/* The mock dialect's metrics, which host tests script (mock-plugin.c): the
+ * configured path, its tiny text format, presets kept for what is absent,
+ * -EPROTO for a bad value and the configured failure. */
+static int
+mock_metrics(const struct nw_plugin *p, void *ctx, const char *text,
+             struct narwhal_engine_metrics *m)
+{
+	*m = (struct narwhal_engine_metrics){ .struct_size = sizeof *m, .running = -1,
+	                                      .waiting = -1, .kv_usage = NAN,
+	                                      .start_time_s = NAN };
+	return p->ops.dialect.parse_metrics(ctx, text, strlen(text), m);
+}
+
+static void
+test_dialect_metrics(void)
+{
+	struct nw_plugin *p = load_ok("dialect", NARWHAL_KIND_DIALECT, "mock");
+	struct nw_mock_host *mh = nw_mock_host_new();
+	g_autoptr(GError) error = NULL;
+	struct nw_plugin_instance *inst, *failing;
+	struct narwhal_http_call call = { .struct_size = sizeof call };
+	struct narwhal_engine_metrics m;
+	json_t *config = json_pack("{s:s}", "metrics_path", "/stats");
+	json_t *fail = json_pack("{s:i}", "metrics_rc", -EIO);
+	const struct narwhal_engine_ref engine = {
+		.struct_size = sizeof engine, .index = 0, .id = "e0", .url = "http://127.0.0.1:1",
+	};
+
+	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), NULL, &error);
+	g_assert_no_error(error);
+	g_assert_cmpint(p->ops.dialect.build_metrics(inst->ctx, &engine, &call), ==, 0);
+	g_assert_cmpstr(call.method, ==, "GET");
+	g_assert_cmpstr(call.path, ==, "/metrics");
+	g_assert_null(call.body);
+
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "running 3\nwaiting 0\nkv_usage 0.5\n"
+	                             "start_time_s 1700000000.5", &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 3);
+	g_assert_cmpint(m.waiting, ==, 0);
+	g_assert_cmpfloat(m.kv_usage, ==, 0.5);
+	g_assert_cmpfloat(m.start_time_s, ==, 1700000000.5);
+	/* A Prometheus scrape reads as its start time alone. */
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "# TYPE process_start_time_seconds gauge\n"
+	                             "process_start_time_seconds 1.5e9\n"
+	                             "vllm:num_requests_running{engine=\"0\"} 4.0\n", &m), ==, 0);
+	g_assert_cmpfloat(m.start_time_s, ==, 1.5e9);
+	g_assert_cmpint(m.running, ==, -1);
+	g_assert_true(isnan(m.kv_usage));
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "", &m), ==, 0);
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "running many\n", &m), ==, -EPROTO);
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "waiting -1\n", &m), ==, -EPROTO);
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "kv_usage 2\n", &m), ==, -EPROTO);
+	g_assert_cmpint(mock_metrics(p, inst->ctx, "start_time_s 0\n", &m), ==, -EPROTO);
+	nw_plugin_instance_free(inst);
+
+	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), config, &error);
+	g_assert_no_error(error);
+	g_assert_cmpint(p->ops.dialect.build_metrics(inst->ctx, &engine, &call), ==, 0);
+	g_assert_cmpstr(call.path, ==, "/stats");
+	failing = nw_plugin_instance_new(p, nw_mock_host_table(mh), fail, &error);
+	g_assert_no_error(error);
+	g_assert_cmpint(mock_metrics(p, failing->ctx, "running 1\n", &m), ==, -EIO);
+	g_assert_cmpint(m.running, ==, -1);
+	nw_plugin_instance_free(failing);
+	nw_plugin_instance_free(inst);
+	json_decref(config);
+	json_decref(fail);
 	nw_plugin_free(p);
 	nw_mock_host_free(mh);
 }
@@ -888,6 +993,7 @@ static const struct isolated isolated_tests[] = {
 	{ "/loader/refuse/null-slot", test_null_slot },
 	{ "/loader/refuse/short-ops", test_short_ops },
 	{ "/loader/refuse/half-pair", test_half_pair },
+	{ "/loader/refuse/half-metrics", test_half_metrics },
 	{ "/loader/refuse/writable-file", test_writable_file },
 	{ "/loader/refuse/writable-dir", test_writable_dir },
 	{ "/loader/refuse/order", test_check_order },
@@ -895,6 +1001,8 @@ static const struct isolated isolated_tests[] = {
 	{ "/loader/load/good", test_good },
 	{ "/loader/load/old-ops", test_old_ops },
 	{ "/loader/load/dialect", test_dialect_optional_slots },
+	{ "/loader/load/abi-2.0-dialect", test_abi_2_0_dialect },
+	{ "/loader/load/dialect-metrics", test_dialect_metrics },
 	{ "/loader/instance/lifecycle", test_instance_lifecycle },
 	{ "/loader/instance/two", test_two_instances },
 	{ "/loader/instance/create-fail", test_create_fail },
