@@ -346,7 +346,9 @@ send_leg(struct nw_handoff_probe *p, struct probe_leg *leg, const char *slot, in
 	req.request_id = p->request_id;
 	req.owned_body = body;
 	req.body_len = body != NULL ? strlen(body) : 0;
-	req.connect_timeout_ms = MAX(1, (long)(p->opts.connect_timeout_s * 1000.0 + 0.5));
+	/* 0: the engine client's default. */
+	req.connect_timeout_ms = p->opts.connect_timeout_s > 0
+	                         ? MAX(1, (long)(p->opts.connect_timeout_s * 1000.0 + 0.5)) : 0;
 	req.timeout_ms = timeout_ms;
 	leg->status = 0;
 	leg->started_us = g_get_monotonic_time();
