@@ -8,7 +8,6 @@
 #include "build-config.h"
 
 #include <errno.h>
-#include <math.h>
 #include <string.h>
 
 #include "tools/check/checks.h"
