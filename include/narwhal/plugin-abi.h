@@ -22,8 +22,8 @@
  * one slot of a pair that works together (dialect: build_tokenize with
  * parse_tokenize, build_models with parse_models, build_metrics with
  * parse_metrics, and build_prefill, build_decode and parse_prefill
- * together). Optional slots may be NULL; the
- * host checks every optional slot before it calls it.
+ * together). Optional slots may be NULL; the host checks every optional
+ * slot before it calls it.
  *
  * Compatibility: the plugin's ABI major must equal the host's, and its minor
  * must be at most the host's. Every struct that crosses the boundary starts

@@ -703,7 +703,7 @@ enum vllm_metric {
 	M_RUNNING,
 	M_WAITING,
 	M_KV,
-	M_KV_OLD, /* the name before vLLM 0.10: read only when the new one is absent */
+	M_KV_OLD, /* the older name: read only when the new one is absent */
 	M_START,
 	M_COUNT,
 };
@@ -894,6 +894,9 @@ struct metrics_seen {
 	double value[M_COUNT];
 };
 
+/* Counts stay exact as doubles, and far from overflowing int64. */
+#define MAX_COUNT 9007199254740992.0 /* 2^53 */
+
 /* Whether v is valid for metric m. */
 static bool
 value_fits(enum vllm_metric m, double v)
@@ -901,8 +904,7 @@ value_fits(enum vllm_metric m, double v)
 	switch (m) {
 	case M_RUNNING:
 	case M_WAITING:
-		/* A count, exact as a double and far from overflowing int64. */
-		return v >= 0 && v <= 9007199254740992.0 && v == (double)(int64_t)v;
+		return v >= 0 && v <= MAX_COUNT && v == (double)(int64_t)v;
 	case M_KV:
 	case M_KV_OLD:
 		return v >= 0 && v <= 1;
@@ -915,8 +917,9 @@ value_fits(enum vllm_metric m, double v)
 }
 
 /* Several series of one metric (one per model_name or engine label): the
- * counts add up, the cache usage and the start time are the highest. */
-static void
+ * counts add up, the cache usage and the start time are the highest. False
+ * when a sum of counts leaves the range. */
+static bool
 merge_value(struct metrics_seen *ms, enum vllm_metric m, double v)
 {
 	if (!ms->seen[m])
@@ -926,6 +929,7 @@ merge_value(struct metrics_seen *ms, enum vllm_metric m, double v)
 	else if (v > ms->value[m])
 		ms->value[m] = v;
 	ms->seen[m] = true;
+	return ms->value[m] <= MAX_COUNT || (m != M_RUNNING && m != M_WAITING);
 }
 
 /* One line. False when it is malformed where that matters: a line that is
@@ -969,8 +973,7 @@ read_line(struct scan *s, struct metrics_seen *ms)
 		return false;
 	if (scan_token(s, &tok) != 0)
 		return false;
-	merge_value(ms, (enum vllm_metric)m, v);
-	return true;
+	return merge_value(ms, (enum vllm_metric)m, v);
 }
 
 /* GET /metrics: running and waiting requests, KV-cache usage and the

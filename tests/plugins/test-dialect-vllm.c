@@ -2,7 +2,7 @@
  * The "vllm" dialect in isolation: the built .so, loaded by the real loader,
  * driven against the mock host. Every engine call is checked as exact JSON;
  * the responses, SSE payloads and error bodies are the shapes the
- * engine-wire-formats reference records for vLLM (sections 1.2, 3, 4).
+ * engine-wire-formats reference records for vLLM (sections 1.2, 3, 4, 5.1).
  * Paths name the spec section ("spec-4.2") or the reference section
  * ("ref-1.2") a test holds the plugin to.
  */
@@ -1572,6 +1572,9 @@ test_metrics_malformed(void)
 		"vllm:num_requests_running NaN\n",
 		"vllm:num_requests_running +Inf\n",
 		"vllm:num_requests_waiting 1e300\n",
+		/* Counts whose sum leaves the exact range. */
+		"vllm:num_requests_running{engine=\"0\"} 9007199254740992\n"
+		"vllm:num_requests_running{engine=\"1\"} 2\n",
 		"vllm:kv_cache_usage_perc 1.5\n",
 		"vllm:kv_cache_usage_perc -0.1\n",
 		"vllm:kv_cache_usage_perc NaN\n",
