@@ -16,7 +16,8 @@
 #include "net/loop.h"
 #include "net/sse.h"
 
-#define PROBE_PROMPT "Narwhal checks that a prefill engine hands its KV cache to a decode engine."
+#define PROBE_PROMPT "Narwhal checks that a prefill engine hands its KV cache to a decode " \
+	"engine."
 /* A probe's answers are tiny: anything larger is not the answer we asked for. */
 #define PROBE_BODY_MAX (1u << 20)
 #define PROBE_ERROR_MAX (16u << 10)
@@ -53,7 +54,6 @@ struct nw_handoff_probe {
 	bool first_token;
 	bool saw_done;
 	int64_t started_us;
-	int64_t first_token_us;
 	GSource *timer;                  /* the decode bound; then delivery */
 	bool finished;                   /* res is final; the timer delivers it */
 	struct nw_handoff_probe_result res;
@@ -168,13 +168,14 @@ on_event(void *data, const char *payload, size_t len)
 	case NARWHAL_SSE_TOKENS:
 		p->res.tokens += ev.tokens;
 		if (!p->first_token) {
+			int64_t now = g_get_monotonic_time();
+
 			p->first_token = true;
-			p->first_token_us = g_get_monotonic_time();
-			p->res.first_token_s = seconds_since(p->decode.started_us, p->first_token_us);
+			p->res.first_token_s = seconds_since(p->decode.started_us, now);
 			/* A sequential handoff lived from the start of its prefill
 			 * leg; a concurrent one from both legs' start. */
 			if (!p->aggregate)
-				p->res.handoff_s = seconds_since(p->prefill.started_us, p->first_token_us);
+				p->res.handoff_s = seconds_since(p->prefill.started_us, now);
 			/* After the first token the stream has leg_timeout_s again. */
 			nw_deadline_source_set_in(p->timer,
 			                          (int64_t)(p->opts.leg_timeout_s * 1e6));
@@ -241,7 +242,9 @@ on_done(void *data, const struct nw_upstream_result *res)
 	if (p->finished)
 		return;
 	if (leg->streaming) {
-		nw_sse_finish(&p->sse);
+		/* A last event without its blank line still counts. */
+		if (!p->saw_done)
+			nw_sse_finish(&p->sse);
 		if (p->finished)
 			return;
 		/* The terminator came: a success, whether or not the transfer
@@ -343,7 +346,9 @@ send_leg(struct nw_handoff_probe *p, struct probe_leg *leg, const char *slot, in
 	req.request_id = p->request_id;
 	req.owned_body = body;
 	req.body_len = body != NULL ? strlen(body) : 0;
-	req.connect_timeout_ms = MAX(1, (long)(p->opts.connect_timeout_s * 1000.0 + 0.5));
+	/* 0: the engine client's default. */
+	req.connect_timeout_ms = p->opts.connect_timeout_s > 0
+	                         ? MAX(1, (long)(p->opts.connect_timeout_s * 1000.0 + 0.5)) : 0;
 	req.timeout_ms = timeout_ms;
 	leg->status = 0;
 	leg->started_us = g_get_monotonic_time();
@@ -444,9 +449,12 @@ decode_ended(struct nw_handoff_probe *p)
 		     "generated token", p->decode.d->ref.id);
 		return;
 	}
-	/* A concurrent pair is complete when both legs are. */
-	if (p->concurrent && !p->prefill.ended)
+	/* A concurrent pair is complete when both legs are; its prefill leg
+	 * has its own bound (the call's timeout). */
+	if (p->concurrent && !p->prefill.ended) {
+		nw_deadline_source_set(p->timer, -1);
 		return;
+	}
 	finish(p);
 }
 
@@ -519,7 +527,6 @@ nw_handoff_probe_start(const struct nw_handoff_probe_options *opts,
 	p->prefill_body = client_body(p, false);
 	p->decode_body = client_body(p, true);
 	p->started_us = g_get_monotonic_time();
-	p->first_token_us = -1;
 	leg_init(&p->prefill, p, LEG_PREFILL, prefill);
 	/* An aggregate-only engine runs the whole request itself. */
 	leg_init(&p->decode, p, LEG_DECODE, p->aggregate ? prefill : p->opts.decode);

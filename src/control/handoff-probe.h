@@ -30,13 +30,16 @@
 struct nw_handoff_probe_options {
 	struct nw_upstream *pool;
 	const struct nw_dialect *prefill;  /* the prefill engine's dialect */
-	const struct nw_dialect *decode;   /* the decode engine's (may equal prefill) */
+	const struct nw_dialect *decode;   /* the decode engine's (may equal prefill;
+	                                    * NULL: prefill) */
 	const char *model;                 /* served model name (may be NULL) */
 	uint64_t handle;                   /* unique, NW_HANDOFF_PROBE_HANDLE_BASE + n */
 	uint32_t max_tokens;               /* output tokens to ask for; 0: 2 */
 	const char *prompt;                /* NULL: a short fixed prompt */
-	double leg_timeout_s;              /* each leg: engine.first_token_timeout_s */
-	double connect_timeout_s;          /* engine.connect_timeout_s */
+	double leg_timeout_s;              /* each leg: engine.first_token_timeout_s
+	                                    * (positive) */
+	double connect_timeout_s;          /* engine.connect_timeout_s; 0: the
+	                                    * engine client's default */
 	bool abandon;                      /* prefill only: keep the handoff, send
 	                                    * no decode (lease release check) */
 };
@@ -88,8 +91,9 @@ struct nw_handoff_probe;
  * generated token, then leg_timeout_s again from that token to the stream's
  * terminator. A concurrent pair is complete when both legs are. Failures:
  * a transport failure or a non-2xx answer of the prefill leg is
- * STAGE_PREFILL; a prefill answer without a handoff (parse_prefill gives
- * NULL) is STAGE_HANDOFF, since a verification needs a real one; before
+ * STAGE_PREFILL, and so is an answer that is not JSON; a handoff the
+ * dialect cannot read, or none (parse_prefill gives NULL), is
+ * STAGE_HANDOFF, since a verification needs a real one; before
  * the first token the decode leg fails at STAGE_DECODE (an aggregate leg at
  * STAGE_PREFILL), after it at STAGE_STREAM. abandon needs a sequential
  * handoff (else STAGE_BUILD). */

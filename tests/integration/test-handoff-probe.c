@@ -314,6 +314,28 @@ test_decode_error_status(void)
 	env_clear(&e);
 }
 
+/* A decode stream that dies after its first token fails at stage
+ * stream: the handoff worked, the stream did not end. */
+static void
+test_stream_dies(void)
+{
+	struct probe_env e;
+	struct nw_handoff_probe_options opts;
+	struct outcome o;
+
+	g_test_summary("/control/issue10/probe-stream-dies: a decode stream cut after its first "
+	               "token fails the probe at stage stream, with the token counted");
+	if (!env_start(&e, "vv", 0, NULL))
+		return;
+	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"die_after_tokens\": 1}"), ==, 200);
+	opts = options(&e, 0, 1, 5.0);
+	run_probe(&opts, &o);
+	expect_failure(&o, NW_PROBE_STAGE_STREAM, FALSE);
+	g_assert_cmpuint(o.res.tokens, ==, 1);
+	g_assert_cmpfloat(o.res.first_token_s, >, 0.0);
+	env_clear(&e);
+}
+
 /* The lease check's first half: an abandoned prefill keeps its handoff
  * and sends no decode leg; the engine holds the KV under its lease. */
 static void
@@ -501,6 +523,7 @@ main(int argc, char **argv)
 	g_test_add_func("/control/issue10/probe-refused-prefill", test_refused_prefill);
 	g_test_add_func("/control/issue10/probe-decode-hangs", test_decode_hangs);
 	g_test_add_func("/control/issue10/probe-decode-error", test_decode_error_status);
+	g_test_add_func("/control/issue10/probe-stream-dies", test_stream_dies);
 	g_test_add_func("/control/issue10/probe-abandon", test_abandon);
 	g_test_add_func("/control/issue10/probe-missing-handoff", test_missing_handoff);
 	g_test_add_func("/control/issue10/probe-concurrent", test_concurrent);
