@@ -243,7 +243,7 @@ step_start_time(struct nw_engine_health *h, const struct nw_health_rules *rules,
 
 static bool
 step_leg_failed(struct nw_engine_health *h, const struct nw_health_rules *rules,
-                int64_t now_ns, const char *detail)
+                int64_t now_ns, const char *detail, bool refused)
 {
 	bool changed = false;
 
@@ -256,9 +256,10 @@ step_leg_failed(struct nw_engine_health *h, const struct nw_health_rules *rules,
 		changed = true;
 	}
 	/* issue 10, passive detection: real legs failing in a row eject at
-	 * once, without waiting for probes. */
+	 * once, without waiting for probes; a refused connection is
+	 * conclusive on its own (docs/recovery.md). */
 	if (rules->passive_failures > 0 && h->state == NW_HEALTH_LIVE &&
-	    h->leg_failures >= rules->passive_failures) {
+	    (refused || h->leg_failures >= rules->passive_failures)) {
 		eject(h, rules, NW_HEALTH_REASON_LEG_FAILURES, now_ns);
 		changed = true;
 	}
@@ -298,7 +299,9 @@ nw_health_step(struct nw_engine_health *h, const struct nw_health_rules *rules,
 		h->leg_failures = 0;
 		return false;
 	case NW_HEALTH_LEG_FAILED:
-		return step_leg_failed(h, rules, now_ns, detail);
+		return step_leg_failed(h, rules, now_ns, detail, false);
+	case NW_HEALTH_LEG_REFUSED:
+		return step_leg_failed(h, rules, now_ns, detail, true);
 	case NW_HEALTH_VERIFY_START:
 		if (!nw_health_verify_due(h, now_ns))
 			return false;

@@ -50,7 +50,10 @@ typedef enum nw_health_event_kind {
 	NW_HEALTH_START_TIME,     /* the engine's metrics gave its start time */
 	NW_HEALTH_LEG_OK,         /* a real leg on it completed */
 	NW_HEALTH_LEG_FAILED,     /* a real leg failed through the engine's fault:
-	                           * connect refused, reset, timeout, 5xx */
+	                           * reset, timeout, 5xx */
+	NW_HEALTH_LEG_REFUSED,    /* a real leg found no connection (refused,
+	                           * unreachable): nothing serves there, so with
+	                           * passive detection on it ejects at once */
 	NW_HEALTH_VERIFY_START,   /* the monitor started verification legs;
 	                           * ignored unless nw_health_verify_due() */
 	NW_HEALTH_VERIFY_OK,      /* both verification legs completed */

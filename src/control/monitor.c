@@ -161,13 +161,18 @@ nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_event_k
 
 /* Passive detection (docs/recovery.md): the data plane's hook. */
 static void
-leg_outcome(void *data, uint32_t engine, bool failed, const char *detail)
+leg_outcome(void *data, uint32_t engine, nw_leg_outcome outcome, const char *detail)
 {
+	static const nw_health_event_kind kinds[] = {
+		[NW_LEG_OK] = NW_HEALTH_LEG_OK,
+		[NW_LEG_FAILED] = NW_HEALTH_LEG_FAILED,
+		[NW_LEG_REFUSED] = NW_HEALTH_LEG_REFUSED,
+	};
 	struct nw_monitor *m = data;
 
 	if (engine >= m->n || m->stopped)
 		return;
-	nw_monitor_health_event(m, engine, failed ? NW_HEALTH_LEG_FAILED : NW_HEALTH_LEG_OK, detail);
+	nw_monitor_health_event(m, engine, kinds[outcome], detail);
 }
 
 /* --- roles ------------------------------------------------------------- */

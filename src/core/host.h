@@ -12,6 +12,13 @@
 
 #include "core/config.h"
 
+/* How a real leg on an engine ended, for passive detection. */
+typedef enum nw_leg_outcome {
+	NW_LEG_OK,       /* completed */
+	NW_LEG_FAILED,   /* failed through the engine's fault */
+	NW_LEG_REFUSED,  /* no connection: nothing serves there now */
+} nw_leg_outcome;
+
 /* What the data plane counts per engine, for the monitor and operators. */
 struct nw_engine_stats {
 	uint64_t legs_placed;       /* engine legs started on it */
@@ -39,9 +46,9 @@ struct nw_fleet {
 	double retry_after_s;      /* what a refusal while stopped says */
 
 	/* Passive detection (docs/recovery.md): the data plane reports the
-	 * end of each real leg on an engine; failed is true when the engine is
-	 * at fault. NULL: nobody listens. */
-	void (*leg_outcome)(void *data, uint32_t engine, bool failed, const char *detail);
+	 * end of each real leg on an engine. NULL: nobody listens. */
+	void (*leg_outcome)(void *data, uint32_t engine, nw_leg_outcome outcome,
+	                    const char *detail);
 	void *leg_outcome_data;
 };
 

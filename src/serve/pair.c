@@ -59,7 +59,8 @@ on_done(void *data, const struct nw_upstream_result *res)
 	if (res->code != NW_UPSTREAM_OK) {
 		s->counters.prefill_failed_transport++;
 		nw_request_fail_engine(r, res->code == NW_UPSTREAM_BAD_RESPONSE ? NW_FAIL_BAD_RESPONSE
-		                                                                : NW_FAIL_TRANSPORT,
+		                          : res->code == NW_UPSTREAM_CONNECT  ? NW_FAIL_CONNECT
+		                                                              : NW_FAIL_TRANSPORT,
 		                       0, res->error, NULL);
 		return;
 	}

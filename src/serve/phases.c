@@ -694,7 +694,7 @@ nw_phase_report_ok(struct nw_request *r, int32_t engine)
 	struct nw_fleet *f = r->serve->fleet;
 
 	if (engine >= 0 && f->leg_outcome != NULL)
-		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine, false, NULL);
+		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine, NW_LEG_OK, NULL);
 }
 
 /* Whether a failure is the engine's own: it could not be reached or cut
@@ -706,6 +706,7 @@ engine_at_fault(nw_fail_kind kind, long engine_status)
 {
 	switch (kind) {
 	case NW_FAIL_TRANSPORT:
+	case NW_FAIL_CONNECT:
 	case NW_FAIL_BAD_RESPONSE:
 	case NW_FAIL_PREFILL_TIMEOUT:
 	case NW_FAIL_FIRST_TOKEN:
@@ -728,7 +729,8 @@ nw_phase_report_failure(struct nw_request *r, nw_fail_kind kind, long engine_sta
 		return;
 	f->stats[engine].legs_failed++;
 	if (f->leg_outcome != NULL)
-		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine, true, detail);
+		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine,
+		               kind == NW_FAIL_CONNECT ? NW_LEG_REFUSED : NW_LEG_FAILED, detail);
 }
 
 /* A concurrent pair's prefill leg, built for both engines and sent as the
@@ -907,7 +909,9 @@ nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long s
 static nw_fail_kind
 transfer_failure(const struct nw_upstream_result *res)
 {
-	return res->code == NW_UPSTREAM_BAD_RESPONSE ? NW_FAIL_BAD_RESPONSE : NW_FAIL_TRANSPORT;
+	return res->code == NW_UPSTREAM_BAD_RESPONSE ? NW_FAIL_BAD_RESPONSE
+	       : res->code == NW_UPSTREAM_CONNECT    ? NW_FAIL_CONNECT
+	                                             : NW_FAIL_TRANSPORT;
 }
 
 static void

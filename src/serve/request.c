@@ -525,7 +525,8 @@ failure_answer(nw_fail_kind kind, long engine_status, unsigned *status, const ch
 {
 	*type = "server_error";
 	switch (kind) {
-	case NW_FAIL_TRANSPORT: *status = 502; *code = "engine_unreachable"; break;
+	case NW_FAIL_TRANSPORT:
+	case NW_FAIL_CONNECT: *status = 502; *code = "engine_unreachable"; break;
 	case NW_FAIL_STATUS: *status = 502; *code = "engine_error"; break;
 	case NW_FAIL_PERMANENT:
 		/* An engine's validation of the client's own request (issue 9);
@@ -635,7 +636,7 @@ nw_request_fail_engine(struct nw_request *r, nw_fail_kind kind, long engine_stat
 		nw_request_fail(r, kind, engine_status, engine_message);
 		return;
 	}
-	if (kind == NW_FAIL_TRANSPORT)
+	if (kind == NW_FAIL_TRANSPORT || kind == NW_FAIL_CONNECT)
 		text = g_strdup_printf("engine %s could not be reached or cut its answer short "
 		                       "(request %s)", engine, r->id);
 	else if (kind == NW_FAIL_BAD_RESPONSE)

@@ -60,6 +60,7 @@ nw_fail_retryable(nw_fail_kind kind)
 {
 	switch (kind) {
 	case NW_FAIL_TRANSPORT:
+	case NW_FAIL_CONNECT:
 	case NW_FAIL_STATUS:
 	case NW_FAIL_PREFILL_TIMEOUT:
 	case NW_FAIL_FIRST_TOKEN:

@@ -13,7 +13,9 @@
 
 /* Why an attempt failed. */
 typedef enum nw_fail_kind {
-	NW_FAIL_TRANSPORT,      /* no HTTP answer: connect, reset, cut */
+	NW_FAIL_TRANSPORT,      /* no HTTP answer: reset, cut, a timeout */
+	NW_FAIL_CONNECT,        /* no address accepted a connection (refused,
+	                         * unreachable): nothing serves there now */
 	NW_FAIL_STATUS,         /* a retryable engine status */
 	NW_FAIL_PERMANENT,      /* an engine error not worth retrying */
 	NW_FAIL_CONTEXT,        /* the prompt does not fit the model */

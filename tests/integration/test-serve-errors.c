@@ -21,9 +21,11 @@
 
 #include "integration/test-serve-common.h"
 
-/* Config merged over the harness's: no monitor pass during a test, so a
- * faulted engine stays in the fleet and its failure is the request's. */
-#define QUIET_MONITOR "\"controller\":{\"monitor_interval_s\":600}"
+/* Config merged over the harness's: no monitor pass during a test after
+ * the first, and no passive detection (docs/recovery.md), so a faulted
+ * engine stays in the fleet and its failure is the request's. */
+#define QUIET_MONITOR "\"controller\":{\"monitor_interval_s\":600}," \
+                      "\"recovery\":{\"passive_failures\":0}"
 
 static void
 assert_absent(const struct sim_reply *r, const char *needle)

@@ -479,6 +479,28 @@ test_backoff_grows_and_is_capped(void)
 	nw_health_clear(&f.h);
 }
 
+/* issue 10, passive detection: a refused connection ejects at once (nothing
+ * listens there); with passive detection off it only counts. */
+static void
+test_refused_ejects_at_once(void)
+{
+	struct nw_health_rules r = default_rules();
+	struct fx f;
+
+	fx_init(&f, &r);
+	g_assert_true(fx_step(&f, NW_HEALTH_LEG_REFUSED, 1));
+	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_LEG_FAILURES);
+	g_assert_cmpuint(f.h.ejections, ==, 1);
+	nw_health_clear(&f.h);
+
+	r.passive_failures = 0;
+	fx_init(&f, &r);
+	g_assert_false(fx_step(&f, NW_HEALTH_LEG_REFUSED, 1));
+	assert_state(&f, NW_HEALTH_LIVE, NW_HEALTH_REASON_NONE);
+	g_assert_cmpuint(f.h.leg_failures, ==, 1);
+	nw_health_clear(&f.h);
+}
+
 /* issue 10: restart hold (health answers after failing): an engine that
  * failed its probes until ejected and answers again has restarted, and is
  * verified at once, without its backoff. One lost probe of a live engine
@@ -778,6 +800,7 @@ main(int argc, char **argv)
 	g_test_add_func("/health/issue-10/window-ages-out", test_window_ages_out);
 	g_test_add_func("/health/issue-10/verification-clears-window",
 	                test_verification_clears_window);
+	g_test_add_func("/health/issue-10/refused-ejects-at-once", test_refused_ejects_at_once);
 	g_test_add_func("/health/issue-10/passive-detection", test_passive_detection);
 	g_test_add_func("/health/spec-6/failure-quarantine", test_quarantine);
 	g_test_add_func("/health/spec-6/failure-quarantine-off", test_quarantine_off);
