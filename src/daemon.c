@@ -9,6 +9,7 @@
 
 #include "control/monitor.h"
 #include "core/dialect.h"
+#include "core/fleet-dialects.h"
 #include "core/host.h"
 #include "core/log.h"
 #include "core/plugin-loader.h"
@@ -35,12 +36,7 @@ struct nw_daemon {
 	struct loaded_plugin admission;
 	struct loaded_plugin placement;
 	struct loaded_plugin controller;
-	/* One dialect instance per distinct engine dialect; engine i uses
-	 * dialects[engine_dialect[i]]. */
-	struct loaded_plugin *dialects;
-	guint n_dialects;
-	struct nw_plugin_instance **engine_dialects;
-	struct nw_dialect *engine_dialect;   /* host side, one per engine */
+	struct nw_fleet_dialects *dialects; /* the engines' dialects */
 	char **api_keys;
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
@@ -116,28 +112,6 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 	return TRUE;
 }
 
-/* A dialect by name, with its section of plugins.dialects. */
-static gboolean
-load_dialect(const struct nw_config *cfg, const char *name, struct nw_fleet *fleet,
-             struct nw_plugin_metrics *metrics, struct loaded_plugin *out, GError **error)
-{
-	g_autofree char *file = nw_plugin_resolve(NARWHAL_KIND_DIALECT, name, NULL, cfg->plugins.dir);
-	const json_t *section = json_object_get(cfg->plugins.dialects, name);
-	struct loaded_plugin lp = { 0 };
-
-	lp.plugin = nw_plugin_load(NARWHAL_KIND_DIALECT, name, file, error);
-	if (lp.plugin == NULL)
-		return FALSE;
-	lp.host = nw_host_new(NARWHAL_KIND_DIALECT, name, NULL, NULL, fleet, metrics);
-	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), section, error);
-	if (lp.instance == NULL) {
-		loaded_plugin_clear(&lp);
-		return FALSE;
-	}
-	*out = lp;
-	return TRUE;
-}
-
 /* The distinct dialect names of the fleet, in fleet order. */
 static GPtrArray *
 fleet_dialects(const struct nw_config *cfg)
@@ -189,16 +163,16 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 		g_autoptr(GPtrArray) names = fleet_dialects(cfg);
 
 		for (guint k = 0; k < names->len; k++) {
-			const char *name = g_ptr_array_index(names, k);
-			struct loaded_plugin lp = { 0 };
 			GError *error = NULL;
-			g_autofree char *path = g_strdup_printf("plugins.dialects.%s", name);
+			struct nw_loaded_dialect *ld = nw_loaded_dialect_new(cfg, g_ptr_array_index(names, k),
+			                                                     fleet, metrics, &error);
 
-			if (load_dialect(cfg, name, fleet, metrics, &lp, &error)) {
-				loaded_plugin_clear(&lp);
+			if (ld != NULL) {
+				nw_loaded_dialect_free(ld);
 				continue;
 			}
-			add_problem(problems, path, error->message);
+			/* The message starts with plugins.dialects.<name>. */
+			add_problem(problems, NULL, error->message);
 			g_error_free(error);
 			ok = FALSE;
 		}
@@ -211,10 +185,10 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 /* --- routes ---------------------------------------------------------- */
 
 static json_t *
-plugin_json(const struct loaded_plugin *lp)
+plugin_json(const struct nw_plugin *p)
 {
-	return json_pack("{s:s, s:s, s:s}", "name", lp->plugin->desc->name,
-	                 "version", lp->plugin->desc->version, "file", lp->plugin->path);
+	return json_pack("{s:s, s:s, s:s}", "name", p->desc->name, "version", p->desc->version,
+	                 "file", p->path);
 }
 
 /* GET /narwhal/health (docs/api.md, docs/recovery.md): 200 while Narwhal
@@ -229,9 +203,11 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 	bool serving = strcmp(json_string_value(json_object_get(body, "status")),
 	                      "unavailable") != 0;
 
-	for (guint k = 0; k < d->n_dialects; k++)
-		json_object_set_new(dialects, d->dialects[k].plugin->desc->name,
-		                    plugin_json(&d->dialects[k]));
+	for (guint k = 0; k < d->dialects->loaded->len; k++) {
+		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->dialects->loaded, k);
+
+		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin));
+	}
 	nw_http_server_counters(d->http, &fc);
 	json_object_update_new(body, json_pack(
 		"{s:s, s:f, s:s?, s:{s:o, s:o, s:o, s:o}, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
@@ -239,9 +215,9 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 		"uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
 		"model", d->fleet->model,
 		"plugins",
-		"admission", plugin_json(&d->admission),
-		"placement", plugin_json(&d->placement),
-		"controller", plugin_json(&d->controller),
+		"admission", plugin_json(d->admission.plugin),
+		"placement", plugin_json(d->placement.plugin),
+		"controller", plugin_json(d->controller.plugin),
 		"dialects", dialects,
 		"counters", nw_serve_counters_to_json(d->serve),
 		"front_door",
@@ -329,30 +305,6 @@ on_hangup_signal(gpointer data)
 	return G_SOURCE_CONTINUE;
 }
 
-static gboolean
-load_fleet_dialects(struct nw_daemon *d, GError **error)
-{
-	const struct nw_config *cfg = d->cfg;
-	g_autoptr(GPtrArray) names = fleet_dialects(cfg);
-
-	d->dialects = g_new0(struct loaded_plugin, MAX(names->len, 1));
-	for (guint k = 0; k < names->len; k++) {
-		if (!load_dialect(cfg, g_ptr_array_index(names, k), d->fleet, d->plugin_metrics,
-		                  &d->dialects[k], error))
-			return FALSE;
-		d->n_dialects++;
-	}
-	d->engine_dialects = g_new0(struct nw_plugin_instance *, MAX(cfg->fleet.n_engines, 1));
-	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
-		for (guint k = 0; k < d->n_dialects; k++) {
-			if (strcmp(d->dialects[k].plugin->desc->name, cfg->fleet.engines[i].dialect) == 0)
-				d->engine_dialects[i] = d->dialects[k].instance;
-		}
-	}
-	d->engine_dialect = g_new0(struct nw_dialect, MAX(cfg->fleet.n_engines, 1));
-	return nw_dialects_init(d->engine_dialect, cfg, d->engine_dialects, error);
-}
-
 struct nw_daemon *
 nw_daemon_new(struct nw_config *cfg, GError **error)
 {
@@ -374,7 +326,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	                 &d->placement, error) ||
 	    !load_plugin(cfg, &plugin_slots[SLOT_CONTROLLER], d->fleet, d->plugin_metrics,
 	                 &d->controller, error) ||
-	    !load_fleet_dialects(d, error))
+	    (d->dialects = nw_fleet_dialects_load(cfg, d->fleet, d->plugin_metrics, error)) == NULL)
 		goto fail;
 	if (cfg->server.api_keys_env != NULL) {
 		d->api_keys = nw_serve_read_api_keys(cfg->server.api_keys_env, error);
@@ -393,7 +345,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	so.fleet = d->fleet;
 	so.admission = d->admission.instance;
 	so.placement = d->placement.instance;
-	so.dialects = d->engine_dialect;
+	so.dialects = d->dialects->dialects;
 	so.serving_pool = d->serving_pool;
 	so.api_keys = d->api_keys;
 	d->serve = nw_serve_new(&so, error);
@@ -415,7 +367,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	nw_serve_set_http(d->serve, d->http);
 	{
 		struct nw_monitor_options mo = {
-			.cfg = cfg, .fleet = d->fleet, .dialects = d->engine_dialect,
+			.cfg = cfg, .fleet = d->fleet, .dialects = d->dialects->dialects,
 			.control_pool = d->control_pool, .clock = nw_clock_monotonic_ns,
 		};
 
@@ -473,11 +425,7 @@ nw_daemon_free(struct nw_daemon *d)
 	nw_monitor_free(d->monitor);
 	nw_upstream_free(d->serving_pool);
 	nw_upstream_free(d->control_pool);
-	for (guint k = 0; k < d->n_dialects; k++)
-		loaded_plugin_clear(&d->dialects[k]);
-	g_free(d->dialects);
-	g_free(d->engine_dialects);
-	g_free(d->engine_dialect);
+	nw_fleet_dialects_free(d->dialects);
 	g_strfreev(d->api_keys);
 	loaded_plugin_clear(&d->admission);
 	loaded_plugin_clear(&d->placement);

@@ -18,13 +18,15 @@
 
 #include "control/handoff-probe.h"
 #include "integration/sim-client.h"
-#include "tools/check/fleet.h"
+#include "core/fleet-dialects.h"
 
 struct probe_env {
 	struct sim_proc sim;
 	char *plugin_dir;
 	struct nw_config *cfg;
-	struct nw_check_fleet *fleet;
+	struct nw_fleet *registry;
+	struct nw_plugin_metrics *metrics;
+	struct nw_fleet_dialects *fleet;
 	struct nw_upstream *pool;
 	uint64_t next_handle;
 };
@@ -112,7 +114,9 @@ env_start(struct probe_env *e, const char *dialects, unsigned mock_caps, const c
 		g_error("%s", line);
 	}
 	g_ptr_array_unref(problems);
-	e->fleet = nw_check_fleet_load(e->cfg, &error);
+	e->registry = nw_fleet_new(e->cfg, 0);
+	e->metrics = nw_plugin_metrics_new();
+	e->fleet = nw_fleet_dialects_load(e->cfg, e->registry, e->metrics, &error);
 	g_assert_no_error(error);
 	e->pool = nw_upstream_new(&pool);
 	e->next_handle = NW_HANDOFF_PROBE_HANDLE_BASE + 1;
@@ -123,7 +127,9 @@ static void
 env_clear(struct probe_env *e)
 {
 	nw_upstream_free(e->pool);
-	nw_check_fleet_free(e->fleet);
+	nw_fleet_dialects_free(e->fleet);
+	nw_plugin_metrics_free(e->metrics);
+	nw_fleet_free(e->registry);
 	nw_config_free(e->cfg);
 	plugin_dir_free(e->plugin_dir);
 	g_assert_cmpint(sim_stop(&e->sim, SIGTERM, 10000), ==, 0);

@@ -16,8 +16,8 @@
 #include <glib.h>
 
 #include "core/config.h"
+#include "core/fleet-dialects.h"
 #include "net/upstream.h"
-#include "tools/check/fleet.h"
 #include "tools/check/report.h"
 
 struct nw_check_options {
@@ -29,7 +29,7 @@ struct nw_check_options {
 struct nw_check_run {
 	const struct nw_config *cfg;
 	const struct nw_check_options *opts;
-	struct nw_check_fleet *fleet;
+	struct nw_fleet_dialects *fleet; /* the engines' dialects */
 	struct nw_upstream *pool;
 	struct nw_check_report *report;
 	bool *healthy;         /* per engine: its health check passed */

@@ -224,7 +224,7 @@ baseline_read(struct lease_job *job, double kv_usage)
 void
 nw_check_leases(struct nw_check_run *run)
 {
-	const struct nw_check_fleet *f = run->fleet;
+	const struct nw_fleet_dialects *f = run->fleet;
 	g_autofree struct lease_job *jobs = g_new0(struct lease_job, MAX(f->n_engines, 1));
 	unsigned outstanding = 0;
 	int64_t started = g_get_monotonic_time();

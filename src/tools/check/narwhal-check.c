@@ -52,12 +52,19 @@ run_checks(const char *file, struct nw_config *cfg, const struct nw_check_option
 	};
 	GError *error = NULL;
 	int64_t started = g_get_monotonic_time();
+	struct nw_fleet *registry;
+	struct nw_plugin_metrics *metrics;
 	int status;
 
-	run.fleet = nw_check_fleet_load(cfg, &error);
+	/* The dialects' host tables see a fleet registry, as in the daemon. */
+	registry = nw_fleet_new(cfg, nw_clock_monotonic_ns(NULL));
+	metrics = nw_plugin_metrics_new();
+	run.fleet = nw_fleet_dialects_load(cfg, registry, metrics, &error);
 	if (run.fleet == NULL) {
 		fprintf(stderr, "%s: %s\n", file, error->message);
 		g_error_free(error);
+		nw_plugin_metrics_free(metrics);
+		nw_fleet_free(registry);
 		return EXIT_USAGE;
 	}
 	run.pool = nw_upstream_new(&pool);
@@ -74,7 +81,9 @@ run_checks(const char *file, struct nw_config *cfg, const struct nw_check_option
 	                                (double)(g_get_monotonic_time() - started) / 1e6);
 	nw_check_report_free(run.report);
 	nw_upstream_free(run.pool);
-	nw_check_fleet_free(run.fleet);
+	nw_fleet_dialects_free(run.fleet);
+	nw_plugin_metrics_free(metrics);
+	nw_fleet_free(registry);
 	g_free(run.healthy);
 	g_free(run.model);
 	return status;

@@ -196,7 +196,7 @@ check_pair(struct nw_check_run *run, uint32_t a, uint32_t b)
 void
 nw_check_pairs(struct nw_check_run *run)
 {
-	const struct nw_check_fleet *f = run->fleet;
+	const struct nw_fleet_dialects *f = run->fleet;
 
 	for (uint32_t a = 0; a < f->n_engines; a++) {
 		bool partnered = false;
