@@ -184,11 +184,12 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 
 /* --- routes ---------------------------------------------------------- */
 
+/* A plugin's name and version; not its file, since this route is on the
+ * clients' listener. */
 static json_t *
 plugin_json(const struct nw_plugin *p)
 {
-	return json_pack("{s:s, s:s, s:s}", "name", p->desc->name, "version", p->desc->version,
-	                 "file", p->path);
+	return json_pack("{s:s, s:s}", "name", p->desc->name, "version", p->desc->version);
 }
 
 /* GET /narwhal/health (docs/api.md, docs/recovery.md): 200 while Narwhal

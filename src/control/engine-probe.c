@@ -124,6 +124,7 @@ models_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 	if (doc != NULL && rc != 0)
 		plugin_failed(m, d, "parse_models", rc);
 	if (rc == 0 && info.name[0] != '\0') {
+		nw_monitor_answer_read(m);
 		g_free(e->model);
 		e->model = g_strdup(info.name);
 		e->max_model_len = info.max_model_len > 0 ? info.max_model_len : -1;
@@ -132,7 +133,8 @@ models_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 		nw_monitor_failed(m, e->index, "models",
 		                  res->code != NW_UPSTREAM_OK ? res->error
 		                  : doc == NULL && rc == -EPROTO ? "the model list is not JSON or not 2xx"
-		                                                 : "the dialect could not read the model list");
+		                                                 : "the dialect could not read the model list",
+		                  true);
 	}
 	next_after_models(e);
 }
@@ -157,16 +159,17 @@ metrics_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 	if (rc != 0) {
 		nw_monitor_failed(m, e->index, "metrics",
 		                  res->code != NW_UPSTREAM_OK ? res->error
-		                                              : "the engine's metrics could not be read");
+		                                              : "the engine's metrics could not be read",
+		                  true);
 	} else {
+		nw_monitor_answer_read(m);
 		e->metrics = out;
 		e->metrics_at_ns = nw_monitor_now(m);
 		if (isfinite(out.start_time_s)) {
 			struct nw_health_event ev = { .kind = NW_HEALTH_START_TIME,
 			                              .start_time_s = out.start_time_s };
 
-			if (nw_health_step(&e->health, &m->rules, &ev, nw_monitor_now(m), NULL))
-				nw_monitor_refresh(m);
+			nw_monitor_health_step(m, e->index, &ev, NULL);
 		}
 	}
 	if (nw_health_verify_due(&e->health, nw_monitor_now(m)))
@@ -233,7 +236,7 @@ start_call(struct nw_monitor_engine *e, nw_probe_kind kind)
 		else if ((double)(now - e->waiting_since_ns) / 1e9 >= cfg->engine.pool_timeout_s) {
 			e->waiting_since_ns = 0;
 			nw_monitor_failed(m, e->index, "control_pool",
-			                  "no control connection within engine.pool_timeout_s");
+			                  "no control connection within engine.pool_timeout_s", false);
 		}
 		return;
 	}
@@ -247,7 +250,7 @@ start_call(struct nw_monitor_engine *e, nw_probe_kind kind)
 		plugin_failed(m, d, kind == NW_PROBE_HEALTH ? "build_health"
 		                    : kind == NW_PROBE_MODELS ? "build_models" : "build_metrics",
 		              rc != 0 ? rc : -EINVAL);
-		nw_monitor_failed(m, e->index, slot_of(kind), why);
+		nw_monitor_failed(m, e->index, slot_of(kind), why, false);
 		return;
 	}
 	url = g_strconcat(d->ref.url, call.path, NULL);
@@ -257,7 +260,7 @@ start_call(struct nw_monitor_engine *e, nw_probe_kind kind)
 		json_decref(call.body);
 		if (req.owned_body == NULL) {
 			nw_monitor_pool_give(m, 1);
-			nw_monitor_failed(m, e->index, slot_of(kind), "out of memory");
+			nw_monitor_failed(m, e->index, slot_of(kind), "out of memory", false);
 			return;
 		}
 		req.body_len = strlen(req.owned_body);
@@ -274,7 +277,8 @@ start_call(struct nw_monitor_engine *e, nw_probe_kind kind)
 	if (e->call == NULL) {
 		e->probe = NW_PROBE_NONE;
 		nw_monitor_pool_give(m, 1);
-		nw_monitor_failed(m, e->index, slot_of(kind), "the control call could not start");
+		nw_monitor_failed(m, e->index, slot_of(kind), "the control call could not start",
+		                  false);
 	}
 }
 

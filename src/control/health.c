@@ -324,6 +324,12 @@ nw_health_step(struct nw_engine_health *h, const struct nw_health_rules *rules,
 		h->changed_ns = now_ns;
 		h->next_verify_ns = add_seconds(now_ns, verify_backoff_s(rules, h->verify_failures));
 		return true;
+	case NW_HEALTH_STALLED:
+		if (h->state != NW_HEALTH_LIVE)
+			return false;
+		set_last_error(h, detail, "stalled");
+		eject(h, rules, NW_HEALTH_REASON_STALLED, now_ns);
+		return true;
 	case NW_HEALTH_EJECT:
 		if (h->state == NW_HEALTH_LIVE) {
 			eject(h, rules, NW_HEALTH_REASON_OPERATOR, now_ns);
@@ -397,6 +403,7 @@ nw_health_reason_name(nw_health_reason r)
 	case NW_HEALTH_REASON_RESTART: return "restart";
 	case NW_HEALTH_REASON_VERIFY_FAILED: return "verify_failed";
 	case NW_HEALTH_REASON_OPERATOR: return "operator";
+	case NW_HEALTH_REASON_STALLED: return "stalled";
 	}
 	return NULL;
 }

@@ -37,6 +37,8 @@ typedef enum nw_health_reason {
 	                                    * start time: held until verified */
 	NW_HEALTH_REASON_VERIFY_FAILED,    /* a verification attempt failed */
 	NW_HEALTH_REASON_OPERATOR,         /* ejected by the operator (admin API) */
+	NW_HEALTH_REASON_STALLED,          /* work outstanding, nothing back for
+	                                    * recovery.stall_s */
 } nw_health_reason;
 
 /* Operator and monitor holds, beside the health state (bit set). */
@@ -61,6 +63,8 @@ typedef enum nw_health_event_kind {
 	NW_HEALTH_EJECT,          /* the operator ejects it: out until READMIT
 	                           * (from EJECTED or VERIFYING too) */
 	NW_HEALTH_READMIT,        /* the operator asks for verification now */
+	NW_HEALTH_STALLED,        /* it held work and answered nothing for
+	                           * recovery.stall_s (the monitor's check) */
 } nw_health_event_kind;
 
 struct nw_health_event {

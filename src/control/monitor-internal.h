@@ -42,6 +42,7 @@ struct nw_monitor_engine {
 	GString *body;
 	int64_t waiting_since_ns;     /* for a control connection; 0: not waiting */
 
+	int64_t busy_since_ns;        /* held work since this pass; 0: idle */
 	char *model;                  /* what it says it serves; NULL: not asked yet */
 	int64_t max_model_len;
 	struct narwhal_engine_metrics metrics;
@@ -84,7 +85,9 @@ struct nw_monitor {
 	/* This pass's monitoring failures (the first few kept), and the last
 	 * failed pass's, for operators. */
 	struct nw_monitor_failure failures[NW_MONITOR_FAILURES_KEPT];
-	uint32_t n_failures;
+	uint32_t n_failures;          /* the monitor's own failures this pass */
+	uint32_t answers_failed;      /* engines' model or metrics answers unreadable */
+	uint32_t answers_read;        /* ... and read */
 	struct nw_monitor_failure last_failures[NW_MONITOR_FAILURES_KEPT];
 	uint32_t n_last_failures;
 
@@ -99,10 +102,17 @@ nw_monitor_now(const struct nw_monitor *m)
 }
 
 /* monitor.c */
+/* A monitoring stage failed. answer: an engine's own answer could not be
+ * read (its model list or metrics), which fails the pass only when no
+ * engine's could; else the monitor itself failed (a control connection, a
+ * dialect's builder), which fails the pass. */
 void nw_monitor_failed(struct nw_monitor *m, uint32_t engine, const char *stage,
-                       const char *error);
+                       const char *error, bool answer);
+void nw_monitor_answer_read(struct nw_monitor *m);
 void nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_event_kind kind,
                              const char *detail);
+void nw_monitor_health_step(struct nw_monitor *m, uint32_t engine,
+                            const struct nw_health_event *ev, const char *detail);
 void nw_monitor_refresh(struct nw_monitor *m);
 void nw_monitor_readmitted(struct nw_monitor *m, uint32_t engine);
 void nw_monitor_model_seen(struct nw_monitor *m, uint32_t engine);

@@ -96,18 +96,30 @@ nw_monitor_on_pass(struct nw_monitor *m, nw_monitor_pass_fn fn, void *data)
 /* --- verdicts into the fleet ------------------------------------------- */
 
 void
-nw_monitor_failed(struct nw_monitor *m, uint32_t engine, const char *stage, const char *error)
+nw_monitor_failed(struct nw_monitor *m, uint32_t engine, const char *stage, const char *error,
+                  bool answer)
 {
-	if (m->n_failures < NW_MONITOR_FAILURES_KEPT) {
-		struct nw_monitor_failure *f = &m->failures[m->n_failures];
+	uint32_t kept = m->n_failures + m->answers_failed;
+
+	if (kept < NW_MONITOR_FAILURES_KEPT) {
+		struct nw_monitor_failure *f = &m->failures[kept];
 
 		f->engine = engine;
 		f->stage = stage;
 		g_strlcpy(f->error, error ? error : "", sizeof f->error);
 	}
-	m->n_failures++;
+	if (answer)
+		m->answers_failed++;
+	else
+		m->n_failures++;
 	nw_log(NARWHAL_LOG_WARNING, "monitor_failure", "engine", m->fleet->ids[engine], "stage",
 	       stage, "error", error ? error : "", NULL);
+}
+
+void
+nw_monitor_answer_read(struct nw_monitor *m)
+{
+	m->answers_read++;
 }
 
 /* Each engine's flags from its health and holds (plugin-abi.h): available,
@@ -136,20 +148,47 @@ nw_monitor_refresh(struct nw_monitor *m)
 			               : (h->holds & NW_HOLD_DRAIN) ? "drain"
 			               : (h->holds & NW_HOLD_MODEL_MISMATCH) ? "model_mismatch"
 			               : (flags & NARWHAL_ENGINE_QUARANTINED) ? "quarantine" : "none",
-			       "error", h->last_error, NULL);
+			       /* why it left; an engine back has no error to tell */
+			       (flags & NARWHAL_ENGINE_AVAILABLE) ? NULL : "error", h->last_error, NULL);
 		v->flags = flags;
 	}
 }
 
+/* Whether engine is the last live engine of its role. */
+static bool
+last_of_role(const struct nw_monitor *m, uint32_t engine)
+{
+	narwhal_role role = m->fleet->engines[engine].role;
+
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+
+		if (i != engine && v->role == role && (v->flags & NARWHAL_ENGINE_AVAILABLE))
+			return false;
+	}
+	return true;
+}
+
 void
-nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_event_kind kind,
-                        const char *detail)
+nw_monitor_health_step(struct nw_monitor *m, uint32_t engine, const struct nw_health_event *ev,
+                       const char *detail)
 {
 	struct nw_monitor_engine *e = &m->engines[engine];
-	struct nw_health_event ev = { .kind = kind };
 	nw_health_reason before = e->health.reason;
+	struct nw_health_rules rules = m->rules;
 
-	if (!nw_health_step(&e->health, &m->rules, &ev, nw_monitor_now(m), detail))
+	/* Failing or stalled requests never take out the last live engine of
+	 * a role (as Envoy's max_ejection_percent): a fleet slowed down or
+	 * overloaded as a whole would otherwise eject itself entirely. A
+	 * refused connection still does (nothing serves there), and so do its
+	 * probes (docs/recovery.md). */
+	if ((ev->kind == NW_HEALTH_LEG_FAILED || ev->kind == NW_HEALTH_STALLED) &&
+	    last_of_role(m, engine)) {
+		if (ev->kind == NW_HEALTH_STALLED)
+			return;
+		rules.passive_failures = 0;
+	}
+	if (!nw_health_step(&e->health, &rules, ev, nw_monitor_now(m), detail))
 		return;
 	/* A restarted engine may serve another model now: ask again. */
 	if (e->health.reason == NW_HEALTH_REASON_RESTART && before != NW_HEALTH_REASON_RESTART) {
@@ -157,6 +196,15 @@ nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_event_k
 		e->health.holds &= ~NW_HOLD_MODEL_MISMATCH;
 	}
 	nw_monitor_refresh(m);
+}
+
+void
+nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_event_kind kind,
+                        const char *detail)
+{
+	struct nw_health_event ev = { .kind = kind };
+
+	nw_monitor_health_step(m, engine, &ev, detail);
 }
 
 /* Passive detection (docs/recovery.md): the data plane's hook. */
@@ -333,14 +381,19 @@ close_pass(struct nw_monitor *m)
 {
 	bool was = m->fleet->admission_stopped;
 
-	if (m->n_failures > 0) {
+	/* One engine's unreadable model list or metrics is that engine's
+	 * (shown in its entry); the stage fails when no engine's could be
+	 * read. */
+	if (m->n_failures > 0 || (m->answers_failed > 0 && m->answers_read == 0)) {
 		m->failed_passes++;
 		memcpy(m->last_failures, m->failures, sizeof m->failures);
-		m->n_last_failures = MIN(m->n_failures, NW_MONITOR_FAILURES_KEPT);
+		m->n_last_failures = MIN(m->n_failures + m->answers_failed, NW_MONITOR_FAILURES_KEPT);
 	} else {
 		m->failed_passes = 0;
 	}
 	m->n_failures = 0;
+	m->answers_failed = 0;
+	m->answers_read = 0;
 	m->fleet->admission_stopped = m->failed_passes >= m->cfg->controller.monitor_failure_limit;
 	if (m->fleet->admission_stopped != was) {
 		char passes[16];
@@ -348,6 +401,38 @@ close_pass(struct nw_monitor *m)
 		g_snprintf(passes, sizeof passes, "%u", m->failed_passes);
 		nw_log(was ? NARWHAL_LOG_WARNING : NARWHAL_LOG_ERROR,
 		       was ? "admission_resumed" : "admission_stopped", "failed_passes", passes, NULL);
+	}
+}
+
+/* A hung engine whose health still passes (docs/recovery.md,
+ * recovery.stall_s): it holds work, and nothing has come back from it, no
+ * answer and no stream bytes, since it last did or since it got the work. */
+static void
+check_stalls(struct nw_monitor *m, int64_t now)
+{
+	double stall_s = m->cfg->recovery.stall_s;
+
+	if (stall_s <= 0)
+		return;
+	for (uint32_t i = 0; i < m->n; i++) {
+		struct nw_monitor_engine *e = &m->engines[i];
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+		int64_t since;
+		char detail[96];
+
+		if (v->resident_prefill + v->resident_decode == 0 ||
+		    !(v->flags & NARWHAL_ENGINE_AVAILABLE)) {
+			e->busy_since_ns = 0;
+			continue;
+		}
+		if (e->busy_since_ns == 0)
+			e->busy_since_ns = now;
+		since = MAX(e->busy_since_ns, m->fleet->stats[i].last_progress_ns);
+		if ((double)(now - since) / 1e9 < stall_s)
+			continue;
+		g_snprintf(detail, sizeof detail, "held work and sent nothing back for %.1f s",
+		           (double)(now - since) / 1e9);
+		nw_monitor_health_event(m, i, NW_HEALTH_STALLED, detail);
 	}
 }
 
@@ -363,6 +448,7 @@ nw_monitor_pass(struct nw_monitor *m)
 	m->passes++;
 	now = nw_monitor_now(m);
 	nw_monitor_refresh(m); /* quarantines end on the pass after them */
+	check_stalls(m, now);
 	repair_floors(m, now);
 	for (uint32_t i = 0; i < m->n; i++)
 		nw_engine_probe_pass(m, &m->engines[i], now);

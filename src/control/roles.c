@@ -44,28 +44,25 @@ count_split(const struct nw_role_engine *engines, uint32_t n)
 }
 
 /* The safest split the movable engines can reach, dwell aside: decode up
- * to its floor from movable prefill engines (spec 7.2: every role change
- * preserves min_decode, so decode comes first), then prefill up to its
- * floor from movable decode engines above the decode floor. */
+ * to its floor from movable prefill engines above the prefill floor, then
+ * prefill up to its floor from movable decode engines above the decode
+ * floor (spec 7.2: each repair preserves the other floor). */
 static void
 reachable_split(const struct split *s, const struct nw_role_rules *r,
                 uint32_t *prefill, uint32_t *decode)
 {
 	uint32_t p = s->prefill, d = s->decode;
-	uint32_t take = d < r->min_decode ? MIN(r->min_decode - d, s->movable_prefill) : 0;
+	uint32_t spare_p = p > r->min_prefill ? p - r->min_prefill : 0;
+	uint32_t take = d < r->min_decode ? MIN(MIN(r->min_decode - d, s->movable_prefill), spare_p)
+	                                  : 0;
+	uint32_t spare_d, give;
 
 	p -= take;
 	d += take;
-	if (p < r->min_prefill && d > r->min_decode) {
-		/* take > 0 leaves d <= min_decode, so these decode engines are
-		 * the original movable ones. */
-		uint32_t give = MIN(MIN(r->min_prefill - p, s->movable_decode), d - r->min_decode);
-
-		p += give;
-		d -= give;
-	}
-	*prefill = p;
-	*decode = d;
+	spare_d = d > r->min_decode ? d - r->min_decode : 0;
+	give = p < r->min_prefill ? MIN(MIN(r->min_prefill - p, s->movable_decode), spare_d) : 0;
+	*prefill = p + give;
+	*decode = d - give;
 }
 
 static bool
@@ -121,12 +118,12 @@ nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
 
 	reachable_split(&s, rules, &reach_p, &reach_d);
 
-	/* Decode first, one engine per pass, observing dwell (spec 7.2). The
-	 * prefill floor needs no check of its own: moving one engine breaks
-	 * it only when fewer than min_prefill + min_decode engines are live,
-	 * and then the decode floor comes first ("whenever enough healthy
-	 * capacity remains", role-control document). */
-	if (proposed_d < rules->min_decode && count < max) {
+	/* Decode first, one engine per pass, observing dwell, preserving the
+	 * prefill floor (spec 7.2; role-control document, "Decode-floor
+	 * repair"). Without a decode engine the prefill engines serve whole
+	 * requests (the aggregate fallback), so nothing is gained by breaking
+	 * the prefill floor. */
+	if (proposed_d < rules->min_decode && proposed_p > rules->min_prefill && count < max) {
 		uint32_t i = next_candidate(engines, n, NARWHAL_ROLE_PREFILL, true, rules,
 		                            now_ns, UINT32_MAX);
 

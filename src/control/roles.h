@@ -55,8 +55,8 @@ struct nw_floor_report {
 	bool prefill_breach, decode_breach;   /* of that split */
 	/* The split the repair reaches in time, dwell aside, where only live,
 	 * unpinned, movable engines change role: decode up to min_decode from
-	 * prefill engines first (every change preserves it), then prefill up
-	 * to min_prefill from the decode engines above the decode floor. */
+	 * the prefill engines above the prefill floor, then prefill up to
+	 * min_prefill from the decode engines above the decode floor. */
 	uint32_t reachable_prefill, reachable_decode;
 };
 
@@ -64,9 +64,8 @@ struct nw_floor_report {
  * writes up to max changes into out (applied is !rules->advisory; the
  * caller applies the applied ones to the fleet and stores at_ns, which is
  * now_ns, as their dwell timestamp). Decode first: decode below its floor
- * moves one eligible prefill engine to decode, observing dwell; that keeps
- * the prefill floor whenever at least min_prefill + min_decode engines are
- * live, and below that the decode floor comes first (the reachable split).
+ * moves one eligible prefill engine to decode, observing dwell, while the
+ * prefill floor holds (role-control document, "Decode-floor repair").
  * Prefill below its floor moves as many eligible decode engines to prefill
  * as it needs in this pass, ignoring dwell (and cooldown), while the decode
  * floor holds. An eligible engine is live, unpinned and movable; among

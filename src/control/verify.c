@@ -44,7 +44,9 @@ verify_finish(struct nw_monitor *m, struct nw_monitor_engine *e)
 		return;
 	}
 	nw_monitor_health_event(m, e->index, NW_HEALTH_VERIFY_OK, NULL);
-	nw_monitor_readmitted(m, e->index);
+	/* The operator may have ejected it meanwhile: then it stays out. */
+	if (e->health.state == NW_HEALTH_LIVE)
+		nw_monitor_readmitted(m, e->index);
 }
 
 static void
@@ -116,9 +118,14 @@ nw_verify_start(struct nw_monitor *m, struct nw_monitor_engine *e)
 	/* With no partner either way, one self-paired handoff covers both. */
 	two = decode != (int32_t)c || prefill != (int32_t)c;
 	/* Each handoff holds up to two control connections; without them the
-	 * next pass tries again (no verdict). */
-	if (m->pool_used + (two ? 4u : 2u) > m->pool_cap)
+	 * next pass tries again (no verdict), and a pool that can never hold
+	 * them is the monitor's failure (engine.control_connections). */
+	if (m->pool_used + (two ? 4u : 2u) > m->pool_cap) {
+		if ((two ? 4u : 2u) > m->pool_cap)
+			nw_monitor_failed(m, c, "control_pool", "verification needs more control "
+			                  "connections than engine.control_connections allows", false);
 		return;
+	}
 	e->verify_failed = false;
 	e->verify_error[0] = '\0';
 	nw_monitor_health_event(m, c, NW_HEALTH_VERIFY_START, NULL);

@@ -251,6 +251,7 @@ static const struct nw_field config_fields[] = {
 	  SECONDS_POS },
 	{ CFG("recovery.verify_backoff_max_s", NW_FT_DOUBLE, recovery.verify_backoff_max_s),
 	  .def = 30.0, SECONDS_POS },
+	{ CFG("recovery.stall_s", NW_FT_DOUBLE, recovery.stall_s), .def = 5.0, SECONDS_NONNEG },
 
 	/* controller: spec 7 */
 	{ CFG("controller.policy", NW_FT_STRING, controller.policy), .def_str = "reactive",

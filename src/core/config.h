@@ -132,6 +132,7 @@ struct nw_config {
 		uint32_t passive_failures;        /* beyond the spec: failed legs in a row; 0 off */
 		double verify_backoff_s;          /* beyond the spec: first verification wait */
 		double verify_backoff_max_s;      /* beyond the spec: its cap */
+		double stall_s;                   /* beyond the spec: busy and silent; 0 off */
 	} recovery;
 
 	struct {

@@ -24,6 +24,8 @@ struct nw_engine_stats {
 	uint64_t legs_placed;       /* engine legs started on it */
 	uint64_t legs_failed;       /* of those, failed through its fault */
 	int64_t last_placed_ns;     /* host clock of the last leg started; 0: none */
+	int64_t last_progress_ns;   /* of the last bytes any leg on it received
+	                             * (the monitor's stall check) */
 	uint32_t handoff_decodes;   /* resident decode legs of prefill/decode pairs
 	                             * (the aggregate fallback waits for them) */
 };

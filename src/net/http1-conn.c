@@ -115,10 +115,34 @@ conn_close_socket(struct h1_conn *c)
 	}
 }
 
+/* Whether a failed connect says something about the engine (nothing
+ * listens, no route to it) rather than about this process (out of file
+ * descriptors, buffers or local ports): only the former is the engine's
+ * fault (docs/recovery.md, passive detection). */
+static bool
+connect_error_is_remote(int err)
+{
+	switch (err) {
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case ETIMEDOUT:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void
 conn_connect_failed(struct h1_conn *c, int err)
 {
 	conn_close_socket(c);
+	if (!connect_error_is_remote(err)) {
+		nw_h1_call_fail(c->call, NW_UPSTREAM_FAILED, "Could not open a connection to %s "
+		                "port %u: %s", c->origin->host, c->origin->port, g_strerror(err));
+		return;
+	}
 	if (c->next_addr != NULL) {
 		conn_connect_next(c);
 		return;

@@ -74,6 +74,8 @@ on_data(void *data, const char *bytes, size_t len)
 	struct nw_leg *leg = &r->leg;
 	size_t bound;
 
+	/* The engine answers: not stalled (docs/recovery.md). */
+	r->serve->fleet->stats[leg->engine].last_progress_ns = g_get_monotonic_time() * 1000;
 	if (leg->relaying || leg->collecting) {
 		r->last_chunk_us = r->last_chunk_us >= 0 ? g_get_monotonic_time() : -1;
 		return leg->relaying ? nw_relay_feed(r, bytes, len) : nw_collect_feed(r, bytes, len);

@@ -447,7 +447,9 @@ nw_request_refuse(struct nw_request *r, unsigned status, const char *code, doubl
 	if (status == 429 || status == 503)
 		set_retry_after(r, retry_after_s);
 	nw_request_finish(r, false);
-	nw_request_answer_error(r, status, "invalid_request_error", code, NULL, message);
+	/* A 503 is Narwhal's state, not the client's mistake. */
+	nw_request_answer_error(r, status, status >= 500 ? "server_error" : "invalid_request_error",
+	                        code, NULL, message);
 }
 
 static enum MHD_Result

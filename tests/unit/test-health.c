@@ -501,6 +501,23 @@ test_refused_ejects_at_once(void)
 	nw_health_clear(&f.h);
 }
 
+/* issue 10 (a hung engine whose health passes): the monitor's stall check
+ * ejects it with its backoff; nothing happens to an engine already out. */
+static void
+test_stalled(void)
+{
+	struct nw_health_rules r = default_rules();
+	struct fx f;
+
+	fx_init(&f, &r);
+	g_assert_true(fx_step(&f, NW_HEALTH_STALLED, 4));
+	assert_state(&f, NW_HEALTH_EJECTED, NW_HEALTH_REASON_STALLED);
+	g_assert_cmpint(f.h.next_verify_ns, ==, S(5));
+	g_assert_false(fx_step(&f, NW_HEALTH_STALLED, 4.5));
+	g_assert_cmpuint(f.h.ejections, ==, 1);
+	nw_health_clear(&f.h);
+}
+
 /* issue 10: restart hold (health answers after failing): an engine that
  * failed its probes until ejected and answers again has restarted, and is
  * verified at once, without its backoff. One lost probe of a live engine
@@ -801,6 +818,7 @@ main(int argc, char **argv)
 	g_test_add_func("/health/issue-10/verification-clears-window",
 	                test_verification_clears_window);
 	g_test_add_func("/health/issue-10/refused-ejects-at-once", test_refused_ejects_at_once);
+	g_test_add_func("/health/issue-10/stalled", test_stalled);
 	g_test_add_func("/health/issue-10/passive-detection", test_passive_detection);
 	g_test_add_func("/health/spec-6/failure-quarantine", test_quarantine);
 	g_test_add_func("/health/spec-6/failure-quarantine-off", test_quarantine_off);

@@ -223,12 +223,13 @@ test_breach_reports_reachable_split(void)
 	assert_report(&r, 3, 2, false, true, 3, 2);
 }
 
-/* spec 7.2 with the role-control guard "preserve both floors whenever
- * enough healthy capacity remains": with fewer live engines than the two
- * floors need, decode comes first (every change preserves min_decode), and
- * the repair reaches the reported split. */
+/* spec 7.2 and the role-control document ("Decode-floor repair: ...
+ * preserving the prefill floor"): with fewer live engines than the two
+ * floors need, decode repair does not take prefill below its floor (the
+ * prefill engines serve whole requests meanwhile), and the breach is
+ * reported with the split the repair can reach. */
 static void
-test_decode_first_when_capacity_short(void)
+test_decode_repair_preserves_prefill_floor(void)
 {
 	struct nw_role_rules rules = { .min_prefill = 2, .min_decode = 1 };
 	struct nw_role_engine e[] = { eng(P), eng(P), eng(D) };
@@ -236,20 +237,23 @@ test_decode_first_when_capacity_short(void)
 	struct nw_floor_report r;
 
 	e[2].live = false;
-	/* 2P + 0D serves nothing: one prefill engine moves, breaking the
-	 * prefill floor, which two live engines cannot hold with decode. */
-	g_assert_cmpuint(nw_roles_repair_floors(e, 3, &rules, 0, c, 4, &r), ==, 1);
-	g_assert_cmpuint(c[0].to, ==, D);
-	assert_report(&r, 1, 1, true, false, 1, 1);
+	g_assert_cmpuint(nw_roles_repair_floors(e, 3, &rules, 0, c, 4, &r), ==, 0);
+	assert_report(&r, 2, 0, false, true, 2, 0);
 
-	/* Both floors breached, one engine live: decode is repaired first. */
+	/* One engine live of a 1P+1D fleet: it keeps its role. */
 	struct nw_role_engine lone[] = { eng(P), eng(D) };
 
 	lone[1].live = false;
-	g_assert_cmpuint(nw_roles_repair_floors(lone, 2, &floors11, 0, c, 4, &r), ==, 1);
-	g_assert_cmpuint(c[0].engine, ==, 0);
-	g_assert_cmpstr(c[0].reason, ==, "decode_below_floor");
-	assert_report(&r, 0, 1, true, false, 0, 1);
+	g_assert_cmpuint(nw_roles_repair_floors(lone, 2, &floors11, 0, c, 4, &r), ==, 0);
+	assert_report(&r, 1, 0, false, true, 1, 0);
+
+	/* A third prefill engine is spare: it moves. */
+	struct nw_role_engine three[] = { eng(P), eng(P), eng(P), eng(D) };
+
+	three[3].live = false;
+	g_assert_cmpuint(nw_roles_repair_floors(three, 4, &rules, 0, c, 4, &r), ==, 1);
+	g_assert_cmpuint(c[0].to, ==, D);
+	assert_report(&r, 2, 1, false, false, 2, 1);
 }
 
 /* spec 7.2: decode-floor recovery restores one eligible engine per pass. */
@@ -506,7 +510,7 @@ main(int argc, char **argv)
 	g_test_add_func("/roles/least-resident-moves", test_least_resident_moves);
 	g_test_add_func("/roles/advisory", test_advisory);
 	g_test_add_func("/roles/breach-reachable-split", test_breach_reports_reachable_split);
-	g_test_add_func("/roles/decode-first-when-short", test_decode_first_when_capacity_short);
+	g_test_add_func("/roles/spec-7.2/decode-repair-preserves-prefill-floor", test_decode_repair_preserves_prefill_floor);
 	g_test_add_func("/roles/decode-one-per-pass", test_decode_one_engine_per_pass);
 	g_test_add_func("/roles/prefill-several-engines", test_prefill_several_engines);
 	g_test_add_func("/roles/repair-reaches-reachable", test_repair_reaches_reachable_split);
