@@ -413,6 +413,32 @@ test_lease_not_released(void)
 	fleet_clear(&f);
 }
 
+/* Spec 4.2: "Set serving.handoff_timeout_s below the producer's KV lease".
+ * The engines release after 1 s of wall time (20 model seconds) while the
+ * configuration lets a handoff wait 3 s for its decode leg: the lease
+ * check fails with that reason. */
+static void
+test_lease_below_handoff_timeout(void)
+{
+	const char *const sim_args[] = { "--kv-lease-duration", "20", NULL };
+	struct fleet f;
+	struct run r;
+
+	g_test_summary("/check/issue10/lease-below-handoff-timeout: an engine that releases an "
+	               "abandoned handoff before serving.handoff_timeout_s fails the lease check");
+	if (!fleet_start(&f, sim_args, 4.0, "{\"serving\":{\"handoff_timeout_s\":3}}"))
+		return;
+	{
+		const char *const args[] = { "--json", "--samples", "1", f.config, NULL };
+
+		run_check(args, &r);
+	}
+	g_assert_cmpint(r.status, ==, 1);
+	assert_verdict(&r, "lease", "sim-0", "fail", "before serving.handoff_timeout_s");
+	run_clear(&r);
+	fleet_clear(&f);
+}
+
 /* Engines must serve the configured model. */
 static void
 test_model_mismatch(void)
@@ -517,6 +543,8 @@ main(int argc, char **argv)
 	g_test_add_func("/check/issue10/broken-handoff", test_broken_handoff);
 	g_test_add_func("/check/issue10/handoff-above-lease", test_handoff_above_lease);
 	g_test_add_func("/check/issue10/lease-not-released", test_lease_not_released);
+	g_test_add_func("/check/issue10/lease-below-handoff-timeout",
+	                test_lease_below_handoff_timeout);
 	g_test_add_func("/check/issue10/model-mismatch", test_model_mismatch);
 	g_test_add_func("/check/issue10/usage-errors", test_usage_errors);
 	return g_test_run();

@@ -151,7 +151,18 @@ polled(struct lease_job *job, double kv_usage)
 	g_autofree char *after_text = nw_check_seconds(after);
 
 	if (kv_usage <= job->baseline) {
-		if (after < EARLY_SHARE * job->lease_s)
+		double handoff_timeout = job->run->cfg->serving.handoff_timeout_s;
+
+		/* Spec 4.2: a handoff may wait up to serving.handoff_timeout_s
+		 * for its decode leg, so the engine must keep it at least that
+		 * long. */
+		if (handoff_timeout > 0 && after < handoff_timeout)
+			job_end(job, NW_CHECK_FAIL, "released the abandoned handoff after %s, before "
+			        "serving.handoff_timeout_s (%g s): a handoff may be gone before its "
+			        "decode leg starts; lower serving.handoff_timeout_s below the engine's "
+			        "real lease, or lengthen the engine's lease", after_text,
+			        handoff_timeout);
+		else if (after < EARLY_SHARE * job->lease_s)
 			job_end(job, NW_CHECK_WARN, "released the abandoned handoff after %s, well "
 			        "before kv_lease_s (%g s): the engine's lease may be shorter than "
 			        "fleet.engines[%u].kv_lease_s says; set it to the engine's real lease",
