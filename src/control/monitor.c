@@ -503,6 +503,19 @@ nw_monitor_readmit(struct nw_monitor *m, uint32_t engine)
 
 /* --- what operators see --------------------------------------------------- */
 
+static uint32_t
+live_of(const struct nw_monitor *m, narwhal_role role)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+
+		n += (v->flags & NARWHAL_ENGINE_AVAILABLE) && v->role == role;
+	}
+	return n;
+}
+
 static bool
 any_live(const struct nw_monitor *m, narwhal_role role, bool any_role)
 {
@@ -611,9 +624,12 @@ nw_monitor_to_json(const struct nw_monitor *m, bool operator)
 	return json_pack("{s:s, s:o, s:o, s:{s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:I}, "
 	                 "s:{s:I, s:I, s:I, s:o}}",
 	                 "status", status, "reasons", reasons, "engines", engines,
+	                 /* The live split as engines[] shows it (an engine may have
+	                  * been ejected or readmitted since the last pass); the
+	                  * breach and the reachable split are the last pass's. */
 	                 "roles",
-	                 "live_prefill", (json_int_t)m->floors.live_prefill,
-	                 "live_decode", (json_int_t)m->floors.live_decode,
+	                 "live_prefill", (json_int_t)live_of(m, NARWHAL_ROLE_PREFILL),
+	                 "live_decode", (json_int_t)live_of(m, NARWHAL_ROLE_DECODE),
 	                 "prefill_breach", m->floors.prefill_breach,
 	                 "decode_breach", m->floors.decode_breach,
 	                 "reachable_prefill", (json_int_t)m->floors.reachable_prefill,

@@ -952,7 +952,9 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		nw_log(NARWHAL_LOG_WARNING, "handoff_missing", "request_id", r->id, "engine",
 		       d->ref.id, NULL);
 	}
-	nw_phase_report_ok(r, (int32_t)r->leg.engine);
+	/* No success reported for the prefill engine yet: a handoff its decode
+	 * engine cannot load is still its failure (docs/recovery.md), so its
+	 * leg counts as good only once the request completes (request.c). */
 	nw_leg_release(r);
 	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
 	/* The stream commits when its decode leg goes out (leg.c), not here:

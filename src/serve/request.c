@@ -507,9 +507,13 @@ nw_request_finish(struct nw_request *r, bool ok)
 		return;
 	r->ok = ok;
 	if (ok) {
-		/* The leg that delivered the answer ended well. */
+		/* The leg that delivered the answer ended well, and so did the
+		 * prefill whose handoff it loaded (phases.c, prefill_done). */
 		if (r->leg.kind == NW_LEG_DECODE || r->leg.kind == NW_LEG_AGGREGATE)
 			nw_phase_report_ok(r, (int32_t)r->leg.engine);
+		if (r->leg.kind == NW_LEG_DECODE && !r->aggregate && r->prefill_pair >= 0 &&
+		    r->prefill_pair != (int32_t)r->leg.engine)
+			nw_phase_report_ok(r, r->prefill_pair);
 		s->counters.requests_ok++;
 		nw_retry_budget_success(&s->budget);
 	} else {

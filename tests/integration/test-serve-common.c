@@ -435,6 +435,65 @@ serve_raw_read_until(int fd, GString *got, const char *needle, guint timeout_ms)
 	return TRUE;
 }
 
+/* --- plugin directories ------------------------------------------------ */
+
+char *
+serve_plugin_dir_new(void)
+{
+	static const char *const builtin[] = {
+		"admission-open.so", "controller-static.so", "dialect-vllm.so",
+		"placement-least-loaded.so",
+	};
+	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
+	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",
+	                                              "mock-dialect.so", NULL);
+	g_autofree char *mock_link = NULL;
+	char *dir = g_dir_make_tmp("narwhal-plugins-XXXXXX", NULL);
+
+	g_assert_nonnull(built);
+	g_assert_nonnull(dir);
+	for (size_t i = 0; i < G_N_ELEMENTS(builtin); i++) {
+		g_autofree char *target = g_build_filename(built, builtin[i], NULL);
+		g_autofree char *link = g_build_filename(dir, builtin[i], NULL);
+
+		g_assert_cmpint(symlink(target, link), ==, 0);
+	}
+	mock_link = g_build_filename(dir, "dialect-mock.so", NULL);
+	g_assert_cmpint(symlink(mock, mock_link), ==, 0);
+	return dir;
+}
+
+void
+serve_plugin_dir_free(char *dir)
+{
+	g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
+	const char *name;
+
+	while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
+		g_autofree char *path = g_build_filename(dir, name, NULL);
+
+		g_unlink(path);
+	}
+	g_rmdir(dir);
+	g_free(dir);
+}
+
+void
+serve_restart_with_dialects(struct serve_env *e, const char *dialects, const char *config_json)
+{
+	json_t *engines = json_object_get(e->sim.fleet, "engines");
+
+	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
+	for (size_t i = 0; i < json_array_size(engines) && dialects[i]; i++)
+		json_object_set_new(json_array_get(engines, i), "dialect",
+		                    json_string(dialects[i] == 'm' ? "mock" : "vllm"));
+	if (!serve_start_daemon(e, config_json, NULL)) {
+		g_autofree char *log = serve_log(e);
+
+		g_error("narwhal did not start:\n%s", log);
+	}
+}
+
 /* --- a loopback fake engine ------------------------------------------ */
 
 gboolean

@@ -90,6 +90,16 @@ int serve_raw_post(guint16 port, const char *path, const char *body, int rcvbuf)
 /* Read until needle shows up in what was read, or the time passes. */
 gboolean serve_raw_read_until(int fd, GString *got, const char *needle, guint timeout_ms);
 
+/* A plugin directory with the built-in plugins and the mock dialect of
+ * tests/plugins as "dialect-mock.so" (symbolic links); freed with
+ * serve_plugin_dir_free. */
+char *serve_plugin_dir_new(void);
+void serve_plugin_dir_free(char *dir);
+/* Restart narwhal with engine i's dialect set as dialects[i] ('v': vllm,
+ * 'm': the mock) and the extra configuration. */
+void serve_restart_with_dialects(struct serve_env *e, const char *dialects,
+                                 const char *config_json);
+
 /* A loopback fake engine: a scripted HTTP/1.1 server for what narwhal-sim
  * cannot do. serve runs for every accepted connection, in a thread of its
  * own, and closes the descriptor when done. */

@@ -16,71 +16,10 @@
 
 #include "integration/test-serve-common.h"
 
-/* A plugin directory with the built-in plugins and the mock dialect as
- * "dialect-mock.so" (symbolic links). Freed with plugin_dir_free. */
-static char *
-plugin_dir_new(void)
-{
-	static const char *const builtin[] = {
-		"admission-open.so", "controller-static.so", "dialect-vllm.so",
-		"placement-least-loaded.so",
-	};
-	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
-	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",
-	                                              "mock-dialect.so", NULL);
-	g_autofree char *mock_link = NULL;
-	char *dir = g_dir_make_tmp("narwhal-plugins-XXXXXX", NULL);
-
-	g_assert_nonnull(built);
-	g_assert_nonnull(dir);
-	for (size_t i = 0; i < G_N_ELEMENTS(builtin); i++) {
-		g_autofree char *target = g_build_filename(built, builtin[i], NULL);
-		g_autofree char *link = g_build_filename(dir, builtin[i], NULL);
-
-		g_assert_cmpint(symlink(target, link), ==, 0);
-	}
-	mock_link = g_build_filename(dir, "dialect-mock.so", NULL);
-	g_assert_cmpint(symlink(mock, mock_link), ==, 0);
-	return dir;
-}
-
-static void
-plugin_dir_free(char *dir)
-{
-	g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
-	const char *name;
-
-	while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
-		g_autofree char *path = g_build_filename(dir, name, NULL);
-
-		g_unlink(path);
-	}
-	g_rmdir(dir);
-	g_free(dir);
-}
-
-/* Restart narwhal with engine i's dialect set as dialects[i] ('v': vllm,
- * 'm': the mock) and the extra configuration. */
-static void
-restart_with_dialects(struct serve_env *e, const char *dialects, const char *config_json)
-{
-	json_t *engines = json_object_get(e->sim.fleet, "engines");
-
-	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
-	for (size_t i = 0; i < json_array_size(engines) && dialects[i]; i++)
-		json_object_set_new(json_array_get(engines, i), "dialect",
-		                    json_string(dialects[i] == 'm' ? "mock" : "vllm"));
-	if (!serve_start_daemon(e, config_json, NULL)) {
-		g_autofree char *log = serve_log(e);
-
-		g_error("narwhal did not start:\n%s", log);
-	}
-}
-
 /* narwhal-sim engines with these roles ('p', 'd'), and narwhal in front of
  * them with engine i speaking dialects[i] ('v': vllm, 'm': the mock, whose
  * capabilities are mock_caps) from a plugin directory returned in *dir
- * (plugin_dir_free). FALSE (skipped) when narwhal-sim is not built. */
+ * (serve_plugin_dir_free). FALSE (skipped) when narwhal-sim is not built. */
 static gboolean
 start_mixed(struct serve_env *e, const char *roles, const char *dialects, unsigned mock_caps,
             gboolean tokenize, char **dir)
@@ -91,11 +30,11 @@ start_mixed(struct serve_env *e, const char *roles, const char *dialects, unsign
 
 	if (!serve_start(e, args, roles, NULL))
 		return FALSE;
-	*dir = plugin_dir_new();
+	*dir = serve_plugin_dir_new();
 	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\", \"dialects\": {\"mock\":"
 	                      " {\"caps\": %u}}}, \"engine\": {\"tokenize\": %s}}",
 	                      *dir, mock_caps, tokenize ? "true" : "false");
-	restart_with_dialects(e, dialects, cfg);
+	serve_restart_with_dialects(e, dialects, cfg);
 	return TRUE;
 }
 
@@ -142,7 +81,7 @@ test_dialect_without_tokenize(void)
 	g_assert_cmpint(serve_counter(&e, "decode_started"), ==, 2);
 	g_assert_cmpint(serve_counter(&e, "plugin_call_errors"), ==, 0);
 	serve_clear(&e);
-	plugin_dir_free(dir);
+	serve_plugin_dir_free(dir);
 }
 
 /* Issue 9: capabilities are read per engine, so a fleet that mixes dialects
@@ -170,7 +109,7 @@ test_aggregate_only_engine(void)
 	g_assert_cmpint(engine_requests(&e, 1) - before[1], ==, 0);
 	g_assert_cmpint(engine_requests(&e, 2) - before[2], ==, 0);
 	serve_clear(&e);
-	plugin_dir_free(dir);
+	serve_plugin_dir_free(dir);
 }
 
 /* A decode engine takes a handoff only from a prefill engine of its own
@@ -193,7 +132,7 @@ test_pairs_within_dialect(void)
 	g_assert_cmpint(engine_requests(&e, 1) - before[1], ==, 0);
 	g_assert_cmpint(engine_requests(&e, 2) - before[2], ==, 3);
 	serve_clear(&e);
-	plugin_dir_free(dir);
+	serve_plugin_dir_free(dir);
 }
 
 /* Issue 9: the host implements HANDOFF_CONCURRENT. Both legs of a pair go
@@ -232,7 +171,7 @@ test_concurrent_pair(void)
 	}
 	sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\": false}");
 	serve_clear(&e);
-	plugin_dir_free(dir);
+	serve_plugin_dir_free(dir);
 }
 
 /* A concurrent pair's prefill leg that fails fails the attempt, charged to
@@ -262,7 +201,7 @@ test_concurrent_prefill_failure(void)
 	sim_set_faults(&e.sim, 0, "{\"error_rate\": 0}");
 	sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\": false}");
 	serve_clear(&e);
-	plugin_dir_free(dir);
+	serve_plugin_dir_free(dir);
 }
 
 /* plugin-abi.h: a failed admission decision refuses the request (503),
