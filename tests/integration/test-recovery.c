@@ -1222,8 +1222,9 @@ test_dead_pool(void)
 /* --- the degraded state ---------------------------------------------------- */
 
 /* Spec 7, controller.monitor_failure_limit: the mock dialect of one engine
- * cannot read its metrics (parse_metrics fails), so every pass has a
- * monitoring failure. After the limit new requests get 503 degraded with
+ * builds its metrics call without a path the host accepts (a dialect
+ * builder's fault: the monitor's own failure, docs/recovery.md), so every
+ * pass has a monitoring failure. After the limit new requests get 503 degraded with
  * Retry-After and health is 503 unavailable (monitoring_failures); once a
  * pass is clean (the engine's health fails, so its metrics are not read:
  * an engine that is down is no monitoring failure) admission resumes. */
@@ -1245,7 +1246,7 @@ test_degraded(void)
 	dir = serve_plugin_dir_new();
 	{
 		g_autofree char *extra = g_strdup_printf(
-			"{\"plugins\": {\"dir\": \"%s\", \"dialects\": {\"mock\": {\"metrics_rc\": -71}}},"
+			"{\"plugins\": {\"dir\": \"%s\", \"dialects\": {\"mock\": {\"metrics_path\": \"m\"}}},"
 			" \"controller\": {\"monitor_failure_limit\": 3}}", dir);
 
 		cfg = config_with(extra);
@@ -1299,6 +1300,93 @@ test_degraded(void)
 	serve_plugin_dir_free(dir);
 }
 
+/* Issue 10 ("hanging before its first token") on a prefill engine whose
+ * health still passes: its prefill legs never answer, so no first-token
+ * timeout sees it; the stall check (recovery.stall_s, docs/recovery.md)
+ * ejects it, the requests caught on it retry once serving.handoff_timeout_s
+ * passes, and new requests go to the healthy prefill engine. */
+static void
+test_stalled_prefill(void)
+{
+	struct serve_env e;
+	json_t *h;
+	json_int_t placed;
+
+	g_test_summary("/recovery/issue10/stalled-prefill: a hung prefill engine whose health "
+	               "passes is ejected as stalled and requests succeed on the others");
+	if (!start(&e, 4, "ppdd", "{\"recovery\": {\"stall_s\": 0.5}}"))
+		return;
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\": true}"), ==, 200);
+	/* The first requests may be placed on it and wait out their handoff
+	 * timeout before a retry: every one succeeds. */
+	load_ok(&e, 4);
+	if (!serve_wait_log(&e, "\"reason\":\"stalled\"", WAIT_MS))
+		fail(&e, "the hung prefill engine was never found stalled");
+	h = engine_health(&e, "sim-0");
+	g_assert_false(json_is_true(json_object_get(h, "available")));
+	placed = json_integer_value(json_object_get(h, "legs_placed"));
+	json_decref(h);
+	load_ok(&e, 8);
+	h = engine_health(&e, "sim-0");
+	g_assert_cmpint(json_integer_value(json_object_get(h, "legs_placed")), ==, placed);
+	json_decref(h);
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\": false}"), ==, 200);
+	g_assert_true(serve_wait_all_available(&e, WAIT_MS));
+	assert_reconciled(&e);
+	serve_clear(&e);
+}
+
+/* docs/recovery.md ("Degraded state"): one engine whose metrics cannot be
+ * read is that engine's problem, logged, not a monitoring failure that
+ * stops the fleet, while the other engines' metrics are read. */
+static void
+test_one_unreadable_engine(void)
+{
+	struct serve_env e;
+	char *dir;
+	g_autofree char *cfg = NULL, *log = NULL;
+	json_t *doc;
+	long status;
+	json_int_t passes = 0;
+	gint64 deadline;
+
+	g_test_summary("/recovery/issue10/one-unreadable-engine: one engine's unreadable metrics "
+	               "do not stop admission");
+	if (!start(&e, 3, "pdd", NULL))
+		return;
+	dir = serve_plugin_dir_new();
+	{
+		g_autofree char *extra = g_strdup_printf(
+			"{\"plugins\": {\"dir\": \"%s\", \"dialects\": {\"mock\": {\"metrics_rc\": -71}}},"
+			" \"controller\": {\"monitor_failure_limit\": 3}}", dir);
+
+		cfg = config_with(extra);
+	}
+	serve_restart_with_dialects(&e, "vvm", cfg);
+	g_assert_true(serve_wait_log(&e, "\"event\":\"monitor_failure\"", WAIT_MS));
+	/* Six passes or more: twice the limit. */
+	deadline = g_get_monotonic_time() + WAIT_MS * 1000;
+	while (passes < 6 && g_get_monotonic_time() < deadline) {
+		doc = health_with_status(&e, &status);
+		passes = json_integer_value(json_object_get(json_object_get(doc, "monitor"), "passes"));
+		json_decref(doc);
+		g_usleep(20000);
+	}
+	g_assert_cmpint(passes, >=, 6);
+	doc = health_with_status(&e, &status);
+	g_assert_cmpint(status, ==, 200);
+	g_assert_false(has_reason(doc, "monitoring_failures"));
+	g_assert_cmpint(json_integer_value(json_object_get(json_object_get(doc, "monitor"),
+	                "failed_passes")), ==, 0);
+	json_decref(doc);
+	log = serve_log(&e);
+	g_assert_null(strstr(log, "admission_stopped"));
+	load_ok(&e, 4);
+	assert_reconciled(&e);
+	serve_clear(&e);
+	serve_plugin_dir_free(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1313,5 +1401,7 @@ main(int argc, char **argv)
 	g_test_add_func("/recovery/role-control/aggregate-fallback", test_aggregate_fallback);
 	g_test_add_func("/recovery/issue10/dead-pool", test_dead_pool);
 	g_test_add_func("/recovery/spec-7/degraded", test_degraded);
+	g_test_add_func("/recovery/issue10/one-unreadable-engine", test_one_unreadable_engine);
+	g_test_add_func("/recovery/issue10/stalled-prefill", test_stalled_prefill);
 	return g_test_run();
 }

@@ -104,7 +104,9 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 		} else if (strcmp(key, "decide_rc") == 0 && json_is_integer(value)) {
 			decide_rc = (int)json_integer_value(value);
 		} else if (strcmp(key, "metrics_path") == 0 && json_is_string(value) &&
-		           json_string_value(value)[0] == '/' && json_string_length(value) < 64) {
+		           json_string_length(value) < 64) {
+			/* Any text: a path without its '/' is a builder fault the
+			 * host must catch. */
 			metrics_path = json_string_value(value);
 		} else if (strcmp(key, "metrics_rc") == 0 && json_is_integer(value)) {
 			metrics_rc = (int)json_integer_value(value);
