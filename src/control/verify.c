@@ -107,6 +107,22 @@ nw_verify_start(struct nw_monitor *m, struct nw_monitor_engine *e)
 		return;
 	if (!nw_dialect_pairs(&m->dialects[c])) {
 		decode = prefill = (int32_t)c; /* one whole request */
+	} else if (!(m->dialects[c].caps & NARWHAL_DIALECT_PER_REQUEST_ROLES)) {
+		/* A fixed role: only its own leg, with a live partner. */
+		bool is_prefill = m->fleet->engines[c].role == NARWHAL_ROLE_PREFILL;
+		int32_t other = partner(m, c, is_prefill ? NARWHAL_ROLE_DECODE : NARWHAL_ROLE_PREFILL);
+
+		if (other < 0)
+			return; /* nothing to pair with: next pass */
+		prefill = is_prefill ? (int32_t)c : other;
+		decode = is_prefill ? other : (int32_t)c;
+		if (m->pool_used + 2 > m->pool_cap)
+			return;
+		e->verify_failed = false;
+		e->verify_error[0] = '\0';
+		nw_monitor_health_event(m, c, NW_HEALTH_VERIFY_START, NULL);
+		start_leg(m, e, is_prefill ? 0 : 1, (uint32_t)prefill, (uint32_t)decode);
+		return;
 	} else {
 		decode = partner(m, c, NARWHAL_ROLE_DECODE);
 		prefill = partner(m, c, NARWHAL_ROLE_PREFILL);
