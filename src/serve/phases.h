@@ -34,6 +34,12 @@ void nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, l
                              const GString *answer);
 void nw_phase_unqueue(struct nw_request *r);
 
+/* Whether this attempt's pair sends both legs at once (its prefill
+ * engine's dialect says so). */
+bool nw_phase_pair_concurrent(const struct nw_request *r);
+/* Build and send the leg of phase on engine (placed). */
+void nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine);
+
 /* Passive detection (docs/recovery.md): a leg on engine ended well, or a
  * failure of kind is reported against engine (-1: none) when the engine is
  * at fault. */

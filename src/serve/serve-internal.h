@@ -57,6 +57,14 @@ struct nw_serve {
 
 const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);
 
+/* Whether placement may use engine i now (the monitor's verdict and the
+ * holds, docs/recovery.md). */
+static inline bool
+nw_serve_engine_available(const struct nw_serve *s, uint32_t i)
+{
+	return (s->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE) != 0;
+}
+
 /* A plugin call failed: counted (plugin_call_errors) and logged
  * (plugin_call_failed), never silent (plugin-abi.h, docs/plugins.md).
  * engine may be NULL, request_id too (a call for no request). */

@@ -1,0 +1,275 @@
+/*
+ * Placement (spec 5): which engines may take a phase of a request now (role,
+ * availability, exclusions, room), the placement plugin's choice among
+ * them, the per-engine phase slots and their FIFO wait lines, and the
+ * aggregate fallback (docs/recovery.md).
+ */
+#include "build-config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "serve/phases.h"
+#include "serve/request.h"
+#include "serve/serve-internal.h"
+
+/* Whether some live prefill engine has a live decode engine it can hand
+ * off to. Without such a pair (spec 7.2: one engine of each role is
+ * missing; or the dialects cannot pair them) every engine serves whole
+ * requests. */
+static bool
+fleet_pairs(const struct nw_serve *s)
+{
+	uint32_t n = s->fleet->view.n_engines;
+
+	for (uint32_t p = 0; p < n; p++) {
+		if (s->fleet->engines[p].role != NARWHAL_ROLE_PREFILL || !nw_serve_engine_available(s, p) ||
+		    !nw_dialect_pairs(&s->dialects[p]))
+			continue;
+		for (uint32_t d = 0; d < n; d++) {
+			if (s->fleet->engines[d].role == NARWHAL_ROLE_DECODE && nw_serve_engine_available(s, d) &&
+			    nw_dialect_compatible(&s->dialects[p], &s->dialects[d]))
+				return true;
+		}
+	}
+	return false;
+}
+
+void
+nw_phase_begin_attempt(struct nw_request *r)
+{
+	r->aggregate = !fleet_pairs(r->serve);
+	r->prefill_pair = -1;
+	nw_phase_place(r, r->aggregate ? NARWHAL_PHASE_AGGREGATE : NARWHAL_PHASE_PREFILL);
+}
+
+static uint32_t
+phase_limit(const struct nw_serve *s, narwhal_phase phase)
+{
+	return phase == NARWHAL_PHASE_DECODE ? s->cfg->serving.decode_concurrency
+	                                     : s->cfg->serving.prefill_concurrency;
+}
+
+static uint32_t
+phase_resident(const struct narwhal_engine_view *e, narwhal_phase phase)
+{
+	return phase == NARWHAL_PHASE_DECODE ? e->resident_decode : e->resident_prefill;
+}
+
+/* Whether engine i may take the phase for r. An engine whose dialect cannot
+ * pair (aggregate-only, e.g. llama.cpp) starts requests whatever its role
+ * and runs them whole; a decode engine must take the prefill engine's
+ * handoff (the same dialect instance and mode). */
+static bool
+role_fits(const struct nw_request *r, uint32_t i, narwhal_phase phase)
+{
+	const struct nw_serve *s = r->serve;
+	const struct narwhal_engine_view *e = &s->fleet->engines[i];
+	const struct nw_dialect *d = &s->dialects[i];
+
+	switch (phase) {
+	case NARWHAL_PHASE_PREFILL:
+		return !nw_dialect_pairs(d) || e->role == NARWHAL_ROLE_PREFILL;
+	case NARWHAL_PHASE_DECODE:
+		return e->role == NARWHAL_ROLE_DECODE && r->prefill_pair >= 0 &&
+		       nw_dialect_compatible(&s->dialects[r->prefill_pair], d);
+	default:
+		/* The aggregate fallback (role-control document, "Floors,
+		 * fallback, and degraded capacity"): a decode engine takes whole
+		 * requests only once its resident handoff decodes have drained. */
+		return e->role != NARWHAL_ROLE_DECODE || s->fleet->stats[i].handoff_decodes == 0;
+	}
+}
+
+/* Fill s->eligible with engines that may take the phase now (room) and
+ * count the ones that only lack room. */
+static uint32_t
+collect_eligible(struct nw_request *r, narwhal_phase phase, bool exclusions, uint32_t *full)
+{
+	struct nw_serve *s = r->serve;
+	uint32_t limit = phase_limit(s, phase), n = 0;
+
+	*full = 0;
+	for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
+		const struct narwhal_engine_view *e = &s->fleet->engines[i];
+
+		if (!role_fits(r, i, phase) || !nw_serve_engine_available(s, i) ||
+		    (exclusions && r->excluded[i]))
+			continue;
+		if (limit > 0 && phase_resident(e, phase) >= limit)
+			(*full)++;
+		else
+			s->eligible[n++] = i;
+	}
+	return n;
+}
+
+/* The placement plugin's choice among s->eligible[0, n), or -1 when it
+ * failed or named an engine that is not eligible: logged and counted, and
+ * never replaced by a choice of ours (plugin-abi.h). */
+static int32_t
+choose(struct nw_request *r, narwhal_phase phase, uint32_t n)
+{
+	struct nw_serve *s = r->serve;
+	const struct narwhal_placement_ops *ops = &s->placement->plugin->ops.placement;
+	struct narwhal_placement_request req = {
+		.struct_size = sizeof req, .request = r->handle, .request_id = r->id,
+		.phase = phase, .prompt_tokens = r->prompt_tokens,
+		.max_tokens = r->parsed.max_tokens, .eligible = s->eligible, .n_eligible = n,
+		.paired_engine = phase == NARWHAL_PHASE_DECODE ? r->prefill_pair : -1,
+	};
+	struct narwhal_placement_result out = {
+		.struct_size = sizeof out, .engine = UINT32_MAX, .cost = 0,
+		.projected_slo_ratio = NAN, .unserved = false,
+	};
+	int rc = ops->place(s->placement->ctx, &req, &out);
+
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		if (s->eligible[i] == out.engine)
+			return (int32_t)out.engine;
+	}
+	/* An engine that is not eligible is a bad argument back: -EINVAL. */
+	nw_serve_plugin_failed(s, "placement", s->placement->plugin->desc->name, "place",
+	                       rc != 0 ? rc : -EINVAL, NULL, r->id);
+	return -1;
+}
+
+void
+nw_phase_unqueue(struct nw_request *r)
+{
+	if (r->queued_on >= 0) {
+		r->serve->fleet->engines[r->queued_on].queued_prefill--;
+		r->queued_on = -1;
+	}
+}
+
+void
+nw_phase_release_slot(struct nw_request *r, narwhal_phase phase)
+{
+	struct nw_serve *s = r->serve;
+	struct narwhal_engine_view *e;
+
+	if (phase == NARWHAL_PHASE_DECODE) {
+		e = &s->fleet->engines[r->decode_engine];
+		e->resident_decode--;
+		/* An aggregate leg's decode part is not a handoff decode. */
+		if (!r->aggregate)
+			s->fleet->stats[r->decode_engine].handoff_decodes--;
+		r->decode_engine = -1;
+		nw_wait_line_kick(&s->decode_line);
+	} else {
+		e = &s->fleet->engines[r->prefill_engine];
+		e->resident_prefill--;
+		r->prefill_engine = -1;
+		nw_wait_line_kick(&s->prefill_line);
+	}
+}
+
+void
+nw_phase_leave_line(struct nw_request *r)
+{
+	if (r->phase_line != NULL) {
+		nw_wait_line_leave(r->phase_line, &r->phase_wait);
+		r->phase_line = NULL;
+	}
+}
+
+static void
+join_line(struct nw_request *r, struct nw_wait_line *line)
+{
+	if (r->phase_line == line)
+		return;
+	nw_phase_leave_line(r);
+	r->serve->counters.phase_waits++;
+	nw_wait_line_push(line, &r->phase_wait);
+	r->phase_line = line;
+}
+
+void
+nw_phase_place(struct nw_request *r, narwhal_phase phase)
+{
+	struct nw_serve *s = r->serve;
+	struct nw_wait_line *line = phase == NARWHAL_PHASE_DECODE ? &s->decode_line
+	                                                          : &s->prefill_line;
+	uint32_t n, full;
+	int32_t engine;
+
+	nw_request_set_state(r, NW_REQ_PLACING);
+	r->placing = phase;
+	/* FIFO: whoever waits already goes first. */
+	if (r->phase_line != line && !nw_wait_line_empty(line)) {
+		join_line(r, line);
+		return;
+	}
+	if (r->phase_line == line && !nw_wait_line_is_first(line, &r->phase_wait))
+		return;
+	n = collect_eligible(r, phase, true, &full);
+	/* Exclusions yield to service: when nothing else has room (full or
+	 * none), an engine that failed this request takes it again rather
+	 * than have it wait at the head of the line and block those behind. */
+	if (n == 0)
+		n = collect_eligible(r, phase, false, &full);
+	if (n == 0) {
+		if (full == 0) {
+			nw_phase_leave_line(r);
+			s->counters.no_engine++;
+			nw_request_fail(r, NW_FAIL_NO_ENGINE, 0, "no available engine can take the "
+			                "request");
+			return;
+		}
+		join_line(r, line);
+		/* A prefill offer waiting for a slot still counts as demand on
+		 * the engine placement would pick. */
+		if (phase != NARWHAL_PHASE_DECODE && r->queued_on < 0) {
+			uint32_t m = 0;
+			bool excl = true;
+
+			for (int pass = 0; pass < 2 && m == 0; pass++, excl = false) {
+				for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
+					if (role_fits(r, i, phase) &&
+					    nw_serve_engine_available(s, i) && !(excl && r->excluded[i]))
+						s->eligible[m++] = i;
+				}
+			}
+			if (m > 0 && (r->queued_on = choose(r, phase, m)) >= 0)
+				s->fleet->engines[r->queued_on].queued_prefill++;
+		}
+		return;
+	}
+	engine = choose(r, phase, n);
+	nw_phase_leave_line(r);
+	nw_phase_unqueue(r);
+	if (engine < 0) {
+		nw_wait_line_kick(line);
+		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "the placement policy could not choose "
+		                "an engine");
+		return;
+	}
+	if (phase == NARWHAL_PHASE_DECODE) {
+		s->fleet->engines[engine].resident_decode++;
+		s->fleet->stats[engine].handoff_decodes++;
+		r->decode_engine = engine;
+	} else {
+		s->fleet->engines[engine].resident_prefill++;
+		r->prefill_engine = engine;
+		/* An engine that cannot pair runs the request whole. */
+		if (phase == NARWHAL_PHASE_PREFILL && !nw_dialect_pairs(&s->dialects[engine])) {
+			r->aggregate = true;
+			phase = NARWHAL_PHASE_AGGREGATE;
+		}
+		if (phase == NARWHAL_PHASE_PREFILL)
+			r->prefill_pair = engine;
+	}
+	/* Another slot may be free for the next in line. */
+	nw_wait_line_kick(line);
+	/* A concurrent pair needs its decode engine before either leg goes
+	 * out: both are built for both engines (pair.c). */
+	if (phase == NARWHAL_PHASE_PREFILL && nw_phase_pair_concurrent(r)) {
+		nw_phase_place(r, NARWHAL_PHASE_DECODE);
+		return;
+	}
+	nw_phase_start_leg(r, phase, (uint32_t)engine);
+}
+
