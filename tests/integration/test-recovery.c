@@ -48,22 +48,6 @@ static const char base_config[] =
 
 /* --- configuration ------------------------------------------------------- */
 
-static void
-merge(json_t *dst, json_t *src)
-{
-	const char *key;
-	json_t *v;
-
-	json_object_foreach(src, key, v) {
-		json_t *d = json_object_get(dst, key);
-
-		if (json_is_object(d) && json_is_object(v))
-			merge(d, v);
-		else
-			json_object_set(dst, key, v);
-	}
-}
-
 /* base_config with extra (a JSON object text, or NULL) merged over it. */
 static char *
 config_with(const char *extra)
@@ -74,7 +58,7 @@ config_with(const char *extra)
 	if (extra != NULL) {
 		json_t *more = sim_json(extra);
 
-		merge(cfg, more);
+		serve_json_merge(cfg, more);
 		json_decref(more);
 	}
 	text = json_dumps(cfg, JSON_COMPACT);

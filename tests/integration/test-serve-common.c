@@ -24,9 +24,8 @@ read_text(const char *path)
 	return text;
 }
 
-/* Merge src into dst, objects recursively. */
-static void
-merge(json_t *dst, json_t *src)
+void
+serve_json_merge(json_t *dst, json_t *src)
 {
 	const char *key;
 	json_t *v;
@@ -35,7 +34,7 @@ merge(json_t *dst, json_t *src)
 		json_t *d = json_object_get(dst, key);
 
 		if (json_is_object(d) && json_is_object(v))
-			merge(d, v);
+			serve_json_merge(d, v);
 		else
 			json_object_set(dst, key, v);
 	}
@@ -63,7 +62,7 @@ build_config(struct serve_env *e, const char *roles, const char *config_json)
 	if (config_json != NULL) {
 		json_t *extra = sim_json(config_json);
 
-		merge(cfg, extra);
+		serve_json_merge(cfg, extra);
 		json_decref(extra);
 	}
 	return cfg;

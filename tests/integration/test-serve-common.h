@@ -44,6 +44,9 @@ void serve_post(struct serve_env *e, const char *path, const char *body,
                 const char *const *headers, long timeout_ms, struct sim_reply *r);
 
 /* The counters of GET /narwhal/health (owned). */
+/* Merge src into dst, objects recursively (a config over another). */
+void serve_json_merge(json_t *dst, json_t *src);
+
 /* GET /narwhal/health, 200 or 503 (owned). */
 json_t *serve_health(struct serve_env *e);
 json_t *serve_counters(struct serve_env *e);
