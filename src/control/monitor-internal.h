@@ -42,7 +42,6 @@ struct nw_monitor_engine {
 	GString *body;
 	int64_t waiting_since_ns;     /* for a control connection; 0: not waiting */
 
-	int64_t busy_since_ns;        /* held work since this pass; 0: idle */
 	char *model;                  /* what it says it serves; NULL: not asked yet */
 	int64_t max_model_len;
 	struct narwhal_engine_metrics metrics;

@@ -405,8 +405,9 @@ close_pass(struct nw_monitor *m)
 }
 
 /* A hung engine whose health still passes (docs/recovery.md,
- * recovery.stall_s): it holds work, and nothing has come back from it, no
- * answer and no stream bytes, since it last did or since it got the work. */
+ * recovery.stall_s): legs are out to it, and nothing has come back from
+ * it, no answer and no stream bytes, since it last did or since it got
+ * them. */
 static void
 check_stalls(struct nw_monitor *m, int64_t now)
 {
@@ -415,19 +416,13 @@ check_stalls(struct nw_monitor *m, int64_t now)
 	if (stall_s <= 0)
 		return;
 	for (uint32_t i = 0; i < m->n; i++) {
-		struct nw_monitor_engine *e = &m->engines[i];
-		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+		const struct nw_engine_stats *st = &m->fleet->stats[i];
 		int64_t since;
 		char detail[96];
 
-		if (v->resident_prefill + v->resident_decode == 0 ||
-		    !(v->flags & NARWHAL_ENGINE_AVAILABLE)) {
-			e->busy_since_ns = 0;
+		if (st->legs_out == 0 || !(m->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE))
 			continue;
-		}
-		if (e->busy_since_ns == 0)
-			e->busy_since_ns = now;
-		since = MAX(e->busy_since_ns, m->fleet->stats[i].last_progress_ns);
+		since = MAX(st->busy_since_ns, st->last_progress_ns);
 		if ((double)(now - since) / 1e9 < stall_s)
 			continue;
 		g_snprintf(detail, sizeof detail, "held work and sent nothing back for %.1f s",

@@ -98,12 +98,31 @@ on_data(void *data, const char *bytes, size_t len)
 	return true;
 }
 
+/* Legs out on each engine, for the monitor's stall check
+ * (docs/recovery.md): an engine is busy from its first leg out until its
+ * last one is back; a leg waiting for a connection of ours is not out. */
+static void
+leg_out(struct nw_serve *s, uint32_t engine)
+{
+	struct nw_engine_stats *st = &s->fleet->stats[engine];
+
+	if (st->legs_out++ == 0)
+		st->busy_since_ns = g_get_monotonic_time() * 1000;
+}
+
+static void
+leg_back(struct nw_serve *s, uint32_t engine)
+{
+	s->fleet->stats[engine].legs_out--;
+}
+
 static void
 on_done(void *data, const struct nw_upstream_result *res)
 {
 	struct nw_request *r = data;
 
 	r->leg.call = NULL; /* freed by upstream right after this */
+	leg_back(r->serve, r->leg.engine);
 	nw_request_on_leg_done(r, res);
 }
 
@@ -140,6 +159,7 @@ send_call(struct nw_request *r)
 		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not start an engine call");
 		return;
 	}
+	leg_out(s, leg->engine);
 	/* Spec 4.3: a disaggregated stream commits its 200 before decode
 	 * starts, and no earlier: the slot and connection waits and the
 	 * handoff check before this can still be retried. serving.stream_commit
@@ -249,6 +269,7 @@ nw_leg_release(struct nw_request *r)
 	if (leg->call != NULL) {
 		nw_upstream_cancel(leg->call);
 		leg->call = NULL;
+		leg_back(s, leg->engine);
 	}
 	nw_resource_leave(&s->pool, &leg->pool_wait);
 	if (leg->pool_wait.granted) {
