@@ -433,10 +433,14 @@ while :; do
 		due=$((load_start_ms + $(awk -v s="$planned" 'BEGIN { printf "%d", s * 1000 }')))
 		if [ "$now" -ge "$due" ]; then
 			late_ms=$((now - due))
-			secs_ms=$(awk -v s="$secs" 'BEGIN { printf "%d", s * 1000 }')
+			room_ms=$((last_start_ms - now))
 			out_now=$(engines_out)
 			down=$(printf '%s\n' $out_now $active "$e" | sort -u | grep -c . || true)
-			if [ "$now" -gt $((last_start_ms - secs_ms)) ]; then
+			# A late fault is cut short to end before the tail.
+			if [ "$k" != restart ] && [ "$(awk -v s="$secs" 'BEGIN { printf "%d", s * 1000 }')" -gt "$room_ms" ]; then
+				secs=$(awk -v m="$room_ms" 'BEGIN { printf "%.1f", m / 1000 }')
+			fi
+			if [ "$room_ms" -lt 0 ] || { [ "$k" != restart ] && [ "$room_ms" -lt 1000 ]; }; then
 				jq -nc --argjson idx "$idx" --arg engine "$e" --arg kind "$k" --argjson planned "$planned" \
 					'{idx: $idx, engine: $engine, kind: $kind, planned_s: $planned, skipped: true,
 					  note: "could not start before the quiet tail"}' >>"$out/faults.jsonl"
