@@ -26,7 +26,7 @@ struct nw_engine_stats {
 	int64_t last_placed_ns;     /* host clock of the last leg started; 0: none */
 	/* The monitor's stall check (docs/recovery.md): */
 	uint32_t legs_out;          /* legs sent to it and not yet back */
-	int64_t busy_since_ns;      /* when legs_out last rose from 0 */
+	int64_t busy_since_ns;      /* the first leg sent since the last progress */
 	int64_t last_progress_ns;   /* the last bytes any leg on it received */
 	uint32_t handoff_decodes;   /* resident decode legs of prefill/decode pairs
 	                             * (the aggregate fallback waits for them) */

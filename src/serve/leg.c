@@ -99,14 +99,16 @@ on_data(void *data, const char *bytes, size_t len)
 }
 
 /* Legs out on each engine, for the monitor's stall check
- * (docs/recovery.md): an engine is busy from its first leg out until its
- * last one is back; a leg waiting for a connection of ours is not out. */
+ * (docs/recovery.md); a leg waiting for a connection of ours is not out.
+ * busy_since is the first leg sent after the engine last sent anything
+ * back: legs that time out one after another on a hung engine do not
+ * restart it. */
 static void
 leg_out(struct nw_serve *s, uint32_t engine)
 {
 	struct nw_engine_stats *st = &s->fleet->stats[engine];
 
-	if (st->legs_out++ == 0)
+	if (st->legs_out++ == 0 && st->busy_since_ns <= st->last_progress_ns)
 		st->busy_since_ns = g_get_monotonic_time() * 1000;
 }
 
