@@ -74,8 +74,9 @@ on_data(void *data, const char *bytes, size_t len)
 	struct nw_leg *leg = &r->leg;
 	size_t bound;
 
-	/* The engine answers: not stalled (docs/recovery.md). */
-	r->serve->fleet->stats[leg->engine].last_progress_ns = g_get_monotonic_time() * 1000;
+	/* The engine generates: not stalled (docs/recovery.md). */
+	if (leg->kind != NW_LEG_TOKENIZE)
+		r->serve->fleet->stats[leg->engine].last_progress_ns = g_get_monotonic_time() * 1000;
 	if (leg->relaying || leg->collecting) {
 		r->last_chunk_us = r->last_chunk_us >= 0 ? g_get_monotonic_time() : -1;
 		return leg->relaying ? nw_relay_feed(r, bytes, len) : nw_collect_feed(r, bytes, len);
@@ -98,24 +99,28 @@ on_data(void *data, const char *bytes, size_t len)
 	return true;
 }
 
-/* Legs out on each engine, for the monitor's stall check
- * (docs/recovery.md); a leg waiting for a connection of ours is not out.
+/* Generation legs out on each engine, for the monitor's stall check
+ * (docs/recovery.md). A leg waiting for a connection of ours is not out,
+ * and tokenise legs do not count: a hung engine may still tokenise.
  * busy_since is the first leg sent after the engine last sent anything
  * back: legs that time out one after another on a hung engine do not
  * restart it. */
 static void
-leg_out(struct nw_serve *s, uint32_t engine)
+leg_out(struct nw_serve *s, const struct nw_leg *leg)
 {
-	struct nw_engine_stats *st = &s->fleet->stats[engine];
+	struct nw_engine_stats *st = &s->fleet->stats[leg->engine];
 
+	if (leg->kind == NW_LEG_TOKENIZE)
+		return;
 	if (st->legs_out++ == 0 && st->busy_since_ns <= st->last_progress_ns)
 		st->busy_since_ns = g_get_monotonic_time() * 1000;
 }
 
 static void
-leg_back(struct nw_serve *s, uint32_t engine)
+leg_back(struct nw_serve *s, const struct nw_leg *leg)
 {
-	s->fleet->stats[engine].legs_out--;
+	if (leg->kind != NW_LEG_TOKENIZE)
+		s->fleet->stats[leg->engine].legs_out--;
 }
 
 static void
@@ -124,7 +129,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 	struct nw_request *r = data;
 
 	r->leg.call = NULL; /* freed by upstream right after this */
-	leg_back(r->serve, r->leg.engine);
+	leg_back(r->serve, &r->leg);
 	nw_request_on_leg_done(r, res);
 }
 
@@ -161,7 +166,7 @@ send_call(struct nw_request *r)
 		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not start an engine call");
 		return;
 	}
-	leg_out(s, leg->engine);
+	leg_out(s, leg);
 	/* Spec 4.3: a disaggregated stream commits its 200 before decode
 	 * starts, and no earlier: the slot and connection waits and the
 	 * handoff check before this can still be retried. serving.stream_commit
@@ -271,7 +276,7 @@ nw_leg_release(struct nw_request *r)
 	if (leg->call != NULL) {
 		nw_upstream_cancel(leg->call);
 		leg->call = NULL;
-		leg_back(s, leg->engine);
+		leg_back(s, leg);
 	}
 	nw_resource_leave(&s->pool, &leg->pool_wait);
 	if (leg->pool_wait.granted) {
