@@ -79,8 +79,10 @@ demo() {
 		2>"$logs/narwhal.log" &
 	router=$!
 	trap 'kill $router $sim 2>/dev/null; wait 2>/dev/null; echo; echo "bootstrap: stopped; logs in $logs"' EXIT INT TERM
+	# Up, and the monitor has learnt the served model from an engine
+	# (docs/recovery.md): /v1/models lists it.
 	for _ in $(seq 1 50); do
-		curl -sf http://127.0.0.1:8000/narwhal/health >/dev/null 2>&1 && break
+		curl -sf http://127.0.0.1:8000/v1/models 2>/dev/null | grep -q '"id"' && break
 		sleep 0.2
 	done
 	echo "bootstrap: narwhal on http://127.0.0.1:8000 in front of 4 simulated engines (logs: $logs)"
