@@ -15,6 +15,7 @@
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
 #include "net/upstream.h"
+#include "obs/exposition.h"
 #include "serve/serve.h"
 
 /* How long a stop signal waits for answered requests to leave. */
@@ -234,6 +235,29 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 	return ret;
 }
 
+/* GET /metrics (docs/metrics.md): the Prometheus text format. */
+static enum MHD_Result
+route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
+{
+	const struct nw_exposition_sources src = {
+		.serve = d->serve, .monitor = d->monitor, .fleet = d->fleet,
+		.plugin_metrics = d->plugin_metrics,
+	};
+	GString *text = nw_exposition_render(&src);
+	size_t len = text->len;
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, g_string_free(text, FALSE),
+	                                                            MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result ret;
+
+	if (resp == NULL)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+	                        "text/plain; version=0.0.4; charset=utf-8");
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 static enum MHD_Result
 on_request(void *data, struct MHD_Connection *conn, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **request)
@@ -245,6 +269,11 @@ on_request(void *data, struct MHD_Connection *conn, const char *url, const char 
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 			return nw_serve_method_not_allowed(d->serve, conn, url, method, "GET, HEAD");
 		return route_health(d, conn);
+	}
+	if (*request == NULL && strcmp(url, "/metrics") == 0) {
+		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+			return nw_serve_method_not_allowed(d->serve, conn, url, method, "GET, HEAD");
+		return route_metrics(d, conn);
 	}
 	if (*request != NULL || nw_serve_owns(url))
 		return nw_serve_handle(d->serve, conn, url, method, upload, upload_size, request);

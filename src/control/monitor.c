@@ -638,6 +638,12 @@ nw_monitor_to_json(const struct nw_monitor *m, bool operator)
 	                 "last_failures", failures);
 }
 
+const struct nw_engine_health *
+nw_monitor_engine_health(const struct nw_monitor *m, uint32_t i)
+{
+	return &m->engines[i].health;
+}
+
 json_t *
 nw_monitor_history_json(const struct nw_monitor *m)
 {

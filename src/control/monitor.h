@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "control/health.h"
 #include "core/config.h"
 #include "core/dialect.h"
 #include "core/host.h"
@@ -63,6 +64,9 @@ void nw_monitor_readmit(struct nw_monitor *m, uint32_t engine);
  * failed pass's failures}}. Engine errors may name addresses: they are
  * included only for operators (operator true). */
 json_t *nw_monitor_to_json(const struct nw_monitor *m, bool operator);
+
+/* Engine i's health (for the metrics route). */
+const struct nw_engine_health *nw_monitor_engine_health(const struct nw_monitor *m, uint32_t i);
 
 /* The flip history (controller.flip_history), oldest first. */
 json_t *nw_monitor_history_json(const struct nw_monitor *m);

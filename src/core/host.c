@@ -3,6 +3,7 @@
 #include "core/host.h"
 
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/log.h"
@@ -107,6 +108,17 @@ nw_plugin_metrics_get(const struct nw_plugin_metrics *m, const char *name)
 	double *v = g_hash_table_lookup(m->values, name);
 
 	return v ? *v : NAN;
+}
+
+void
+nw_plugin_metrics_foreach(const struct nw_plugin_metrics *m,
+                          void (*fn)(const char *name, double value, void *data), void *data)
+{
+	g_autoptr(GList) names = g_list_sort(g_hash_table_get_keys(m->values),
+	                                     (GCompareFunc)strcmp);
+
+	for (GList *l = names; l != NULL; l = l->next)
+		fn(l->data, *(double *)g_hash_table_lookup(m->values, l->data), data);
 }
 
 static double *

@@ -70,6 +70,10 @@ void nw_plugin_metrics_free(struct nw_plugin_metrics *m);
 /* Current value of a metric by full name, e.g.
  * "narwhal_plugin_admission_open_refusals"; NAN when unknown. */
 double nw_plugin_metrics_get(const struct nw_plugin_metrics *m, const char *name);
+/* Every metric recorded, in name order: fn(name, value, data). */
+void nw_plugin_metrics_foreach(const struct nw_plugin_metrics *m,
+                               void (*fn)(const char *name, double value, void *data),
+                               void *data);
 
 struct nw_host;
 

@@ -6,6 +6,7 @@
 #include "build-config.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <curl/curl.h>
@@ -68,6 +69,50 @@ test_health(void)
 	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(json_object_get(doc,
 	                "plugins"), "controller"), "name")), ==, "static");
 	json_decref(doc);
+	g_assert_cmpint(harness_stop(&p, SIGTERM, 10000), ==, 0);
+	harness_clear(&p);
+}
+
+/* Issue 11 (GET /metrics): the Prometheus text format: every family has
+ * its HELP and TYPE before its samples, every sample line is
+ * name{labels} value, and the engine and build families are there. */
+static void
+test_metrics(void)
+{
+	struct harness_proc p = { 0 };
+	g_autofree char *file = harness_write_config(&p, good_config);
+	g_autofree char *body = NULL;
+	g_autoptr(GRegex) sample = g_regex_new("^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[^}]*\\})? "
+	                                       "([-+]?[0-9.eE+-]+|NaN|[+-]Inf)$", 0, 0, NULL);
+	g_autoptr(GHashTable) typed = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	g_auto(GStrv) lines = NULL;
+
+	g_assert_true(harness_start_daemon(&p, file));
+	g_assert_cmpint(harness_http(p.port, "GET", "/metrics", NULL, &body), ==, 200);
+	g_assert_nonnull(strstr(body, "narwhal_build_info{version=\"" PACKAGE_VERSION "\"} 1\n"));
+	g_assert_nonnull(strstr(body, "narwhal_engine_available{engine=\"e0\"} "));
+	g_assert_nonnull(strstr(body, "narwhal_requests_completions_total 0\n"));
+	g_assert_nonnull(strstr(body, "# TYPE narwhal_engine_legs_placed_total counter\n"));
+	lines = g_strsplit(body, "\n", -1);
+	for (char **l = lines; *l != NULL; l++) {
+		char name[256];
+
+		if (**l == '\0')
+			continue;
+		if (g_str_has_prefix(*l, "# TYPE ")) {
+			g_assert_cmpint(sscanf(*l, "# TYPE %255s", name), ==, 1);
+			g_assert_true(g_hash_table_add(typed, g_strdup(name))); /* once each */
+			continue;
+		}
+		if (g_str_has_prefix(*l, "# HELP "))
+			continue;
+		if (!g_regex_match(sample, *l, 0, NULL))
+			g_error("not a sample line: %s", *l);
+		g_assert_cmpint(sscanf(*l, "%255[a-zA-Z0-9_:]", name), ==, 1);
+		if (!g_hash_table_contains(typed, name))
+			g_error("sample before its TYPE: %s", *l);
+	}
+	g_assert_cmpint(harness_http(p.port, "POST", "/metrics", "{}", NULL), ==, 405);
 	g_assert_cmpint(harness_stop(&p, SIGTERM, 10000), ==, 0);
 	harness_clear(&p);
 }
@@ -192,6 +237,7 @@ main(int argc, char **argv)
 	g_test_init(&argc, &argv, NULL);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	g_test_add_func("/daemon/health", test_health);
+	g_test_add_func("/daemon/issue-11/metrics", test_metrics);
 	g_test_add_func("/daemon/unknown-route-and-method", test_unknown_route_and_method);
 	g_test_add_data_func("/daemon/shutdown/sigterm", GINT_TO_POINTER(SIGTERM), test_shutdown_signal);
 	g_test_add_data_func("/daemon/shutdown/sigint", GINT_TO_POINTER(SIGINT), test_shutdown_signal);
