@@ -73,21 +73,20 @@ plugin_failed(struct nw_monitor *m, const struct nw_dialect *d, const char *slot
 	       "slot", slot, "rc", code, "request_id", "-", "engine", d->ref.id, NULL);
 }
 
-static bool
-on_data(void *data, const char *bytes, size_t len)
-{
-	struct nw_monitor_engine *e = data;
-
-	if (e->body->len + len <= PROBE_BODY_MAX)
-		g_string_append_len(e->body, bytes, (gssize)len);
-	return true;
-}
-
 static void next_after_health(struct nw_monitor_engine *e);
 static void next_after_models(struct nw_monitor_engine *e);
 
+/* The end of an engine's calls this pass: an ejected engine whose backoff
+ * has passed, and whose health just passed, is verified (verify.c). */
 static void
-health_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
+chain_done(struct nw_monitor_engine *e)
+{
+	if (nw_health_verify_due(&e->health, nw_monitor_now(e->m)))
+		nw_verify_start(e->m, e);
+}
+
+static void
+health_done(struct nw_monitor_engine *e, const struct nw_dialect_answer *res)
 {
 	struct nw_monitor *m = e->m;
 	char detail[160];
@@ -105,7 +104,7 @@ health_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 }
 
 static void
-models_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
+models_done(struct nw_monitor_engine *e, const struct nw_dialect_answer *res)
 {
 	struct nw_monitor *m = e->m;
 	const struct nw_dialect *d = &m->dialects[e->index];
@@ -116,7 +115,7 @@ models_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 	int rc = -EPROTO;
 
 	if (res->code == NW_UPSTREAM_OK && res->status >= 200 && res->status < 300)
-		doc = json_loadb(e->body->str, e->body->len, 0, NULL);
+		doc = json_loadb(res->body->str, res->body->len, 0, NULL);
 	if (doc != NULL)
 		rc = d->ops->parse_models(d->ctx, doc, &info);
 	json_decref(doc);
@@ -140,7 +139,7 @@ models_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 }
 
 static void
-metrics_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
+metrics_done(struct nw_monitor_engine *e, const struct nw_dialect_answer *res)
 {
 	struct nw_monitor *m = e->m;
 	const struct nw_dialect *d = &m->dialects[e->index];
@@ -151,8 +150,8 @@ metrics_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 	int rc = -EPROTO;
 
 	if (res->code == NW_UPSTREAM_OK && res->status >= 200 && res->status < 300 &&
-	    e->body->len < PROBE_BODY_MAX) {
-		rc = d->ops->parse_metrics(d->ctx, e->body->str, e->body->len, &out);
+	    !res->truncated) {
+		rc = d->ops->parse_metrics(d->ctx, res->body->str, res->body->len, &out);
 		if (rc != 0)
 			plugin_failed(m, d, "parse_metrics", rc);
 	}
@@ -172,12 +171,11 @@ metrics_done(struct nw_monitor_engine *e, const struct nw_upstream_result *res)
 			nw_monitor_health_step(m, e->index, &ev, NULL);
 		}
 	}
-	if (nw_health_verify_due(&e->health, nw_monitor_now(m)))
-		nw_verify_start(m, e);
+	chain_done(e);
 }
 
 static void
-on_done(void *data, const struct nw_upstream_result *res)
+on_answer(void *data, const struct nw_dialect_answer *res)
 {
 	struct nw_monitor_engine *e = data;
 	nw_probe_kind kind = e->probe;
@@ -191,16 +189,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 	case NW_PROBE_METRICS: metrics_done(e, res); break;
 	default: break;
 	}
-	if (e->body != NULL && e->probe == NW_PROBE_NONE) {
-		g_string_free(e->body, TRUE);
-		e->body = NULL;
-	}
 }
-
-static const struct nw_upstream_handlers handlers = {
-	.on_data = on_data,
-	.on_done = on_done,
-};
 
 static int
 build(const struct nw_dialect *d, nw_probe_kind kind, struct narwhal_http_call *call)
@@ -220,9 +209,12 @@ start_call(struct nw_monitor_engine *e, nw_probe_kind kind)
 	const struct nw_config *cfg = m->cfg;
 	const struct nw_dialect *d = &m->dialects[e->index];
 	struct narwhal_http_call call = { .struct_size = sizeof call };
-	struct nw_upstream_request req = { .method = "GET" };
-	g_autofree char *url = NULL;
-	char why[96];
+	const struct nw_dialect_call_options o = {
+		.pool = m->pool, .dialect = d,
+		.connect_timeout_s = MIN(cfg->engine.connect_timeout_s, cfg->engine.health_timeout_s),
+		.timeout_s = cfg->engine.health_timeout_s, .body_max = PROBE_BODY_MAX,
+	};
+	char why[96], slot[24];
 	int64_t now = nw_monitor_now(m);
 	int rc;
 
@@ -247,33 +239,13 @@ start_call(struct nw_monitor_engine *e, nw_probe_kind kind)
 		nw_monitor_pool_give(m, 1);
 		g_snprintf(why, sizeof why, "dialect %s: build_%s failed (%d)", d->name, slot_of(kind),
 		           rc != 0 ? rc : -EINVAL);
-		plugin_failed(m, d, kind == NW_PROBE_HEALTH ? "build_health"
-		                    : kind == NW_PROBE_MODELS ? "build_models" : "build_metrics",
-		              rc != 0 ? rc : -EINVAL);
+		g_snprintf(slot, sizeof slot, "build_%s", slot_of(kind));
+		plugin_failed(m, d, slot, rc != 0 ? rc : -EINVAL);
 		nw_monitor_failed(m, e->index, slot_of(kind), why, false);
 		return;
 	}
-	url = g_strconcat(d->ref.url, call.path, NULL);
-	req.method = call.method != NULL ? call.method : "GET";
-	if (call.body != NULL) {
-		req.owned_body = json_dumps(call.body, JSON_COMPACT);
-		json_decref(call.body);
-		if (req.owned_body == NULL) {
-			nw_monitor_pool_give(m, 1);
-			nw_monitor_failed(m, e->index, slot_of(kind), "out of memory", false);
-			return;
-		}
-		req.body_len = strlen(req.owned_body);
-	}
-	req.url = url;
-	req.connect_timeout_ms = (long)(MIN(cfg->engine.connect_timeout_s,
-	                                    cfg->engine.health_timeout_s) * 1000);
-	req.timeout_ms = (long)(cfg->engine.health_timeout_s * 1000);
-	if (e->body == NULL)
-		e->body = g_string_new(NULL);
-	g_string_truncate(e->body, 0);
 	e->probe = kind;
-	e->call = nw_upstream_start(m->pool, &req, &handlers, e);
+	e->call = nw_dialect_call_start(&o, &call, on_answer, e);
 	if (e->call == NULL) {
 		e->probe = NW_PROBE_NONE;
 		nw_monitor_pool_give(m, 1);
@@ -289,8 +261,8 @@ next_after_models(struct nw_monitor_engine *e)
 
 	if (d->ops->build_metrics != NULL)
 		start_call(e, NW_PROBE_METRICS);
-	else if (nw_health_verify_due(&e->health, nw_monitor_now(e->m)))
-		nw_verify_start(e->m, e);
+	else
+		chain_done(e);
 }
 
 static void
@@ -305,14 +277,12 @@ next_after_health(struct nw_monitor_engine *e)
 }
 
 void
-nw_engine_probe_pass(struct nw_monitor *m, struct nw_monitor_engine *e, int64_t now_ns)
+nw_engine_probe_pass(struct nw_monitor_engine *e)
 {
-	(void)now_ns;
 	/* A call still running (a slow engine: health_timeout_s bounds it)
 	 * or verification legs in flight: nothing new this pass. */
 	if (e->probe != NW_PROBE_NONE || e->verify[0] != NULL || e->verify[1] != NULL)
 		return;
-	(void)m;
 	start_call(e, NW_PROBE_HEALTH);
 }
 
@@ -320,14 +290,10 @@ void
 nw_engine_probe_cancel(struct nw_monitor_engine *e)
 {
 	if (e->call != NULL) {
-		nw_upstream_cancel(e->call);
+		nw_dialect_call_cancel(e->call);
 		e->call = NULL;
 		nw_monitor_pool_give(e->m, 1);
 	}
 	e->probe = NW_PROBE_NONE;
 	e->waiting_since_ns = 0;
-	if (e->body != NULL) {
-		g_string_free(e->body, TRUE);
-		e->body = NULL;
-	}
 }

@@ -9,6 +9,7 @@
 
 #include <glib.h>
 
+#include "control/dialect-call.h"
 #include "control/handoff-probe.h"
 #include "control/health.h"
 #include "control/monitor.h"
@@ -38,10 +39,14 @@ struct nw_monitor_engine {
 	struct nw_engine_health health;
 
 	nw_probe_kind probe;          /* the call in flight, NONE: idle */
-	struct nw_upstream_call *call;
-	GString *body;
+	struct nw_dialect_call *call;
 	int64_t waiting_since_ns;     /* for a control connection; 0: not waiting */
 
+	/* The stall check, at pass granularity (monitor.c): */
+	uint64_t seen_progress;       /* stats.progress at the pass it last moved */
+	int64_t progress_at_ns;       /* that pass */
+	int64_t busy_since_ns;        /* first pass with legs out since then; 0: none */
+	int64_t idle_since_ns;        /* first pass with none out; 0: legs out */
 	char *model;                  /* what it says it serves; NULL: not asked yet */
 	int64_t max_model_len;
 	struct narwhal_engine_metrics metrics;
@@ -117,7 +122,7 @@ void nw_monitor_readmitted(struct nw_monitor *m, uint32_t engine);
 void nw_monitor_model_seen(struct nw_monitor *m, uint32_t engine);
 
 /* engine-probe.c */
-void nw_engine_probe_pass(struct nw_monitor *m, struct nw_monitor_engine *e, int64_t now_ns);
+void nw_engine_probe_pass(struct nw_monitor_engine *e);
 void nw_engine_probe_cancel(struct nw_monitor_engine *e);
 /* Take n control connections for the monitor's own accounting. */
 bool nw_monitor_pool_take(struct nw_monitor *m, uint32_t n);

@@ -154,19 +154,27 @@ nw_monitor_refresh(struct nw_monitor *m)
 	}
 }
 
-/* Whether engine is the last live engine of its role. */
-static bool
-last_of_role(const struct nw_monitor *m, uint32_t engine)
+/* Live engines of a role. */
+static uint32_t
+live_of(const struct nw_monitor *m, narwhal_role role)
 {
-	narwhal_role role = m->fleet->engines[engine].role;
+	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < m->n; i++) {
 		const struct narwhal_engine_view *v = &m->fleet->engines[i];
 
-		if (i != engine && v->role == role && (v->flags & NARWHAL_ENGINE_AVAILABLE))
-			return false;
+		n += (v->flags & NARWHAL_ENGINE_AVAILABLE) && v->role == role;
 	}
-	return true;
+	return n;
+}
+
+/* Whether engine is the last live engine of its role. */
+static bool
+last_of_role(const struct nw_monitor *m, uint32_t engine)
+{
+	const struct narwhal_engine_view *v = &m->fleet->engines[engine];
+
+	return live_of(m, v->role) <= ((v->flags & NARWHAL_ENGINE_AVAILABLE) != 0);
 }
 
 void
@@ -193,7 +201,7 @@ nw_monitor_health_step(struct nw_monitor *m, uint32_t engine, const struct nw_he
 	/* A restarted engine may serve another model now: ask again. */
 	if (e->health.reason == NW_HEALTH_REASON_RESTART && before != NW_HEALTH_REASON_RESTART) {
 		g_clear_pointer(&e->model, g_free);
-		e->health.holds &= ~NW_HOLD_MODEL_MISMATCH;
+		nw_health_set_hold(&e->health, NW_HOLD_MODEL_MISMATCH, false);
 	}
 	nw_monitor_refresh(m);
 }
@@ -356,14 +364,10 @@ nw_monitor_model_seen(struct nw_monitor *m, uint32_t engine)
 		       f->ids[engine], "max_model_len", len, NULL);
 	}
 	mismatch = strcmp(e->model, f->model) != 0;
-	if (mismatch != ((e->health.holds & NW_HOLD_MODEL_MISMATCH) != 0)) {
-		if (mismatch) {
-			e->health.holds |= NW_HOLD_MODEL_MISMATCH;
+	if (nw_health_set_hold(&e->health, NW_HOLD_MODEL_MISMATCH, mismatch)) {
+		if (mismatch)
 			nw_log(NARWHAL_LOG_ERROR, "model_mismatch", "engine", f->ids[engine], "serves",
 			       e->model, "fleet_model", f->model, NULL);
-		} else {
-			e->health.holds &= ~NW_HOLD_MODEL_MISMATCH;
-		}
 		nw_monitor_refresh(m);
 	}
 	if (!mismatch && e->max_model_len > 0 &&
@@ -407,26 +411,42 @@ close_pass(struct nw_monitor *m)
 /* A hung engine whose health still passes (docs/recovery.md,
  * recovery.stall_s): legs are out to it, and nothing has come back from
  * it, no answer and no stream bytes, since it last did or since it got
- * them. */
+ * them. Read at pass granularity from the data plane's plain counts. Legs
+ * that time out one after another on a hung engine do not restart the
+ * clock: only progress, or a whole stall_s without legs out, does. */
 static void
 check_stalls(struct nw_monitor *m, int64_t now)
 {
 	double stall_s = m->cfg->recovery.stall_s;
 
-	if (stall_s <= 0)
-		return;
-	for (uint32_t i = 0; i < m->n; i++) {
+	for (uint32_t i = 0; i < m->n && stall_s > 0; i++) {
+		struct nw_monitor_engine *e = &m->engines[i];
 		const struct nw_engine_stats *st = &m->fleet->stats[i];
-		int64_t since;
 		char detail[96];
+		double silent_s;
 
-		if (st->legs_out == 0 || !(m->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE))
+		if (st->progress != e->seen_progress) {
+			e->seen_progress = st->progress;
+			e->progress_at_ns = now;
+			e->busy_since_ns = 0;
+		}
+		if (st->legs_out == 0) {
+			if (e->idle_since_ns == 0)
+				e->idle_since_ns = now;
+			if ((double)(now - e->idle_since_ns) / 1e9 >= stall_s)
+				e->busy_since_ns = 0;
 			continue;
-		since = MAX(st->busy_since_ns, st->last_progress_ns);
-		if ((double)(now - since) / 1e9 < stall_s)
+		}
+		e->idle_since_ns = 0;
+		if (!(m->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE))
+			continue;
+		if (e->busy_since_ns == 0)
+			e->busy_since_ns = now;
+		silent_s = (double)(now - MAX(e->busy_since_ns, e->progress_at_ns)) / 1e9;
+		if (silent_s < stall_s)
 			continue;
 		g_snprintf(detail, sizeof detail, "held work and sent nothing back for %.1f s",
-		           (double)(now - since) / 1e9);
+		           silent_s);
 		nw_monitor_health_event(m, i, NW_HEALTH_STALLED, detail);
 	}
 }
@@ -446,7 +466,7 @@ nw_monitor_pass(struct nw_monitor *m)
 	check_stalls(m, now);
 	repair_floors(m, now);
 	for (uint32_t i = 0; i < m->n; i++)
-		nw_engine_probe_pass(m, &m->engines[i], now);
+		nw_engine_probe_pass(&m->engines[i]);
 	if (m->on_pass != NULL)
 		m->on_pass(m->on_pass_data, m, now);
 }
@@ -475,11 +495,8 @@ nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain)
 {
 	if (engine >= m->n)
 		return;
-	if (drain)
-		m->engines[engine].health.holds |= NW_HOLD_DRAIN;
-	else
-		m->engines[engine].health.holds &= ~NW_HOLD_DRAIN;
-	nw_monitor_refresh(m);
+	if (nw_health_set_hold(&m->engines[engine].health, NW_HOLD_DRAIN, drain))
+		nw_monitor_refresh(m);
 }
 
 void
@@ -497,31 +514,6 @@ nw_monitor_readmit(struct nw_monitor *m, uint32_t engine)
 }
 
 /* --- what operators see --------------------------------------------------- */
-
-static uint32_t
-live_of(const struct nw_monitor *m, narwhal_role role)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct narwhal_engine_view *v = &m->fleet->engines[i];
-
-		n += (v->flags & NARWHAL_ENGINE_AVAILABLE) && v->role == role;
-	}
-	return n;
-}
-
-static bool
-any_live(const struct nw_monitor *m, narwhal_role role, bool any_role)
-{
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct narwhal_engine_view *v = &m->fleet->engines[i];
-
-		if ((v->flags & NARWHAL_ENGINE_AVAILABLE) && (any_role || v->role == role))
-			return true;
-	}
-	return false;
-}
 
 static void
 add_reason(json_t *reasons, const char *code, const char *message)
@@ -541,15 +533,15 @@ reasons_json(const struct nw_monitor *m, const char **status)
 		add_reason(reasons, "monitoring_failures", "the monitor failed in "
 		           "controller.monitor_failure_limit passes in a row: new requests are "
 		           "refused until a clean pass");
-	if (!any_live(m, 0, true)) {
+	if (live_of(m, NARWHAL_ROLE_PREFILL) + live_of(m, NARWHAL_ROLE_DECODE) == 0) {
 		add_reason(reasons, "no_live_engine", "no engine is available to serve");
 		*status = "unavailable";
 		return reasons;
 	}
-	if (!any_live(m, NARWHAL_ROLE_PREFILL, false))
+	if (live_of(m, NARWHAL_ROLE_PREFILL) == 0)
 		add_reason(reasons, "prefill_pool_empty", "no live prefill engine: live decode "
 		           "engines serve whole requests (the aggregate fallback)");
-	if (!any_live(m, NARWHAL_ROLE_DECODE, false))
+	if (live_of(m, NARWHAL_ROLE_DECODE) == 0)
 		add_reason(reasons, "decode_pool_empty", "no live decode engine: live prefill "
 		           "engines serve whole requests");
 	if (m->floors.prefill_breach || m->floors.decode_breach)

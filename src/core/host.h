@@ -24,10 +24,10 @@ struct nw_engine_stats {
 	uint64_t legs_placed;       /* engine legs started on it */
 	uint64_t legs_failed;       /* of those, failed through its fault */
 	int64_t last_placed_ns;     /* host clock of the last leg started; 0: none */
-	/* The monitor's stall check (docs/recovery.md): */
-	uint32_t legs_out;          /* legs sent to it and not yet back */
-	int64_t busy_since_ns;      /* the first leg sent since the last progress */
-	int64_t last_progress_ns;   /* the last bytes any leg on it received */
+	/* The monitor's stall check (docs/recovery.md); plain counts, so the
+	 * request path reads no clock for it: */
+	uint32_t legs_out;          /* generation legs sent to it, not yet back */
+	uint64_t progress;          /* answer chunks its generation legs received */
 	uint32_t handoff_decodes;   /* resident decode legs of prefill/decode pairs
 	                             * (the aggregate fallback waits for them) */
 };

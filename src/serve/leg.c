@@ -76,7 +76,7 @@ on_data(void *data, const char *bytes, size_t len)
 
 	/* The engine generates: not stalled (docs/recovery.md). */
 	if (leg->kind != NW_LEG_TOKENIZE)
-		r->serve->fleet->stats[leg->engine].last_progress_ns = g_get_monotonic_time() * 1000;
+		r->serve->fleet->stats[leg->engine].progress++;
 	if (leg->relaying || leg->collecting) {
 		r->last_chunk_us = r->last_chunk_us >= 0 ? g_get_monotonic_time() : -1;
 		return leg->relaying ? nw_relay_feed(r, bytes, len) : nw_collect_feed(r, bytes, len);
@@ -101,19 +101,12 @@ on_data(void *data, const char *bytes, size_t len)
 
 /* Generation legs out on each engine, for the monitor's stall check
  * (docs/recovery.md). A leg waiting for a connection of ours is not out,
- * and tokenise legs do not count: a hung engine may still tokenise.
- * busy_since is the first leg sent after the engine last sent anything
- * back: legs that time out one after another on a hung engine do not
- * restart it. */
+ * and tokenise legs do not count: a hung engine may still tokenise. */
 static void
 leg_out(struct nw_serve *s, const struct nw_leg *leg)
 {
-	struct nw_engine_stats *st = &s->fleet->stats[leg->engine];
-
-	if (leg->kind == NW_LEG_TOKENIZE)
-		return;
-	if (st->legs_out++ == 0 && st->busy_since_ns <= st->last_progress_ns)
-		st->busy_since_ns = g_get_monotonic_time() * 1000;
+	if (leg->kind != NW_LEG_TOKENIZE)
+		s->fleet->stats[leg->engine].legs_out++;
 }
 
 static void

@@ -18,6 +18,7 @@
 
 #include "control/handoff-probe.h"
 #include "integration/sim-client.h"
+#include "integration/test-serve-common.h"
 #include "core/fleet-dialects.h"
 
 struct probe_env {
@@ -30,44 +31,6 @@ struct probe_env {
 	struct nw_upstream *pool;
 	uint64_t next_handle;
 };
-
-/* A plugin directory with the vllm dialect and the mock dialect of the
- * plugin tests (symbolic links). */
-static char *
-plugin_dir_new(void)
-{
-	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
-	g_autofree char *vllm = NULL;
-	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",
-	                                              "mock-dialect.so", NULL);
-	g_autofree char *vllm_link = NULL;
-	g_autofree char *mock_link = NULL;
-	char *dir = g_dir_make_tmp("narwhal-probe-plugins-XXXXXX", NULL);
-
-	g_assert_nonnull(built);
-	g_assert_nonnull(dir);
-	vllm = g_build_filename(built, "dialect-vllm.so", NULL);
-	vllm_link = g_build_filename(dir, "dialect-vllm.so", NULL);
-	mock_link = g_build_filename(dir, "dialect-mock.so", NULL);
-	g_assert_cmpint(symlink(vllm, vllm_link), ==, 0);
-	g_assert_cmpint(symlink(mock, mock_link), ==, 0);
-	return dir;
-}
-
-static void
-plugin_dir_free(char *dir)
-{
-	g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
-	const char *name;
-
-	while (d != NULL && (name = g_dir_read_name(d)) != NULL) {
-		g_autofree char *path = g_build_filename(dir, name, NULL);
-
-		g_unlink(path);
-	}
-	g_rmdir(dir);
-	g_free(dir);
-}
 
 /* narwhal-sim with two engines at time scale 20 (plus extra arguments),
  * engine i speaking dialects[i] ('v': vllm, 'm': the mock with mock_caps).
@@ -96,7 +59,7 @@ env_start(struct probe_env *e, const char *dialects, unsigned mock_caps, const c
 		g_ptr_array_add(args, (gpointer)*a);
 	g_ptr_array_add(args, NULL);
 	g_assert_true(sim_start(&e->sim, (const char *const *)args->pdata));
-	e->plugin_dir = plugin_dir_new();
+	e->plugin_dir = serve_plugin_dir_new();
 	engines = json_object_get(e->sim.fleet, "engines");
 	for (size_t i = 0; i < json_array_size(engines) && dialects[i]; i++)
 		json_object_set_new(json_array_get(engines, i), "dialect",
@@ -131,7 +94,7 @@ env_clear(struct probe_env *e)
 	nw_plugin_metrics_free(e->metrics);
 	nw_fleet_free(e->registry);
 	nw_config_free(e->cfg);
-	plugin_dir_free(e->plugin_dir);
+	serve_plugin_dir_free(e->plugin_dir);
 	g_assert_cmpint(sim_stop(&e->sim, SIGTERM, 10000), ==, 0);
 	sim_clear(&e->sim);
 }

@@ -12,86 +12,31 @@
 /* Metrics pages are the largest answers a check reads. */
 #define ANSWER_MAX (16u << 20)
 
-struct check_call {
-	nw_check_answer_fn fn;
-	void *data;
-	long status;
-	GString *body;
-	int64_t started_us;
-};
-
-static void
-on_response(void *data, long status)
-{
-	((struct check_call *)data)->status = status;
-}
-
-static bool
-on_data(void *data, const char *bytes, size_t len)
-{
-	struct check_call *c = data;
-
-	if (c->body->len < ANSWER_MAX)
-		g_string_append_len(c->body, bytes, (gssize)MIN(len, ANSWER_MAX - c->body->len));
-	return true;
-}
-
-static void
-on_done(void *data, const struct nw_upstream_result *res)
-{
-	struct check_call *c = data;
-	struct nw_check_answer a = {
-		.code = res->code, .status = c->status, .error = res->error, .body = c->body,
-		.seconds = (double)(g_get_monotonic_time() - c->started_us) / 1e6,
-	};
-
-	c->fn(c->data, &a);
-	g_string_free(c->body, TRUE);
-	g_free(c);
-}
-
-static const struct nw_upstream_handlers handlers = {
-	.on_response = on_response,
-	.on_data = on_data,
-	.on_done = on_done,
-};
-
 void
 nw_check_call(struct nw_check_run *run, const struct nw_dialect *d,
-              struct narwhal_http_call *call, double timeout_s, nw_check_answer_fn fn, void *data)
+              struct narwhal_http_call *call, double timeout_s, nw_dialect_answer_fn fn,
+              void *data)
 {
-	struct check_call *c = g_new0(struct check_call, 1);
-	g_autofree char *url = g_strconcat(d->ref.url, call->path, NULL);
-	char *body = call->body != NULL ? json_dumps(call->body, JSON_COMPACT) : NULL;
 	g_autofree char *request_id = g_strdup_printf("narwhal-check-%" G_GUINT64_FORMAT,
 	                                              run->next_handle++);
-	struct nw_upstream_request req = {
-		.method = call->method != NULL ? call->method : (body != NULL ? "POST" : "GET"),
-		.url = url,
-		.request_id = request_id,
-		.owned_body = body,
-		.body_len = body != NULL ? strlen(body) : 0,
-		.connect_timeout_ms = MAX(1, (long)(run->cfg->engine.connect_timeout_s * 1000 + 0.5)),
-		.timeout_ms = MAX(1, (long)(timeout_s * 1000 + 0.5)),
+	const struct nw_dialect_call_options o = {
+		.pool = run->pool, .dialect = d,
+		.connect_timeout_s = run->cfg->engine.connect_timeout_s, .timeout_s = timeout_s,
+		.body_max = ANSWER_MAX, .request_id = request_id,
 	};
 
-	json_decref(call->body);
-	call->body = NULL;
-	c->fn = fn;
-	c->data = data;
-	c->body = g_string_new(NULL);
-	c->started_us = g_get_monotonic_time();
-	if (nw_upstream_start(run->pool, &req, &handlers, c) == NULL) {
-		struct nw_upstream_result res = {
-			.code = NW_UPSTREAM_FAILED, .error = "the call could not start",
+	if (nw_dialect_call_start(&o, call, fn, data) == NULL) {
+		g_autoptr(GString) none = g_string_new(NULL);
+		const struct nw_dialect_answer a = {
+			.code = NW_UPSTREAM_FAILED, .error = "the call could not start", .body = none,
 		};
 
-		on_done(c, &res);
+		fn(data, &a);
 	}
 }
 
 char *
-nw_check_answer_problem(const struct nw_dialect *d, const struct nw_check_answer *a,
+nw_check_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
                         const char *timeout_field, double timeout_s)
 {
 	struct narwhal_engine_error err;

@@ -15,6 +15,7 @@
 
 #include <glib.h>
 
+#include "control/dialect-call.h"
 #include "core/config.h"
 #include "core/fleet-dialects.h"
 #include "net/upstream.h"
@@ -47,26 +48,16 @@ void nw_check_wait(const bool *flag);
 
 /* --- one engine call of a check (call.c) --------------------------------- */
 
-struct nw_check_answer {
-	enum nw_upstream_code code;
-	long status;           /* 0: no HTTP answer */
-	const char *error;     /* transport failure, for the reason */
-	const GString *body;   /* the whole answer (bounded) */
-	double seconds;        /* sent to answered */
-};
-
-typedef void (*nw_check_answer_fn)(void *data, const struct nw_check_answer *a);
-
 /* Send a call a dialect built (body transfer full) to engine d under
- * timeout_s; fn is called once, from the loop, or at once when the call
- * cannot start. */
+ * timeout_s (control/dialect-call.h); fn is called once, from the loop, or
+ * at once when the call cannot start. */
 void nw_check_call(struct nw_check_run *run, const struct nw_dialect *d,
-                   struct narwhal_http_call *call, double timeout_s, nw_check_answer_fn fn,
+                   struct narwhal_http_call *call, double timeout_s, nw_dialect_answer_fn fn,
                    void *data);
 
 /* Why a call failed, for a reason: "HTTP 503: message", "no answer within
  * engine.health_timeout_s (5 s)" or the transport failure (transfer full). */
-char *nw_check_answer_problem(const struct nw_dialect *d, const struct nw_check_answer *a,
+char *nw_check_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
                               const char *timeout_field, double timeout_s);
 
 /* {"engine": id, "url": url} (transfer full). */

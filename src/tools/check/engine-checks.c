@@ -76,7 +76,7 @@ job_done(struct job *job)
  * answer), or record the builder's failure. */
 static void
 send_job(struct phase *ph, uint32_t i, const char *slot, int rc, struct narwhal_http_call *call,
-         double timeout_s, nw_check_answer_fn fn)
+         double timeout_s, nw_dialect_answer_fn fn)
 {
 	const struct nw_dialect *d = &ph->run->fleet->dialects[i];
 	struct job *job;
@@ -116,7 +116,7 @@ phase_finish(struct phase *ph)
 }
 
 static bool
-answered_2xx(const struct nw_check_answer *a)
+answered_2xx(const struct nw_dialect_answer *a)
 {
 	return a->code == NW_UPSTREAM_OK && a->status >= 200 && a->status < 300;
 }
@@ -124,7 +124,7 @@ answered_2xx(const struct nw_check_answer *a)
 /* --- health ------------------------------------------------------------ */
 
 static void
-health_answered(void *data, const struct nw_check_answer *a)
+health_answered(void *data, const struct nw_dialect_answer *a)
 {
 	struct job *job = data;
 	struct phase *ph = job->ph;
@@ -168,7 +168,7 @@ check_health(struct nw_check_run *run)
 /* --- served model ------------------------------------------------------ */
 
 static void
-models_answered(void *data, const struct nw_check_answer *a)
+models_answered(void *data, const struct nw_dialect_answer *a)
 {
 	struct job *job = data;
 	struct phase *ph = job->ph;
@@ -275,7 +275,7 @@ check_models(struct nw_check_run *run)
 /* --- tokenise ---------------------------------------------------------- */
 
 static void
-tokenize_answered(void *data, const struct nw_check_answer *a)
+tokenize_answered(void *data, const struct nw_dialect_answer *a)
 {
 	struct job *job = data;
 	struct phase *ph = job->ph;

@@ -69,7 +69,7 @@ struct metrics_read {
 };
 
 static void
-metrics_answered(void *data, const struct nw_check_answer *a)
+metrics_answered(void *data, const struct nw_dialect_answer *a)
 {
 	struct metrics_read *mr = data;
 	struct lease_job *job = mr->job;
