@@ -1,6 +1,7 @@
 #include "build-config.h"
 
 #include "daemon.h"
+#include "daemon-internal.h"
 
 #include <signal.h>
 #include <string.h>
@@ -20,35 +21,6 @@
 
 /* How long a stop signal waits for answered requests to leave. */
 #define STOP_GRACE_US (2 * G_USEC_PER_SEC)
-
-/* One configured plugin: its loaded type, host table and instance. */
-struct loaded_plugin {
-	struct nw_plugin *plugin;
-	struct nw_host *host;
-	struct nw_plugin_instance *instance;
-};
-
-struct nw_daemon {
-	struct nw_config *cfg;
-	GMainLoop *loop;
-	int64_t started_us;
-	struct nw_fleet *fleet;
-	struct nw_plugin_metrics *plugin_metrics;
-	struct loaded_plugin admission;
-	struct loaded_plugin placement;
-	struct loaded_plugin controller;
-	struct nw_fleet_dialects *dialects; /* the engines' dialects */
-	char **api_keys;
-	struct nw_upstream *serving_pool;
-	struct nw_upstream *control_pool;
-	struct nw_http_server *http;
-	struct nw_serve *serve;
-	struct nw_monitor *monitor;
-	guint sigterm, sigint, sighup;
-	guint stop_poll;
-	int64_t stop_started_us;
-	int exit_status;
-};
 
 /* The plugin kinds chosen once for the daemon; dialects are per engine. */
 struct plugin_slot {
@@ -183,81 +155,6 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 	return ok;
 }
 
-/* --- routes ---------------------------------------------------------- */
-
-/* A plugin's name and version; not its file, since this route is on the
- * clients' listener. */
-static json_t *
-plugin_json(const struct nw_plugin *p)
-{
-	return json_pack("{s:s, s:s}", "name", p->desc->name, "version", p->desc->version);
-}
-
-/* GET /narwhal/health (docs/api.md, docs/recovery.md): 200 while Narwhal
- * can serve ("ok" or "degraded"), 503 when it cannot ("unavailable"), so a
- * load balancer in front can route around it. */
-static enum MHD_Result
-route_health(struct nw_daemon *d, struct MHD_Connection *conn)
-{
-	json_t *dialects = json_object();
-	json_t *body = nw_monitor_to_json(d->monitor, false);
-	struct nw_http_server_counters fc;
-	bool serving = strcmp(json_string_value(json_object_get(body, "status")),
-	                      "unavailable") != 0;
-
-	for (guint k = 0; k < d->dialects->loaded->len; k++) {
-		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->dialects->loaded, k);
-
-		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin));
-	}
-	nw_http_server_counters(d->http, &fc);
-	json_object_update_new(body, json_pack(
-		"{s:s, s:f, s:s?, s:{s:o, s:o, s:o, s:o}, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
-		"version", PACKAGE_VERSION,
-		"uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
-		"model", d->fleet->model,
-		"plugins",
-		"admission", plugin_json(d->admission.plugin),
-		"placement", plugin_json(d->placement.plugin),
-		"controller", plugin_json(d->controller.plugin),
-		"dialects", dialects,
-		"counters", nw_serve_counters_to_json(d->serve),
-		"front_door",
-		"framing_refusals", (json_int_t)fc.framing_refusals,
-		"head_timeouts", (json_int_t)fc.head_timeouts,
-		"body_timeouts", (json_int_t)fc.body_timeouts,
-		"pending_evictions", (json_int_t)fc.pending_evictions,
-		"lingering_closes", (json_int_t)fc.lingering_closes));
-	enum MHD_Result ret = nw_http_respond_json(conn, serving ? MHD_HTTP_OK
-	                                                         : MHD_HTTP_SERVICE_UNAVAILABLE, body);
-
-	json_decref(body);
-	return ret;
-}
-
-/* GET /metrics (docs/metrics.md): the Prometheus text format. */
-static enum MHD_Result
-route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
-{
-	const struct nw_exposition_sources src = {
-		.serve = d->serve, .monitor = d->monitor, .fleet = d->fleet,
-		.plugin_metrics = d->plugin_metrics,
-	};
-	GString *text = nw_exposition_render(&src);
-	size_t len = text->len;
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, g_string_free(text, FALSE),
-	                                                            MHD_RESPMEM_MUST_FREE);
-	enum MHD_Result ret;
-
-	if (resp == NULL)
-		return MHD_NO;
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-	                        "text/plain; version=0.0.4; charset=utf-8");
-	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
 static enum MHD_Result
 on_request(void *data, struct MHD_Connection *conn, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **request)
@@ -265,16 +162,8 @@ on_request(void *data, struct MHD_Connection *conn, const char *url, const char 
 	struct nw_daemon *d = data;
 
 	/* Answer on the first call; a body sent with these routes is ignored. */
-	if (*request == NULL && strcmp(url, "/narwhal/health") == 0) {
-		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-			return nw_serve_method_not_allowed(d->serve, conn, url, method, "GET, HEAD");
-		return route_health(d, conn);
-	}
-	if (*request == NULL && strcmp(url, "/metrics") == 0) {
-		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-			return nw_serve_method_not_allowed(d->serve, conn, url, method, "GET, HEAD");
-		return route_metrics(d, conn);
-	}
+	if (*request == NULL && nw_daemon_routes_own(url))
+		return nw_daemon_routes_handle(d, conn, url, method);
 	if (*request != NULL || nw_serve_owns(url))
 		return nw_serve_handle(d->serve, conn, url, method, upload, upload_size, request);
 	return nw_serve_no_route(d->serve, conn, url, method);
@@ -378,6 +267,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	so.dialects = d->dialects->dialects;
 	so.serving_pool = d->serving_pool;
 	so.api_keys = d->api_keys;
+	so.metrics = &d->serve_metrics;
 	d->serve = nw_serve_new(&so, error);
 	if (d->serve == NULL)
 		goto fail;
@@ -422,6 +312,30 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 fail:
 	nw_daemon_free(d);
 	return NULL;
+}
+
+struct nw_serve *
+nw_daemon_serve(struct nw_daemon *d)
+{
+	return d->serve;
+}
+
+struct nw_monitor *
+nw_daemon_monitor(struct nw_daemon *d)
+{
+	return d->monitor;
+}
+
+struct nw_fleet *
+nw_daemon_fleet(struct nw_daemon *d)
+{
+	return d->fleet;
+}
+
+const struct nw_config *
+nw_daemon_config(struct nw_daemon *d)
+{
+	return d->cfg;
 }
 
 int

@@ -71,6 +71,13 @@ struct nw_serve_counters {
 #undef NW_SERVE_COUNTER_FIELD
 };
 
+/* What the data plane records for the metrics route and /narwhal/health.
+ * The daemon owns it and lends it to the serving context, so the counts
+ * carry over when a reload replaces the context (docs/deployment.md). */
+struct nw_serve_metrics {
+	struct nw_serve_counters counters;
+};
+
 /* {"name": value, ...} (transfer full). */
 json_t *nw_serve_counters_json(const struct nw_serve_counters *c);
 

@@ -45,11 +45,11 @@ on_response(void *data, long status)
 
 	r->leg.status = status;
 	if (status >= 200 && status < 300)
-		s->counters.engine_status_2xx++;
+		s->metrics->counters.engine_status_2xx++;
 	else if (status >= 400 && status < 500)
-		s->counters.engine_status_4xx++;
+		s->metrics->counters.engine_status_4xx++;
 	else if (status >= 500)
-		s->counters.engine_status_5xx++;
+		s->metrics->counters.engine_status_5xx++;
 	if (status < 200 || status >= 300 || !leg_streams(r))
 		return;
 	if (!r->parsed.stream) {

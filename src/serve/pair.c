@@ -52,19 +52,19 @@ on_done(void *data, const struct nw_upstream_result *res)
 	}
 	r->fault_engine = (int32_t)p->engine;
 	if (res->code == NW_UPSTREAM_TIMEOUT) {
-		s->counters.prefill_timeouts++;
+		s->metrics->counters.prefill_timeouts++;
 		nw_request_fail_engine(r, NW_FAIL_PREFILL_TIMEOUT, 0, res->error, NULL);
 		return;
 	}
 	if (res->code != NW_UPSTREAM_OK) {
-		s->counters.prefill_failed_transport++;
+		s->metrics->counters.prefill_failed_transport++;
 		nw_request_fail_engine(r, res->code == NW_UPSTREAM_BAD_RESPONSE ? NW_FAIL_BAD_RESPONSE
 		                          : res->code == NW_UPSTREAM_CONNECT  ? NW_FAIL_CONNECT
 		                                                              : NW_FAIL_TRANSPORT,
 		                       0, res->error, NULL);
 		return;
 	}
-	s->counters.prefill_failed_status++;
+	s->metrics->counters.prefill_failed_status++;
 	nw_phase_fail_by_status(r, nw_serve_dialect(s, p->engine), p->status, p->error_body);
 }
 
@@ -106,7 +106,7 @@ nw_pair_start(struct nw_request *r, uint32_t engine, struct narwhal_http_call *c
 	if (p->error_body == NULL)
 		p->error_body = g_string_new(NULL);
 	g_string_truncate(p->error_body, 0);
-	s->counters.prefill_started++;
+	s->metrics->counters.prefill_started++;
 	p->call = nw_upstream_start(s->serving_pool, &req, &pair_handlers, r);
 	if (p->call == NULL) {
 		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not start an engine call");

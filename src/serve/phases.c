@@ -21,7 +21,7 @@
 static void
 answer_client_error(struct nw_request *r, const struct nw_client_error *err)
 {
-	r->serve->counters.client_errors++;
+	r->serve->metrics->counters.client_errors++;
 	nw_request_finish(r, false);
 	nw_request_answer_error(r, err->status, err->type, err->code,
 	                        err->param[0] ? err->param : NULL, err->message);
@@ -71,7 +71,7 @@ nw_phase_size_by_chars(struct nw_request *r)
 	size_t chars = r->route == NARWHAL_ROUTE_COMPLETIONS ? r->parsed.prompt_chars
 	                                                     : r->parsed.chat_chars;
 
-	s->counters.tokenize_fallbacks++;
+	s->metrics->counters.tokenize_fallbacks++;
 	r->prompt_tokens = (uint64_t)ceil((double)chars / s->cfg->engine.chars_per_token);
 	r->prompt_tokens_exact = false;
 	admission(r);
@@ -165,7 +165,7 @@ start_sizing(struct nw_request *r)
 		nw_phase_size_by_chars(r);
 		return;
 	}
-	s->counters.tokenize_calls++;
+	s->metrics->counters.tokenize_calls++;
 	nw_leg_start(r, NW_LEG_TOKENIZE, engine, &call);
 }
 
@@ -201,7 +201,7 @@ static void
 admit_now(struct nw_request *r)
 {
 	r->admitted = true;
-	r->serve->counters.admitted++;
+	r->serve->metrics->counters.admitted++;
 	nw_phase_begin_attempt(r);
 }
 
@@ -211,12 +211,12 @@ enqueue(struct nw_request *r)
 	struct nw_serve *s = r->serve;
 
 	if (!nw_resource_wait(&s->admitted, &r->admit_wait)) {
-		s->counters.queue_full++;
+		s->metrics->counters.queue_full++;
 		nw_request_refuse(r, 429, "queue_full", 1.0, "the fleet is saturated and the "
 		                  "admission queue is full: retry later");
 		return;
 	}
-	s->counters.queued++;
+	s->metrics->counters.queued++;
 	nw_request_set_state(r, NW_REQ_QUEUED);
 	r->phase = NW_PT_QUEUE;
 	r->phase_until_us = g_get_monotonic_time() +
@@ -309,7 +309,7 @@ admission(struct nw_request *r)
 	if (context_exceeded(r)) {
 		struct nw_client_error err;
 
-		s->counters.refused_context_length++;
+		s->metrics->counters.refused_context_length++;
 		nw_phase_context_error(r, &err);
 		answer_client_error(r, &err);
 		return;
@@ -317,7 +317,7 @@ admission(struct nw_request *r)
 	/* Degraded (spec 7, controller.monitor_failure_limit): Narwhal cannot
 	 * see its engines, so it admits nothing new until a clean pass. */
 	if (s->fleet->admission_stopped) {
-		s->counters.refused_degraded++;
+		s->metrics->counters.refused_degraded++;
 		nw_request_refuse(r, 503, "degraded", s->fleet->retry_after_s, "Narwhal cannot "
 		                  "currently watch its engines and admits no new work: retry after "
 		                  "the time in Retry-After");
@@ -344,7 +344,7 @@ admission(struct nw_request *r)
 			enqueue(r);
 		return;
 	case NARWHAL_REFUSE_TOO_LONG:
-		s->counters.refused_too_long++;
+		s->metrics->counters.refused_too_long++;
 		nw_request_finish(r, false);
 		nw_request_answer_error(r, 400, "invalid_request_error", "prompt_too_long", NULL,
 		                        "the prompt cannot be served within the TTFT target even on "
@@ -352,7 +352,7 @@ admission(struct nw_request *r)
 		return;
 	case NARWHAL_REFUSE:
 	default:
-		s->counters.refused_admission++;
+		s->metrics->counters.refused_admission++;
 		nw_request_refuse(r, 429, "overloaded", dec.retry_after_s,
 		                  "the fleet cannot serve this request within its targets now: "
 		                  "retry after the time in Retry-After");
@@ -498,7 +498,7 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	switch (phase) {
 	case NARWHAL_PHASE_PREFILL:
 		kind = NW_LEG_PREFILL;
-		s->counters.prefill_started++;
+		s->metrics->counters.prefill_started++;
 		nw_request_set_state(r, NW_REQ_PREFILL);
 		target = target_for(r, engine, r->parsed.body);
 		slot = "build_prefill";
@@ -506,13 +506,13 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		break;
 	case NARWHAL_PHASE_DECODE:
 		if (r->handoff_until_us >= 0 && now >= r->handoff_until_us) {
-			s->counters.handoff_expired++;
+			s->metrics->counters.handoff_expired++;
 			nw_request_fail(r, NW_FAIL_HANDOFF, 0, "the KV handoff outlived "
 			                "serving.handoff_timeout_s before its decode leg started");
 			return;
 		}
 		kind = NW_LEG_DECODE;
-		s->counters.decode_started++;
+		s->metrics->counters.decode_started++;
 		nw_request_set_state(r, NW_REQ_DECODE);
 		if (nw_phase_pair_concurrent(r) && !start_concurrent_prefill(r))
 			return;
@@ -523,7 +523,7 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	case NARWHAL_PHASE_AGGREGATE:
 	default:
 		kind = NW_LEG_AGGREGATE;
-		s->counters.aggregate_started++;
+		s->metrics->counters.aggregate_started++;
 		nw_request_set_state(r, NW_REQ_DECODE);
 		target = target_for(r, engine, output_body(r));
 		slot = "build_aggregate";
@@ -570,7 +570,7 @@ handoff_failed(struct nw_request *r)
 {
 	if (r->aggregate || r->prefill_pair < 0 || r->leg.kind != NW_LEG_DECODE)
 		return false;
-	r->serve->counters.handoff_load_failed++;
+	r->serve->metrics->counters.handoff_load_failed++;
 	r->fault_engine = r->prefill_pair;
 	return true;
 }
@@ -584,18 +584,18 @@ nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
 
 	/* A committed stream counts the error event it sends (relay.c). */
 	if (!nw_request_streaming(r))
-		s->counters.stream_errors++;
+		s->metrics->counters.stream_errors++;
 	switch (ev->error_class) {
 	case NARWHAL_ERROR_HANDOFF:
 		if (handoff_failed(r)) {
 			nw_request_fail_engine(r, NW_FAIL_STATUS, 502, detail, NULL);
 			break;
 		}
-		s->counters.permanent_errors++;
+		s->metrics->counters.permanent_errors++;
 		nw_request_fail_engine(r, NW_FAIL_PERMANENT, 0, detail, NULL);
 		break;
 	case NARWHAL_ERROR_CONTEXT_TOO_LONG:
-		s->counters.context_too_long++;
+		s->metrics->counters.context_too_long++;
 		nw_request_fail_engine(r, NW_FAIL_CONTEXT, 0, detail, NULL);
 		break;
 	case NARWHAL_ERROR_RETRYABLE:
@@ -604,7 +604,7 @@ nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
 	case NARWHAL_ERROR_CLIENT:
 	case NARWHAL_ERROR_PERMANENT:
 	default:
-		s->counters.permanent_errors++;
+		s->metrics->counters.permanent_errors++;
 		nw_request_fail_engine(r, NW_FAIL_PERMANENT, 0, detail, NULL);
 		break;
 	}
@@ -622,12 +622,12 @@ nw_phase_fail_by_status(struct nw_request *r, const struct nw_dialect *d, long s
 	if (err.error_class == NARWHAL_ERROR_HANDOFF && handoff_failed(r)) {
 		nw_request_fail_engine(r, NW_FAIL_STATUS, status, body, NULL);
 	} else if (err.error_class == NARWHAL_ERROR_CONTEXT_TOO_LONG) {
-		s->counters.context_too_long++;
+		s->metrics->counters.context_too_long++;
 		nw_request_fail_engine(r, NW_FAIL_CONTEXT, status, body, NULL);
 	} else if (err.error_class == NARWHAL_ERROR_RETRYABLE && nw_engine_status_retryable(status)) {
 		nw_request_fail_engine(r, NW_FAIL_STATUS, status, body, NULL);
 	} else {
-		s->counters.permanent_errors++;
+		s->metrics->counters.permanent_errors++;
 		/* Only the dialect knows whether the engine refused the client's
 		 * own request; only then may the client read its words. */
 		nw_request_fail_engine(r, NW_FAIL_PERMANENT, status, body,
@@ -656,12 +656,12 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 
 	r->phase = NW_PT_NONE;
 	if (res->code != NW_UPSTREAM_OK) {
-		s->counters.prefill_failed_transport++;
+		s->metrics->counters.prefill_failed_transport++;
 		nw_request_fail_engine(r, transfer_failure(res), 0, res->error, NULL);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
-		s->counters.prefill_failed_status++;
+		s->metrics->counters.prefill_failed_status++;
 		nw_phase_fail_by_status(r, d, r->leg.status, r->leg.collected);
 		return;
 	}
@@ -671,7 +671,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	if (rc != 0) {
 		if (doc != NULL)
 			dialect_failed(r, d, "parse_prefill", rc);
-		s->counters.prefill_failed_status++;
+		s->metrics->counters.prefill_failed_status++;
 		nw_request_fail_engine(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
 		                       "the prefill engine's answer has no readable handoff", NULL);
 		return;
@@ -680,7 +680,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	 * on without one (the engine prefills again, which costs the prefill
 	 * twice), but the operator should know. */
 	if (r->handoff == NULL) {
-		s->counters.handoff_missing++;
+		s->metrics->counters.handoff_missing++;
 		nw_log(NARWHAL_LOG_WARNING, "handoff_missing", "request_id", r->id, "engine",
 		       d->ref.id, NULL);
 	}
@@ -715,18 +715,18 @@ decode_done(struct nw_request *r, const struct nw_upstream_result *res)
 		}
 		if (nw_request_decided(r))
 			return; /* the collector's last event failed it */
-		s->counters.decode_failed_transport++;
+		s->metrics->counters.decode_failed_transport++;
 		nw_request_fail_engine(r, NW_FAIL_TRANSPORT, 0, res->code != NW_UPSTREAM_OK ? res->error :
 		                       "the engine's stream ended without its terminator", NULL);
 		return;
 	}
 	if (res->code != NW_UPSTREAM_OK) {
-		s->counters.decode_failed_transport++;
+		s->metrics->counters.decode_failed_transport++;
 		nw_request_fail_engine(r, transfer_failure(res), 0, res->error, NULL);
 		return;
 	}
 	if (r->leg.status < 200 || r->leg.status >= 300) {
-		s->counters.decode_failed_status++;
+		s->metrics->counters.decode_failed_status++;
 		nw_phase_fail_by_status(r, d, r->leg.status, r->leg.collected);
 		return;
 	}

@@ -182,7 +182,7 @@ join_line(struct nw_request *r, struct nw_wait_line *line)
 	if (r->phase_line == line)
 		return;
 	nw_phase_leave_line(r);
-	r->serve->counters.phase_waits++;
+	r->serve->metrics->counters.phase_waits++;
 	nw_wait_line_push(line, &r->phase_wait);
 	r->phase_line = line;
 }
@@ -214,7 +214,7 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	if (n == 0) {
 		if (full == 0) {
 			nw_phase_leave_line(r);
-			s->counters.no_engine++;
+			s->metrics->counters.no_engine++;
 			nw_request_fail(r, NW_FAIL_NO_ENGINE, 0, "no available engine can take the "
 			                "request");
 			return;

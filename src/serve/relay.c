@@ -235,7 +235,7 @@ nw_relay_error(struct nw_request *r, const char *type, const char *code, const c
 	}
 	rl->committed = rl->buf->len;
 	rl->finished = true;
-	r->serve->counters.stream_errors++;
+	r->serve->metrics->counters.stream_errors++;
 	nw_request_wake_client(r);
 }
 

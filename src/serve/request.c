@@ -245,7 +245,7 @@ on_wake(struct nw_request *r, unsigned wake)
 		r->admit_wait.granted = false;
 		r->admitted = true;
 		r->phase = NW_PT_NONE;
-		r->serve->counters.admitted++;
+		r->serve->metrics->counters.admitted++;
 		nw_phase_begin_attempt(r);
 	}
 	if (nw_request_decided(r))
@@ -273,18 +273,18 @@ on_phase_expired(struct nw_request *r)
 		nw_phase_size_by_chars(r);
 		break;
 	case NW_PT_QUEUE:
-		s->counters.queue_timeouts++;
+		s->metrics->counters.queue_timeouts++;
 		nw_request_refuse(r, 429, "queue_timeout", s->cfg->serving.queue_timeout_s,
 		                  "the request waited serving.queue_timeout_s for admission: the "
 		                  "fleet is saturated, retry later");
 		break;
 	case NW_PT_POOL:
-		s->counters.pool_starvation++;
+		s->metrics->counters.pool_starvation++;
 		nw_request_fail(r, NW_FAIL_POOL, 0, "no engine connection came free within "
 		                "engine.pool_timeout_s");
 		break;
 	case NW_PT_PREFILL:
-		s->counters.prefill_timeouts++;
+		s->metrics->counters.prefill_timeouts++;
 		nw_request_fail(r, NW_FAIL_PREFILL_TIMEOUT, 0, "the prefill leg took longer than "
 		                "serving.prefill_timeout_s");
 		break;
@@ -310,7 +310,7 @@ on_timer(void *data)
 	if (nw_request_decided(r))
 		return;
 	if (now >= r->deadline_us) {
-		s->counters.deadline_expired++;
+		s->metrics->counters.deadline_expired++;
 		nw_request_fail(r, NW_FAIL_DEADLINE, 0, "the request took longer than "
 		                "serving.request_timeout_s");
 		return;
@@ -320,19 +320,19 @@ on_timer(void *data)
 			/* The cap passed while the prefill was still out: any handoff
 			 * it gives is expired already. A prefill failure of that
 			 * engine, which the retry then avoids. */
-			s->counters.prefill_timeouts++;
+			s->metrics->counters.prefill_timeouts++;
 			nw_request_fail(r, NW_FAIL_PREFILL_TIMEOUT, 0, "the prefill leg did not "
 			                "answer within serving.handoff_timeout_s: its handoff would "
 			                "be expired");
 			return;
 		}
-		s->counters.handoff_expired++;
+		s->metrics->counters.handoff_expired++;
 		nw_request_fail(r, NW_FAIL_HANDOFF, 0, "the KV handoff outlived "
 		                "serving.handoff_timeout_s before its decode leg started");
 		return;
 	}
 	if (r->ft_until_us >= 0 && now >= r->ft_until_us) {
-		s->counters.first_token_timeouts++;
+		s->metrics->counters.first_token_timeouts++;
 		nw_request_fail(r, NW_FAIL_FIRST_TOKEN, 0, "no token within "
 		                "engine.first_token_timeout_s of starting the decode leg");
 		return;
@@ -343,7 +343,7 @@ on_timer(void *data)
 			return;
 	}
 	if (r->stall_until_us >= 0 && now >= r->stall_until_us) {
-		s->counters.backpressure_closes++;
+		s->metrics->counters.backpressure_closes++;
 		nw_log(NARWHAL_LOG_WARNING, "client_backpressure", "request_id", r->id, NULL);
 		r->client_gone = true;
 		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client stopped reading");
@@ -351,7 +351,7 @@ on_timer(void *data)
 		return;
 	}
 	if (r->last_chunk_us >= 0 && r->gap_us > 0 && now >= r->last_chunk_us + r->gap_us) {
-		s->counters.read_gap_timeouts++;
+		s->metrics->counters.read_gap_timeouts++;
 		nw_request_fail(r, NW_FAIL_READ_GAP, 0, "the engine's stream was silent for "
 		                "engine.decode_read_timeout_s");
 		return;
@@ -383,7 +383,7 @@ on_hangup(void *data)
 	/* The server stopped watching; resuming is ours to do. */
 	if (!r->client_gone) {
 		r->client_gone = true;
-		r->serve->counters.client_disconnects++;
+		r->serve->metrics->counters.client_disconnects++;
 		nw_log(NARWHAL_LOG_INFO, "client_disconnected", "request_id", r->id, NULL);
 	}
 	r->relay.abort = true;
@@ -514,10 +514,10 @@ nw_request_finish(struct nw_request *r, bool ok)
 		if (r->leg.kind == NW_LEG_DECODE && !r->aggregate && r->prefill_pair >= 0 &&
 		    r->prefill_pair != (int32_t)r->leg.engine)
 			nw_phase_report_ok(r, r->prefill_pair);
-		s->counters.requests_ok++;
+		s->metrics->counters.requests_ok++;
 		nw_retry_budget_success(&s->budget);
 	} else {
-		s->counters.requests_failed++;
+		s->metrics->counters.requests_failed++;
 	}
 	release_all(r);
 	nw_request_set_state(r, r->state == NW_REQ_STREAMING ? NW_REQ_STREAM_ENDING
@@ -594,7 +594,7 @@ retry(struct nw_request *r, int32_t blamed)
 	if (blamed >= 0)
 		r->excluded[blamed] = 1;
 	r->attempt++;
-	s->counters.retries++;
+	s->metrics->counters.retries++;
 	backoff = nw_backoff_sample(s->rng, cfg->serving.retry_base_s, cfg->serving.retry_cap_s,
 	                            r->attempt - 1);
 	nw_request_set_state(r, NW_REQ_BACKOFF);
@@ -696,7 +696,7 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 			retry(r, blamed_engine(r, kind));
 			return;
 		}
-		s->counters.retry_budget_denied++;
+		s->metrics->counters.retry_budget_denied++;
 		text = g_strdup_printf("%s (not retried: the retry budget is spent)", message);
 		message = text;
 	}
@@ -731,7 +731,7 @@ nw_request_shutdown(struct nw_request *r)
 {
 	if (nw_request_decided(r))
 		return;
-	r->serve->counters.shutdown_aborts++;
+	r->serve->metrics->counters.shutdown_aborts++;
 	nw_request_fail(r, NW_FAIL_SHUTDOWN, 0, "Narwhal is shutting down");
 }
 
@@ -756,7 +756,7 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 			json_t *body;
 			enum MHD_Result ret;
 
-			s->counters.too_large++;
+			s->metrics->counters.too_large++;
 			nw_log(NARWHAL_LOG_INFO, "request_too_large", "request_id", r->id, NULL);
 			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
 			nw_request_finish(r, false);
@@ -798,7 +798,7 @@ nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode wh
 	if (!nw_request_decided(r)) {
 		if (!r->client_gone && why != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
 			r->client_gone = true;
-			s->counters.client_disconnects++;
+			s->metrics->counters.client_disconnects++;
 			nw_log(NARWHAL_LOG_INFO, "client_disconnected", "request_id", r->id, NULL);
 		}
 		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client left");

@@ -39,7 +39,8 @@ struct nw_serve {
 	struct nw_timers *timers;
 	GRand *rng;
 	struct nw_retry_budget budget;
-	struct nw_serve_counters counters;
+	struct nw_serve_metrics *metrics; /* borrowed, or own_metrics */
+	struct nw_serve_metrics *own_metrics; /* when none was lent */
 
 	uint32_t retained;               /* completion requests held (ceiling) */
 	uint32_t ceiling;                /* max_connections + queue_capacity */

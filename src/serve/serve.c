@@ -34,6 +34,9 @@ nw_serve_new(const struct nw_serve_options *o, GError **error)
 	s->admission = o->admission;
 	s->placement = o->placement;
 	s->serving_pool = o->serving_pool;
+	if (o->metrics == NULL)
+		s->own_metrics = g_new0(struct nw_serve_metrics, 1);
+	s->metrics = o->metrics ? o->metrics : s->own_metrics;
 	s->api_keys = o->api_keys ? g_strdupv(o->api_keys) : NULL;
 	s->dialects = o->dialects;
 	s->router_keys = nw_dialects_router_keys(s->dialects, n);
@@ -67,6 +70,7 @@ nw_serve_free(struct nw_serve *s)
 	g_free(s->eligible);
 	g_free(s->router_keys);
 	g_strfreev(s->api_keys);
+	g_free(s->own_metrics);
 	g_free(s);
 }
 
@@ -83,7 +87,7 @@ nw_serve_plugin_failed(struct nw_serve *s, const char *kind, const char *plugin,
 	char code[16];
 
 	g_snprintf(code, sizeof code, "%d", rc);
-	s->counters.plugin_call_errors++;
+	s->metrics->counters.plugin_call_errors++;
 	nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin", plugin, "kind", kind,
 	       "slot", slot, "rc", code, "request_id", request_id ? request_id : "-",
 	       /* a NULL key ends the list: no engine field */
@@ -99,13 +103,13 @@ nw_serve_retained(const struct nw_serve *s)
 json_t *
 nw_serve_counters_to_json(const struct nw_serve *s)
 {
-	json_t *o = nw_serve_counters_json(&s->counters);
+	json_t *o = nw_serve_counters_json(&s->metrics->counters);
 	json_int_t undecided = 0;
 
 	for (GList *l = s->requests.head; l != NULL; l = l->next)
 		undecided += !nw_request_decided(l->data);
 	json_object_set_new(o, "plugin_call_errors",
-	                    json_integer((json_int_t)(s->counters.plugin_call_errors +
+	                    json_integer((json_int_t)(s->metrics->counters.plugin_call_errors +
 	                                              s->fleet->monitor_plugin_errors)));
 	json_object_set_new(o, "retained", json_integer(s->retained));
 	json_object_set_new(o, "in_progress", json_integer(undecided));
@@ -227,7 +231,7 @@ nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *conn, const char *u
 {
 	struct nw_client_error err;
 
-	s->counters.requests_other++;
+	s->metrics->counters.requests_other++;
 	nw_client_error_no_route(&err, method, url);
 	return respond(conn, &err, NULL, NULL, NULL);
 }
@@ -238,7 +242,7 @@ nw_serve_method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn, con
 {
 	struct nw_client_error err;
 
-	s->counters.requests_other++;
+	s->metrics->counters.requests_other++;
 	nw_client_error_method_not_allowed(&err, method, url, allow);
 	return respond(conn, &err, NULL, allow, NULL);
 }
@@ -253,7 +257,7 @@ route_models(struct nw_serve *s, struct MHD_Connection *conn)
 	json_t *body;
 	enum MHD_Result ret;
 
-	s->counters.requests_models++;
+	s->metrics->counters.requests_models++;
 	if (s->fleet->max_model_len > 0)
 		json_object_set_new(model, "max_model_len", json_integer(s->fleet->max_model_len));
 	body = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
@@ -279,17 +283,17 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 		return nw_serve_method_not_allowed(s, conn, url, method, "POST");
 	/* Only completions count as such (a GET here is a 405). */
 	if (route == NARWHAL_ROUTE_COMPLETIONS)
-		s->counters.requests_completions++;
+		s->metrics->counters.requests_completions++;
 	else
-		s->counters.requests_chat++;
+		s->metrics->counters.requests_chat++;
 	nw_request_id_choose(s->rng, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                                         "X-Request-Id"), id);
 	/* Before any engine work, and before the body is read. */
 	if (s->api_keys != NULL &&
 	    !nw_serve_key_ok(s->api_keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                                              "Authorization"))) {
-		s->counters.unauthorized++;
-		s->counters.refused_before_body++;
+		s->metrics->counters.unauthorized++;
+		s->metrics->counters.refused_before_body++;
 		nw_client_error_set(&err, 401, "invalid_api_key", NULL,
 		                    "a valid API key is required: send Authorization: Bearer <key>");
 		return respond(conn, &err, id, NULL, NULL);
@@ -297,11 +301,11 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	/* Spec 4.2: the ceiling answers before the body is parsed; the
 	 * request is an unsized offer. */
 	if (s->retained >= s->ceiling || s->stopping) {
-		s->counters.refused_before_body++;
+		s->metrics->counters.refused_before_body++;
 		if (s->stopping)
-			s->counters.shutdown_aborts++;
+			s->metrics->counters.shutdown_aborts++;
 		else
-			s->counters.ceiling_refusals++;
+			s->metrics->counters.ceiling_refusals++;
 		if (s->stopping)
 			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
 		else
@@ -318,8 +322,8 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 		errno = 0;
 		n = g_ascii_strtoull(len, &end, 10);
 		if (errno == 0 && end != len && n > s->cfg->serving.max_request_bytes) {
-			s->counters.too_large++;
-			s->counters.refused_before_body++;
+			s->metrics->counters.too_large++;
+			s->metrics->counters.refused_before_body++;
 			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
 			return respond(conn, &err, id, NULL, NULL);
 		}

@@ -19,6 +19,7 @@
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
 #include "net/upstream.h"
+#include "serve/counters.h"
 
 struct nw_serve;
 
@@ -30,6 +31,7 @@ struct nw_serve_options {
 	const struct nw_dialect *dialects;         /* one per engine, borrowed */
 	struct nw_upstream *serving_pool;          /* data-plane engine calls */
 	char **api_keys;                           /* NULL-terminated, copied; NULL: open */
+	struct nw_serve_metrics *metrics;          /* borrowed; NULL: the serve keeps its own */
 };
 
 /* NULL with error set when the serving context cannot be made. */

@@ -1,0 +1,97 @@
+#include "build-config.h"
+
+#include "daemon-internal.h"
+
+#include <string.h>
+
+#include "obs/exposition.h"
+
+/* A plugin's name and version; not its file, since this route is on the
+ * clients' listener. */
+static json_t *
+plugin_json(const struct nw_plugin *p)
+{
+	return json_pack("{s:s, s:s}", "name", p->desc->name, "version", p->desc->version);
+}
+
+/* GET /narwhal/health (docs/api.md, docs/recovery.md): 200 while Narwhal
+ * can serve ("ok" or "degraded"), 503 when it cannot ("unavailable"), so a
+ * load balancer in front can route around it. */
+static enum MHD_Result
+route_health(struct nw_daemon *d, struct MHD_Connection *conn)
+{
+	json_t *dialects = json_object();
+	json_t *body = nw_monitor_to_json(nw_daemon_monitor(d), false);
+	struct nw_http_server_counters fc;
+	bool serving = strcmp(json_string_value(json_object_get(body, "status")),
+	                      "unavailable") != 0;
+
+	for (guint k = 0; k < d->dialects->loaded->len; k++) {
+		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->dialects->loaded, k);
+
+		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin));
+	}
+	nw_http_server_counters(d->http, &fc);
+	json_object_update_new(body, json_pack(
+		"{s:s, s:f, s:s?, s:{s:o, s:o, s:o, s:o}, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
+		"version", PACKAGE_VERSION,
+		"uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
+		"model", nw_daemon_fleet(d)->model,
+		"plugins",
+		"admission", plugin_json(d->admission.plugin),
+		"placement", plugin_json(d->placement.plugin),
+		"controller", plugin_json(d->controller.plugin),
+		"dialects", dialects,
+		"counters", nw_serve_counters_to_json(nw_daemon_serve(d)),
+		"front_door",
+		"framing_refusals", (json_int_t)fc.framing_refusals,
+		"head_timeouts", (json_int_t)fc.head_timeouts,
+		"body_timeouts", (json_int_t)fc.body_timeouts,
+		"pending_evictions", (json_int_t)fc.pending_evictions,
+		"lingering_closes", (json_int_t)fc.lingering_closes));
+	enum MHD_Result ret = nw_http_respond_json(conn, serving ? MHD_HTTP_OK
+	                                                         : MHD_HTTP_SERVICE_UNAVAILABLE, body);
+
+	json_decref(body);
+	return ret;
+}
+
+/* GET /metrics (docs/metrics.md): the Prometheus text format. */
+static enum MHD_Result
+route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
+{
+	const struct nw_exposition_sources src = {
+		.serve = nw_daemon_serve(d), .monitor = nw_daemon_monitor(d), .fleet = nw_daemon_fleet(d),
+		.plugin_metrics = d->plugin_metrics,
+	};
+	GString *text = nw_exposition_render(&src);
+	size_t len = text->len;
+	struct MHD_Response *resp = MHD_create_response_from_buffer(len, g_string_free(text, FALSE),
+	                                                            MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result ret;
+
+	if (resp == NULL)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+	                        "text/plain; version=0.0.4; charset=utf-8");
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+bool
+nw_daemon_routes_own(const char *url)
+{
+	return strcmp(url, "/narwhal/health") == 0 || strcmp(url, "/metrics") == 0;
+}
+
+enum MHD_Result
+nw_daemon_routes_handle(struct nw_daemon *d, struct MHD_Connection *conn, const char *url,
+                        const char *method)
+{
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return nw_serve_method_not_allowed(nw_daemon_serve(d), conn, url, method, "GET, HEAD");
+	if (strcmp(url, "/metrics") == 0)
+		return route_metrics(d, conn);
+	return route_health(d, conn);
+}
