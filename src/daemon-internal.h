@@ -58,6 +58,11 @@ struct nw_monitor *nw_daemon_monitor(struct nw_daemon *d);
 struct nw_fleet *nw_daemon_fleet(struct nw_daemon *d);
 const struct nw_config *nw_daemon_config(struct nw_daemon *d);
 
+/* Reload the configuration file the daemon started with (SIGHUP and the
+ * admin API; docs/deployment.md). FALSE with error set, and nothing
+ * changed, when the new file is invalid or changes what needs a restart. */
+gboolean nw_daemon_reload(struct nw_daemon *d, GError **error);
+
 /* The daemon's own routes on the clients' listener (docs/api.md):
  * /narwhal/health and /metrics. */
 bool nw_daemon_routes_own(const char *url);

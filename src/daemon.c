@@ -338,6 +338,15 @@ nw_daemon_config(struct nw_daemon *d)
 	return d->cfg;
 }
 
+gboolean
+nw_daemon_reload(struct nw_daemon *d, GError **error)
+{
+	(void)d;
+	g_set_error(error, G_IO_ERROR, G_IO_ERROR_NOT_SUPPORTED,
+	            "configuration reload is not supported yet: restart to apply a new configuration");
+	return FALSE;
+}
+
 int
 nw_daemon_run(struct nw_daemon *d)
 {
