@@ -342,7 +342,7 @@ gboolean
 nw_daemon_reload(struct nw_daemon *d, GError **error)
 {
 	(void)d;
-	g_set_error(error, G_IO_ERROR, G_IO_ERROR_NOT_SUPPORTED,
+	g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_NOSYS,
 	            "configuration reload is not supported yet: restart to apply a new configuration");
 	return FALSE;
 }
