@@ -586,9 +586,10 @@ test_shutdown_in_flight(void)
 	g_autofree char *body = NULL, *stream = NULL;
 	int fd;
 
-	g_test_summary("/serve/shutdown-in-flight: SIGTERM answers waiting requests 503, ends "
-	               "streams with an error event, cancels engine work and exits 0");
-	if (!serve_start(&e, args, "pd", NULL))
+	g_test_summary("/serve/shutdown-in-flight (issue 11, graceful shutdown: the end of the "
+	               "drain): with server.drain_timeout_s 0, SIGTERM answers waiting requests "
+	               "503, ends streams with an error event, cancels engine work and exits 0");
+	if (!serve_start(&e, args, "pd", "{\"server\": {\"drain_timeout_s\": 0}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
 	body = serve_completion_body(&e, 2, FALSE);
