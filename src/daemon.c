@@ -4,19 +4,12 @@
 #include "daemon-internal.h"
 
 #include <signal.h>
-#include <string.h>
-
 #include <glib-unix.h>
 
-#include "control/monitor.h"
-#include "core/dialect.h"
-#include "core/fleet-dialects.h"
-#include "core/host.h"
 #include "core/log.h"
-#include "core/plugin-loader.h"
+#include "daemon-generation.h"
 #include "net/http-server.h"
 #include "net/upstream.h"
-#include "obs/exposition.h"
 #include "serve/serve.h"
 
 /* Once the drain has ended the rest, how long their answers (503s and

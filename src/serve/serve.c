@@ -312,6 +312,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                              MHD_HTTP_HEADER_CONTENT_LENGTH);
 	char id[NW_REQUEST_ID_MAX + 1];
+	uint32_t held = 0;
 
 	if (strcmp(method, "POST") != 0)
 		return nw_serve_method_not_allowed(s, conn, url, method, "POST");
@@ -333,8 +334,11 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 		return respond(conn, &err, id, NULL, NULL);
 	}
 	/* Spec 4.2: the ceiling answers before the body is parsed; the
-	 * request is an unsized offer. */
-	if (s->retained >= s->ceiling || s->stopping || s->draining) {
+	 * request is an unsized offer. It counts the requests a reload left
+	 * finishing on older serves too. */
+	for (const struct nw_serve *g = s; g != NULL; g = g->older)
+		held += g->retained;
+	if (held >= s->ceiling || s->stopping || s->draining) {
 		bool stopping = s->stopping || s->draining;
 
 		s->metrics->counters.refused_before_body++;

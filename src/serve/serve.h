@@ -41,7 +41,9 @@ void nw_serve_set_http(struct nw_serve *s, struct nw_http_server *http);
 
 /* Whether a path belongs to the data plane. */
 bool nw_serve_owns(const char *url);
-/* MHD's access handler for the data plane's paths. */
+/* MHD's access handler for the data plane's paths. s takes a request's
+ * first call; its later calls, and its completion below, go to the serve
+ * that took it, whichever s is given (a reload replaces the serve). */
 enum MHD_Result nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
                                 const char *method, const char *upload, size_t *upload_size,
                                 void **request);
