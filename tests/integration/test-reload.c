@@ -243,7 +243,7 @@ test_reload_under_load(void)
 	struct load l;
 	GThread *threads[CLIENTS];
 	json_t *health;
-	json_int_t removed_tokens, added_tokens, ok_before;
+	json_int_t removed_tokens, added_tokens, ok_before, placed_at_reload;
 	g_autofree char *big = NULL;
 	struct sim_reply r;
 	g_autofree char *log = NULL;
@@ -261,6 +261,11 @@ test_reload_under_load(void)
 	write_config(&e, "0p,1d,3d",
 	             "{\"plugins\": {\"admission\": {\"config\": {\"retry_after_s\": 3}}},"
 	             " \"serving\": {\"max_request_bytes\": 8192, \"prefill_concurrency\": 4}}");
+	health = serve_health(&e);
+	placed_at_reload = json_integer_value(json_object_get(engine_of(health, sim_id(&e, 0)),
+	                                                      "legs_placed"));
+	json_decref(health);
+	g_assert_cmpint(placed_at_reload, >, 0);
 	g_assert_true(reload_and_wait(&e, "reload_applied", 1));
 	/* The old generation is freed once its last request left. */
 	g_assert_true(serve_wait_log(&e, "\"event\":\"generation_freed\"", 20000));
@@ -279,6 +284,11 @@ test_reload_under_load(void)
 	g_assert_cmpint(sim_tokens(&e, 2), ==, removed_tokens);
 	g_assert_cmpint(sim_tokens(&e, 3), >, 0);
 	health = serve_health(&e);
+	/* A kept engine's own counts go on from where they were: engine 0,
+	 * the only prefill engine, counts every request's prefill leg, the
+	 * ones placed before the reload and the old generation's after it. */
+	g_assert_cmpint(json_integer_value(json_object_get(engine_of(health, sim_id(&e, 0)),
+	                                                   "legs_placed")), >=, CLIENTS * 30);
 	g_assert_null(engine_of(health, sim_id(&e, 2)));
 	g_assert_nonnull(engine_of(health, sim_id(&e, 3)));
 	json_decref(health);
