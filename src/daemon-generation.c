@@ -321,7 +321,6 @@ forward_leg_outcome(void *data, uint32_t engine, nw_leg_outcome outcome, const c
 void
 nw_generation_supersede(struct nw_generation *g)
 {
-	g->superseded = true;
 	/* One monitor probes: the newest. Stopping clears g's hook. */
 	nw_monitor_stop(g->monitor);
 }

@@ -68,7 +68,6 @@ struct nw_generation {
 	 * requests; and what it lends this one (NULL without an older). */
 	struct nw_generation *older;
 	struct nw_generation_carry *carry;
-	bool superseded;
 };
 
 /* Build a generation from cfg (transfer full, also on failure): plugins,
@@ -89,8 +88,13 @@ void nw_generation_adopt(struct nw_generation *g, struct nw_generation *older,
 /* Start the monitor (its first pass probes every engine). */
 void nw_generation_start(struct nw_generation *g, struct nw_http_server *http);
 
-/* g is no longer current: its monitor stops, its fleet follows the newer
- * generation's verdicts (call after nw_generation_adopt of the newer). */
+/* g is no longer current: its monitor stops (call after
+ * nw_generation_adopt of the newer); nw_generation_sync then keeps its
+ * fleet on the newer one's verdicts. Stopping the superseded monitor at
+ * once, rather than when its generation is freed, leaves one monitor
+ * probing each engine and one verdict for both generations, so that an
+ * operator's drain or an ejection after the reload holds for the old
+ * generation's retries too. */
 void nw_generation_supersede(struct nw_generation *g);
 
 /* Keep overlapping generations consistent (see above); from the oldest. */

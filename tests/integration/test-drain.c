@@ -200,6 +200,11 @@ test_drain_50_streams(void)
 	g_assert_cmpint(g_get_monotonic_time() - t0, <, 30 * G_USEC_PER_SEC);
 	log = serve_log(&e);
 	g_assert_nonnull(strstr(log, "\"event\":\"drained\",\"finished\":\"50\""));
+	{
+		const char *line = strstr(log, "\"event\":\"drained\"");
+
+		g_test_message("%.*s", (int)strcspn(line, "\n"), line);
+	}
 	g_assert_nonnull(strstr(log, "\"event\":\"stopped\",\"finished\":\"50\",\"ended\":\"0\""));
 	g_assert_null(strstr(log, "\"event\":\"drain_cut\""));
 	serve_clear(&e);
