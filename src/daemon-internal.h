@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 
 #include "control/monitor.h"
+#include "daemon-generation.h"
 #include "core/config.h"
 #include "core/fleet-dialects.h"
 #include "core/host.h"
@@ -22,35 +23,44 @@
 
 struct nw_daemon;
 
-/* One configured plugin: its loaded type, host table and instance. */
-struct loaded_plugin {
-	struct nw_plugin *plugin;
-	struct nw_host *host;
-	struct nw_plugin_instance *instance;
-};
+/* The daemon's lifecycle (docs/deployment.md, "Signals"). */
+typedef enum nw_daemon_state {
+	NW_DAEMON_SERVING = 0,
+	NW_DAEMON_DRAINING,   /* a stop signal: in flight requests finish */
+	NW_DAEMON_ENDING,     /* the rest were ended; waiting for them to leave */
+} nw_daemon_state;
 
 struct nw_daemon {
-	struct nw_config *cfg;
+	char *config_file;                     /* re-read by a reload */
 	GMainLoop *loop;
 	int64_t started_us;
-	struct nw_fleet *fleet;
+	/* What outlives a reload: */
 	struct nw_plugin_metrics *plugin_metrics;
-	struct nw_serve_metrics serve_metrics; /* shared by every serving context */
-	struct loaded_plugin admission;
-	struct loaded_plugin placement;
-	struct loaded_plugin controller;
-	struct nw_fleet_dialects *dialects; /* the engines' dialects */
-	char **api_keys;
+	struct nw_serve_metrics serve_metrics; /* shared by every generation */
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
+	uint32_t control_connections;          /* the control pool's size */
 	struct nw_http_server *http;
-	struct nw_serve *serve;
-	struct nw_monitor *monitor;
+	/* The configuration in force, and the generations it superseded that
+	 * still finish requests (gen->older...). */
+	struct nw_generation *gen;
+	guint overlap_tick;                    /* while generations overlap */
+	unsigned reloads;
 	guint sigterm, sigint, sighup;
+	/* Stopping (a signal's drain, then the end). */
+	nw_daemon_state state;
 	guint stop_poll;
-	int64_t stop_started_us;
+	int64_t drain_started_us, end_started_us;
+	double drain_timeout_s;                /* as in force at the signal */
+	unsigned drain_in_flight, ended;       /* held at the signal; ended by force */
 	int exit_status;
 };
+
+/* What a generation borrows from the daemon. */
+struct nw_generation_shared nw_daemon_shared(struct nw_daemon *d);
+/* Make g (adopted from the current generation) current: the current one
+ * is superseded and finishes its requests (daemon-reload.c). */
+void nw_daemon_generation_switch(struct nw_daemon *d, struct nw_generation *g);
 
 /* The parts in force now. */
 struct nw_serve *nw_daemon_serve(struct nw_daemon *d);
@@ -64,7 +74,7 @@ const struct nw_config *nw_daemon_config(struct nw_daemon *d);
 gboolean nw_daemon_reload(struct nw_daemon *d, GError **error);
 
 /* The daemon's own routes on the clients' listener (docs/api.md):
- * /narwhal/health and /metrics. */
+ * /narwhal/health, /narwhal/health/ready and /metrics. */
 bool nw_daemon_routes_own(const char *url);
 enum MHD_Result nw_daemon_routes_handle(struct nw_daemon *d, struct MHD_Connection *conn,
                                         const char *url, const char *method);

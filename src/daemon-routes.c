@@ -26,8 +26,8 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 	bool serving = strcmp(json_string_value(json_object_get(body, "status")),
 	                      "unavailable") != 0;
 
-	for (guint k = 0; k < d->dialects->loaded->len; k++) {
-		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->dialects->loaded, k);
+	for (guint k = 0; k < d->gen->dialects->loaded->len; k++) {
+		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->gen->dialects->loaded, k);
 
 		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin));
 	}
@@ -38,9 +38,9 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 		"uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
 		"model", nw_daemon_fleet(d)->model,
 		"plugins",
-		"admission", plugin_json(d->admission.plugin),
-		"placement", plugin_json(d->placement.plugin),
-		"controller", plugin_json(d->controller.plugin),
+		"admission", plugin_json(d->gen->admission.plugin),
+		"placement", plugin_json(d->gen->placement.plugin),
+		"controller", plugin_json(d->gen->controller.plugin),
 		"dialects", dialects,
 		"counters", nw_serve_counters_to_json(nw_daemon_serve(d)),
 		"front_door",
@@ -52,6 +52,31 @@ route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 	enum MHD_Result ret = nw_http_respond_json(conn, serving ? MHD_HTTP_OK
 	                                                         : MHD_HTTP_SERVICE_UNAVAILABLE, body);
 
+	json_decref(body);
+	return ret;
+}
+
+/* GET /narwhal/health/ready (docs/api.md, docs/deployment.md): whether a
+ * load balancer should send new requests here. 503 from the first stop
+ * signal on (the drain), and while Narwhal cannot serve. */
+static enum MHD_Result
+route_ready(struct nw_daemon *d, struct MHD_Connection *conn)
+{
+	const char *reason = d->state == NW_DAEMON_DRAINING ? "draining"
+	                     : d->state == NW_DAEMON_ENDING ? "stopping" : NULL;
+	json_t *body;
+	enum MHD_Result ret;
+
+	if (reason == NULL) {
+		json_t *health = nw_monitor_to_json(nw_daemon_monitor(d), false);
+
+		if (strcmp(json_string_value(json_object_get(health, "status")), "unavailable") == 0)
+			reason = "unavailable";
+		json_decref(health);
+	}
+	body = reason ? json_pack("{s:b, s:s}", "ready", 0, "reason", reason)
+	              : json_pack("{s:b}", "ready", 1);
+	ret = nw_http_respond_json(conn, reason ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
 	json_decref(body);
 	return ret;
 }
@@ -82,7 +107,8 @@ route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
 bool
 nw_daemon_routes_own(const char *url)
 {
-	return strcmp(url, "/narwhal/health") == 0 || strcmp(url, "/metrics") == 0;
+	return strcmp(url, "/narwhal/health") == 0 || strcmp(url, "/narwhal/health/ready") == 0 ||
+	       strcmp(url, "/metrics") == 0;
 }
 
 enum MHD_Result
@@ -93,5 +119,7 @@ nw_daemon_routes_handle(struct nw_daemon *d, struct MHD_Connection *conn, const 
 		return nw_serve_method_not_allowed(nw_daemon_serve(d), conn, url, method, "GET, HEAD");
 	if (strcmp(url, "/metrics") == 0)
 		return route_metrics(d, conn);
+	if (strcmp(url, "/narwhal/health/ready") == 0)
+		return route_ready(d, conn);
 	return route_health(d, conn);
 }

@@ -4,169 +4,39 @@
 #include "daemon-internal.h"
 
 #include <signal.h>
-#include <string.h>
-
 #include <glib-unix.h>
 
-#include "control/monitor.h"
-#include "core/dialect.h"
-#include "core/fleet-dialects.h"
-#include "core/host.h"
 #include "core/log.h"
-#include "core/plugin-loader.h"
+#include "daemon-generation.h"
 #include "net/http-server.h"
 #include "net/upstream.h"
-#include "obs/exposition.h"
 #include "serve/serve.h"
 
-/* How long a stop signal waits for answered requests to leave. */
+/* Once the drain has ended the rest, how long their answers (503s and
+ * terminal error events) may take to leave. */
 #define STOP_GRACE_US (2 * G_USEC_PER_SEC)
+/* How often overlapping generations are kept consistent, and the stop
+ * checks whether everything has left (ms). */
+#define OVERLAP_TICK_MS 20
+#define STOP_POLL_MS 10
 
-/* The plugin kinds chosen once for the daemon; dialects are per engine. */
-struct plugin_slot {
-	narwhal_plugin_kind kind;
-	const char *config_path; /* for messages */
-	const struct nw_plugin_config *(*select)(const struct nw_config *cfg);
-};
-
-static const struct nw_plugin_config *
-select_admission(const struct nw_config *cfg)
-{
-	return &cfg->plugins.admission;
-}
-
-static const struct nw_plugin_config *
-select_placement(const struct nw_config *cfg)
-{
-	return &cfg->plugins.placement;
-}
-
-static const struct nw_plugin_config *
-select_controller(const struct nw_config *cfg)
-{
-	return &cfg->plugins.controller;
-}
-
-enum { SLOT_ADMISSION, SLOT_PLACEMENT, SLOT_CONTROLLER };
-
-static const struct plugin_slot plugin_slots[] = {
-	[SLOT_ADMISSION] = { NARWHAL_KIND_ADMISSION, "plugins.admission", select_admission },
-	[SLOT_PLACEMENT] = { NARWHAL_KIND_PLACEMENT, "plugins.placement", select_placement },
-	[SLOT_CONTROLLER] = { NARWHAL_KIND_CONTROLLER, "plugins.controller", select_controller },
-};
-
-static void
-loaded_plugin_clear(struct loaded_plugin *lp)
-{
-	nw_plugin_instance_free(lp->instance);
-	nw_host_free(lp->host);
-	nw_plugin_free(lp->plugin);
-	memset(lp, 0, sizeof *lp);
-}
-
-static gboolean
-load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct nw_fleet *fleet,
-            struct nw_plugin_metrics *metrics, struct loaded_plugin *out, GError **error)
-{
-	const struct nw_plugin_config *pc = slot->select(cfg);
-	g_autofree char *file = nw_plugin_resolve(slot->kind, pc->name, pc->path, cfg->plugins.dir);
-	struct loaded_plugin lp = { 0 };
-
-	lp.plugin = nw_plugin_load(slot->kind, pc->path ? NULL : pc->name, file, error);
-	if (lp.plugin == NULL)
-		return FALSE;
-	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
-	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), pc->config, error);
-	if (lp.instance == NULL) {
-		loaded_plugin_clear(&lp);
-		return FALSE;
-	}
-	*out = lp;
-	return TRUE;
-}
-
-/* The distinct dialect names of the fleet, in fleet order. */
-static GPtrArray *
-fleet_dialects(const struct nw_config *cfg)
-{
-	GPtrArray *names = g_ptr_array_new();
-
-	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
-		const char *d = cfg->fleet.engines[i].dialect;
-		gboolean seen = FALSE;
-
-		for (guint k = 0; k < names->len && !seen; k++)
-			seen = strcmp(g_ptr_array_index(names, k), d) == 0;
-		if (!seen)
-			g_ptr_array_add(names, (gpointer)d);
-	}
-	return names;
-}
-
-static void
-add_problem(GPtrArray *problems, const char *path, const char *message)
-{
-	struct nw_config_error *e = g_new0(struct nw_config_error, 1);
-
-	e->path = g_strdup(path);
-	e->message = g_strdup(message);
-	g_ptr_array_add(problems, e);
-}
-
-gboolean
-nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
-{
-	struct nw_fleet *fleet = nw_fleet_new(cfg, 0);
-	struct nw_plugin_metrics *metrics = nw_plugin_metrics_new();
-	gboolean ok = TRUE;
-
-	for (size_t i = 0; i < G_N_ELEMENTS(plugin_slots); i++) {
-		struct loaded_plugin lp = { 0 };
-		GError *error = NULL;
-
-		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, &lp, &error)) {
-			loaded_plugin_clear(&lp);
-			continue;
-		}
-		add_problem(problems, plugin_slots[i].config_path, error->message);
-		g_error_free(error);
-		ok = FALSE;
-	}
-	{
-		g_autoptr(GPtrArray) names = fleet_dialects(cfg);
-
-		for (guint k = 0; k < names->len; k++) {
-			GError *error = NULL;
-			struct nw_loaded_dialect *ld = nw_loaded_dialect_new(cfg, g_ptr_array_index(names, k),
-			                                                     fleet, metrics, &error);
-
-			if (ld != NULL) {
-				nw_loaded_dialect_free(ld);
-				continue;
-			}
-			/* The message starts with plugins.dialects.<name>. */
-			add_problem(problems, NULL, error->message);
-			g_error_free(error);
-			ok = FALSE;
-		}
-	}
-	nw_plugin_metrics_free(metrics);
-	nw_fleet_free(fleet);
-	return ok;
-}
-
+/* A request's later calls and its completion go to the serve that took
+ * it: *request is the serve's own request, which knows its serve (a
+ * reload may have made another serve current since); the serve passed
+ * along is only used for a request's first call. */
 static enum MHD_Result
 on_request(void *data, struct MHD_Connection *conn, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **request)
 {
 	struct nw_daemon *d = data;
+	struct nw_serve *serve = d->gen->serve;
 
 	/* Answer on the first call; a body sent with these routes is ignored. */
 	if (*request == NULL && nw_daemon_routes_own(url))
 		return nw_daemon_routes_handle(d, conn, url, method);
 	if (*request != NULL || nw_serve_owns(url))
-		return nw_serve_handle(d->serve, conn, url, method, upload, upload_size, request);
-	return nw_serve_no_route(d->serve, conn, url, method);
+		return nw_serve_handle(serve, conn, url, method, upload, upload_size, request);
+	return nw_serve_no_route(serve, conn, url, method);
 }
 
 static void
@@ -175,53 +45,155 @@ on_request_completed(void *data, struct MHD_Connection *conn, void **request,
 {
 	struct nw_daemon *d = data;
 
-	nw_serve_completed(d->serve, request, why);
+	nw_serve_completed(d->gen->serve, request, why);
 }
 
-/* --- lifecycle ------------------------------------------------------- */
+/* --- generations ------------------------------------------------------- */
 
-/* Stop once every answered request has left, or after the grace time. */
+static gboolean
+on_overlap_tick(gpointer data)
+{
+	struct nw_daemon *d = data;
+
+	nw_generation_sync(d->gen);
+	if (nw_generation_reap(d->gen) > 0)
+		return G_SOURCE_CONTINUE;
+	d->overlap_tick = 0;
+	return G_SOURCE_REMOVE;
+}
+
+void
+nw_daemon_generation_switch(struct nw_daemon *d, struct nw_generation *g)
+{
+	struct nw_generation *old = d->gen;
+
+	nw_generation_supersede(old);
+	nw_generation_start(g, d->http);
+	d->gen = g;
+	if (d->state != NW_DAEMON_SERVING)
+		nw_serve_set_draining(g->serve);
+	nw_http_server_set_slow_timeouts(d->http, g->cfg->server.head_timeout_s,
+	                                 g->cfg->server.body_timeout_s);
+	nw_generation_sync(g);
+	if (d->overlap_tick == 0)
+		d->overlap_tick = g_timeout_add(OVERLAP_TICK_MS, on_overlap_tick, d);
+}
+
+/* --- stopping ---------------------------------------------------------- */
+
+static unsigned
+retained(const struct nw_daemon *d)
+{
+	return nw_generation_retained(d->gen);
+}
+
+static void
+log_count(const char *event, narwhal_log_level level, const char *k1, unsigned v1, const char *k2,
+          double v2)
+{
+	char a[16], b[32];
+
+	g_snprintf(a, sizeof a, "%u", v1);
+	g_snprintf(b, sizeof b, "%.3f", v2);
+	nw_log(level, event, k1, a, k2, b, NULL);
+}
+
+static double
+since_s(int64_t us)
+{
+	return (double)(g_get_monotonic_time() - us) / G_USEC_PER_SEC;
+}
+
+/* End what is left: every request in flight gets its answer (503, or a
+ * terminal error event) and its engine calls are cancelled. */
+static void
+end_now(struct nw_daemon *d, const char *why)
+{
+	char n[16];
+
+	d->state = NW_DAEMON_ENDING;
+	d->end_started_us = g_get_monotonic_time();
+	d->ended = retained(d);
+	g_snprintf(n, sizeof n, "%u", d->ended);
+	nw_log(NARWHAL_LOG_WARNING, "drain_cut", "reason", why, "in_flight", n, NULL);
+	for (struct nw_generation *g = d->gen; g != NULL; g = g->older)
+		nw_serve_shutdown(g->serve);
+}
+
+/* Quit once everything has left: while draining, or after the end (for
+ * at most STOP_GRACE_US: the answers are queued by then). */
 static gboolean
 on_stop_poll(gpointer data)
 {
 	struct nw_daemon *d = data;
+	unsigned left = retained(d);
 
-	if (nw_serve_retained(d->serve) > 0 &&
-	    g_get_monotonic_time() - d->stop_started_us < STOP_GRACE_US)
+	if (d->state == NW_DAEMON_DRAINING && left > 0) {
+		if (since_s(d->drain_started_us) < d->drain_timeout_s)
+			return G_SOURCE_CONTINUE;
+		end_now(d, "drain_timeout");
+		left = retained(d);
+	}
+	if (left > 0 && g_get_monotonic_time() - d->end_started_us < STOP_GRACE_US)
 		return G_SOURCE_CONTINUE;
+	if (d->state == NW_DAEMON_DRAINING)
+		log_count("drained", NARWHAL_LOG_INFO, "finished", d->drain_in_flight, "duration_s",
+		          since_s(d->drain_started_us));
 	d->stop_poll = 0;
 	g_main_loop_quit(d->loop);
 	return G_SOURCE_REMOVE;
 }
 
+/* SIGTERM and SIGINT (docs/deployment.md, "Stopping: the drain"): the
+ * first starts the drain, the next ends what is left at once. */
 static gboolean
 on_stop_signal(gpointer data)
 {
 	struct nw_daemon *d = data;
-	char inflight[16];
+	char n[16], t[32];
 
-	if (d->stop_poll != 0)
+	if (d->state == NW_DAEMON_DRAINING) {
+		end_now(d, "second_signal");
 		return G_SOURCE_CONTINUE;
-	/* Every request in flight gets its answer (503, or an error event)
-	 * and its engine calls are cancelled; the loop runs on to send them. */
-	g_snprintf(inflight, sizeof inflight, "%u", nw_serve_retained(d->serve));
-	nw_log(NARWHAL_LOG_INFO, "stopping", "reason", "signal", "in_flight", inflight, NULL);
-	nw_monitor_stop(d->monitor);
-	nw_serve_shutdown(d->serve);
-	d->stop_started_us = g_get_monotonic_time();
-	d->stop_poll = g_timeout_add(5, on_stop_poll, d);
+	}
+	if (d->state != NW_DAEMON_SERVING)
+		return G_SOURCE_CONTINUE;
+	d->state = NW_DAEMON_DRAINING;
+	d->drain_started_us = g_get_monotonic_time();
+	d->drain_timeout_s = d->gen->cfg->server.drain_timeout_s;
+	d->drain_in_flight = retained(d);
+	/* New connections are refused; new requests on open ones get 503. */
+	nw_http_server_quiesce(d->http);
+	for (struct nw_generation *g = d->gen; g != NULL; g = g->older)
+		nw_serve_set_draining(g->serve);
+	g_snprintf(n, sizeof n, "%u", d->drain_in_flight);
+	g_snprintf(t, sizeof t, "%g", d->drain_timeout_s);
+	nw_log(NARWHAL_LOG_INFO, "draining", "in_flight", n, "drain_timeout_s", t, NULL);
+	if (d->drain_timeout_s <= 0)
+		end_now(d, "drain_timeout");
+	d->stop_poll = g_timeout_add(STOP_POLL_MS, on_stop_poll, d);
 	return G_SOURCE_CONTINUE;
 }
 
-/* Configuration reload does not exist yet: SIGHUP, which would otherwise
- * end the process, is logged and ignored (docs/deployment.md). */
+/* SIGHUP: reload the configuration file (docs/deployment.md); the outcome
+ * is logged either way. */
 static gboolean
 on_hangup_signal(gpointer data)
 {
-	nw_log(NARWHAL_LOG_WARNING, "sighup_ignored", "message",
-	       "configuration reload is not supported: SIGHUP ignored, restart to apply "
-	       "a new configuration", NULL);
+	g_autoptr(GError) error = NULL;
+
+	(void)nw_daemon_reload(data, &error);
 	return G_SOURCE_CONTINUE;
+}
+
+struct nw_generation_shared
+nw_daemon_shared(struct nw_daemon *d)
+{
+	return (struct nw_generation_shared){
+		.plugin_metrics = d->plugin_metrics, .serve_metrics = &d->serve_metrics,
+		.serving_pool = d->serving_pool, .control_pool = d->control_pool,
+		.control_connections = d->control_connections,
+	};
 }
 
 struct nw_daemon *
@@ -230,46 +202,25 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	struct nw_daemon *d = g_new0(struct nw_daemon, 1);
 	struct nw_http_server_options http = { 0 };
 	struct nw_upstream_options pool = { 0 };
-	struct nw_serve_options so = { 0 };
+	struct nw_generation_shared shared;
 	char port[8];
 
-	d->cfg = cfg;
+	d->config_file = g_strdup(cfg->source);
 	d->started_us = g_get_monotonic_time();
 	d->loop = g_main_loop_new(NULL, FALSE);
-	d->fleet = nw_fleet_new(cfg, nw_clock_monotonic_ns(NULL));
 	d->plugin_metrics = nw_plugin_metrics_new();
-
-	if (!load_plugin(cfg, &plugin_slots[SLOT_ADMISSION], d->fleet, d->plugin_metrics,
-	                 &d->admission, error) ||
-	    !load_plugin(cfg, &plugin_slots[SLOT_PLACEMENT], d->fleet, d->plugin_metrics,
-	                 &d->placement, error) ||
-	    !load_plugin(cfg, &plugin_slots[SLOT_CONTROLLER], d->fleet, d->plugin_metrics,
-	                 &d->controller, error) ||
-	    (d->dialects = nw_fleet_dialects_load(cfg, d->fleet, d->plugin_metrics, error)) == NULL)
-		goto fail;
-	if (cfg->server.api_keys_env != NULL) {
-		d->api_keys = nw_serve_read_api_keys(cfg->server.api_keys_env, error);
-		if (d->api_keys == NULL)
-			goto fail;
-	}
 
 	pool.tls_ca_file = cfg->engine.tls_ca_file;
 	pool.tls_no_verify = !cfg->engine.tls_verify;
 	pool.max_connections = cfg->serving.max_connections;
 	d->serving_pool = nw_upstream_new(&pool);
-	pool.max_connections = nw_config_control_connections(cfg);
+	d->control_connections = nw_config_control_connections(cfg);
+	pool.max_connections = d->control_connections;
 	d->control_pool = nw_upstream_new(&pool);
 
-	so.cfg = cfg;
-	so.fleet = d->fleet;
-	so.admission = d->admission.instance;
-	so.placement = d->placement.instance;
-	so.dialects = d->dialects->dialects;
-	so.serving_pool = d->serving_pool;
-	so.api_keys = d->api_keys;
-	so.metrics = &d->serve_metrics;
-	d->serve = nw_serve_new(&so, error);
-	if (d->serve == NULL)
+	shared = nw_daemon_shared(d);
+	d->gen = nw_generation_new(cfg, &shared, error);
+	if (d->gen == NULL)
 		goto fail;
 
 	http.host = cfg->server.host;
@@ -284,16 +235,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	d->http = nw_http_server_start(&http, on_request, on_request_completed, d, error);
 	if (d->http == NULL)
 		goto fail;
-	nw_serve_set_http(d->serve, d->http);
-	{
-		struct nw_monitor_options mo = {
-			.cfg = cfg, .fleet = d->fleet, .dialects = d->dialects->dialects,
-			.control_pool = d->control_pool, .clock = nw_clock_monotonic_ns,
-		};
-
-		d->monitor = nw_monitor_new(&mo);
-		nw_monitor_start(d->monitor);
-	}
+	nw_generation_start(d->gen, d->http);
 
 	/* A client that vanishes must not kill the daemon with SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
@@ -303,13 +245,14 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 
 	g_snprintf(port, sizeof port, "%u", nw_http_server_port(d->http));
 	nw_log(NARWHAL_LOG_INFO, "listening", "host", cfg->server.host, "port", port,
-	       "admission", d->admission.plugin->desc->name,
-	       "placement", d->placement.plugin->desc->name,
-	       "controller", d->controller.plugin->desc->name,
-	       "api_keys", d->api_keys ? "required" : "off", NULL);
+	       "admission", d->gen->admission.plugin->desc->name,
+	       "placement", d->gen->placement.plugin->desc->name,
+	       "controller", d->gen->controller.plugin->desc->name,
+	       "api_keys", d->gen->api_keys ? "required" : "off", NULL);
 	return d;
 
 fail:
+	/* cfg went with the generation, built or not. */
 	nw_daemon_free(d);
 	return NULL;
 }
@@ -317,34 +260,25 @@ fail:
 struct nw_serve *
 nw_daemon_serve(struct nw_daemon *d)
 {
-	return d->serve;
+	return d->gen->serve;
 }
 
 struct nw_monitor *
 nw_daemon_monitor(struct nw_daemon *d)
 {
-	return d->monitor;
+	return d->gen->monitor;
 }
 
 struct nw_fleet *
 nw_daemon_fleet(struct nw_daemon *d)
 {
-	return d->fleet;
+	return d->gen->fleet;
 }
 
 const struct nw_config *
 nw_daemon_config(struct nw_daemon *d)
 {
-	return d->cfg;
-}
-
-gboolean
-nw_daemon_reload(struct nw_daemon *d, GError **error)
-{
-	(void)d;
-	g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_NOSYS,
-	            "configuration reload is not supported yet: restart to apply a new configuration");
-	return FALSE;
+	return d->gen->cfg;
 }
 
 int
@@ -357,8 +291,11 @@ nw_daemon_run(struct nw_daemon *d)
 void
 nw_daemon_free(struct nw_daemon *d)
 {
+	bool ran;
+
 	if (d == NULL)
 		return;
+	ran = d->http != NULL;
 	if (d->sigterm)
 		g_source_remove(d->sigterm);
 	if (d->sigint)
@@ -367,25 +304,34 @@ nw_daemon_free(struct nw_daemon *d)
 		g_source_remove(d->sighup);
 	if (d->stop_poll)
 		g_source_remove(d->stop_poll);
+	if (d->overlap_tick)
+		g_source_remove(d->overlap_tick);
 	/* Requests still held are answered and cancelled before MHD lets
-	 * them go; they need the serve, which needs the pools. */
-	if (d->monitor != NULL)
-		nw_monitor_stop(d->monitor);
-	if (d->serve != NULL)
-		nw_serve_shutdown(d->serve);
+	 * them go; they need their serve, which needs the pools. */
+	for (struct nw_generation *g = d->gen; g != NULL; g = g->older) {
+		nw_monitor_stop(g->monitor);
+		nw_serve_shutdown(g->serve);
+	}
 	nw_http_server_stop(d->http);
-	nw_serve_free(d->serve);
-	nw_monitor_free(d->monitor);
+	while (d->gen != NULL) {
+		struct nw_generation *g = d->gen;
+
+		d->gen = g->older;
+		nw_generation_free(g);
+	}
 	nw_upstream_free(d->serving_pool);
 	nw_upstream_free(d->control_pool);
-	nw_fleet_dialects_free(d->dialects);
-	g_strfreev(d->api_keys);
-	loaded_plugin_clear(&d->admission);
-	loaded_plugin_clear(&d->placement);
-	loaded_plugin_clear(&d->controller);
 	nw_plugin_metrics_free(d->plugin_metrics);
-	nw_fleet_free(d->fleet);
 	g_main_loop_unref(d->loop);
-	nw_config_free(d->cfg);
+	if (ran) {
+		char n[16], e[16], r[16];
+
+		/* Of the requests held at the signal: finished, and ended. */
+		g_snprintf(n, sizeof n, "%u", d->drain_in_flight - MIN(d->ended, d->drain_in_flight));
+		g_snprintf(e, sizeof e, "%u", d->ended);
+		g_snprintf(r, sizeof r, "%u", d->reloads);
+		nw_log(NARWHAL_LOG_INFO, "stopped", "finished", n, "ended", e, "reloads", r, NULL);
+	}
+	g_free(d->config_file);
 	g_free(d);
 }

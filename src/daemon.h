@@ -11,18 +11,19 @@
 
 struct nw_daemon;
 
-/* Build the daemon from a validated configuration (transfer full, also on
- * failure): load
- * the plugins, open the engine pools and start listening. */
+/* Build the daemon from a validated configuration loaded from a file
+ * (transfer full, also on failure): load the plugins, open the engine
+ * pools and start listening. A reload re-reads cfg->source. */
 struct nw_daemon *nw_daemon_new(struct nw_config *cfg, GError **error);
 
-/* Run until SIGTERM or SIGINT; returns the process exit status. */
+/* Run until a stop signal's drain is over (docs/deployment.md); returns
+ * the process exit status. SIGHUP reloads the configuration. */
 int nw_daemon_run(struct nw_daemon *d);
 
 void nw_daemon_free(struct nw_daemon *d);
 
-/* For --check-config: load every configured plugin and let it validate its
- * own section. Appends struct nw_config_error entries to problems; returns
+/* For --check-config and a reload: load every configured plugin and let
+ * it validate its own section. Appends struct nw_config_error entries to problems; returns
  * false if any plugin refused. */
 gboolean nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems);
 

@@ -101,8 +101,7 @@ run(const char *file)
 		return EXIT_CONFIG;
 	}
 	status = nw_daemon_run(d);
-	nw_daemon_free(d);
-	nw_log(NARWHAL_LOG_INFO, "stopped", NULL);
+	nw_daemon_free(d); /* logs "stopped" */
 	return status;
 }
 

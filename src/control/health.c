@@ -54,6 +54,28 @@ nw_health_clear(struct nw_engine_health *h)
 	memset(h, 0, sizeof(*h));
 }
 
+void
+nw_health_adopt(struct nw_engine_health *dst, const struct nw_engine_health *src,
+                int64_t now_ns)
+{
+	struct nw_health_sample *window = dst->window;
+	uint32_t cap = dst->window_cap, keep = MIN(src->window_len, cap);
+
+	*dst = *src;
+	dst->window = window;
+	dst->window_cap = cap;
+	dst->window_head = 0;
+	dst->window_len = keep;
+	for (uint32_t k = 0; k < keep; k++)
+		window[k] = src->window[(src->window_head + src->window_len - keep + k) %
+		                        src->window_cap];
+	/* The old monitor's verification legs were cancelled with it. */
+	if (dst->state == NW_HEALTH_VERIFYING) {
+		dst->state = NW_HEALTH_EJECTED;
+		dst->next_verify_ns = now_ns;
+	}
+}
+
 /* now + s seconds, saturating at INT64_MAX (which means "never"). */
 static int64_t
 add_seconds(int64_t now_ns, double s)
@@ -414,6 +436,7 @@ static const struct {
 } hold_names[] = {
 	{ NW_HOLD_DRAIN, "drain" },
 	{ NW_HOLD_MODEL_MISMATCH, "model_mismatch" },
+	{ NW_HOLD_UNPROBED, "unprobed" },
 };
 
 json_t *

@@ -44,6 +44,8 @@ typedef enum nw_health_reason {
 /* Operator and monitor holds, beside the health state (bit set). */
 #define NW_HOLD_DRAIN          (1u << 0) /* operator drain: no new work */
 #define NW_HOLD_MODEL_MISMATCH (1u << 1) /* serves another model than the fleet */
+#define NW_HOLD_UNPROBED       (1u << 2) /* added by a reload: out until its first
+                                          * health probe passes (docs/deployment.md) */
 
 /* What happened, fed to nw_health_step. */
 typedef enum nw_health_event_kind {
@@ -133,6 +135,13 @@ void nw_health_clear(struct nw_engine_health *h);
  * per pass in the window). */
 bool nw_health_step(struct nw_engine_health *h, const struct nw_health_rules *rules,
                     const struct nw_health_event *ev, int64_t now_ns, const char *detail);
+
+/* Take over what src learnt (a reload, docs/deployment.md): state, holds,
+ * counters, quarantine, start time and the newest residuals that fit dst's
+ * window (dst was made by nw_health_init under the new rules). A
+ * verification the reload cut short starts again at now_ns. */
+void nw_health_adopt(struct nw_engine_health *dst, const struct nw_engine_health *src,
+                     int64_t now_ns);
 
 /* Set (on) or clear one NW_HOLD_* bit; true when the holds changed. */
 bool nw_health_set_hold(struct nw_engine_health *h, uint32_t hold, bool on);

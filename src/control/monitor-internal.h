@@ -84,6 +84,7 @@ struct nw_monitor {
 
 	guint tick;                   /* GLib source of the next pass, 0: stopped */
 	uint64_t passes;
+	uint64_t passes_before;       /* passes of the monitors a reload replaced */
 	uint32_t failed_passes;       /* in a row, with any monitoring failure */
 	bool stopped;
 	/* This pass's monitoring failures (the first few kept), and the last

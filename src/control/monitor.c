@@ -27,7 +27,8 @@ nw_monitor_new(const struct nw_monitor_options *o)
 	m->clock_data = o->clock_data;
 	m->start_ns = nw_monitor_now(m);
 	m->n = o->fleet->view.n_engines;
-	m->pool_cap = nw_config_control_connections(cfg);
+	m->pool_cap = o->control_connections ? o->control_connections
+	                                      : nw_config_control_connections(cfg);
 	nw_health_rules_from_config(&m->rules, cfg);
 	m->role_rules = (struct nw_role_rules){
 		.min_prefill = cfg->controller.min_prefill,
@@ -147,6 +148,7 @@ nw_monitor_refresh(struct nw_monitor *m)
 			       "reason", nw_health_reason_name(h->reason) ? nw_health_reason_name(h->reason)
 			               : (h->holds & NW_HOLD_DRAIN) ? "drain"
 			               : (h->holds & NW_HOLD_MODEL_MISMATCH) ? "model_mismatch"
+			               : (h->holds & NW_HOLD_UNPROBED) ? "unprobed"
 			               : (flags & NARWHAL_ENGINE_QUARANTINED) ? "quarantine" : "none",
 			       /* why it left; an engine back has no error to tell */
 			       (flags & NARWHAL_ENGINE_AVAILABLE) ? NULL : "error", h->last_error, NULL);
@@ -196,6 +198,10 @@ nw_monitor_health_step(struct nw_monitor *m, uint32_t engine, const struct nw_he
 			return;
 		rules.passive_failures = 0;
 	}
+	/* An engine a reload added waits for one passing probe. */
+	if (ev->kind == NW_HEALTH_PROBE_OK &&
+	    nw_health_set_hold(&e->health, NW_HOLD_UNPROBED, false))
+		nw_monitor_refresh(m);
 	if (!nw_health_step(&e->health, &rules, ev, nw_monitor_now(m), detail))
 		return;
 	/* A restarted engine may serve another model now: ask again. */
@@ -488,6 +494,88 @@ nw_monitor_start(struct nw_monitor *m)
 	                        on_tick, m);
 }
 
+/* --- reload ------------------------------------------------------------ */
+
+void
+nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old, const uint32_t *new_of_old)
+{
+	int64_t now = nw_monitor_now(m);
+	struct nw_fleet *f = m->fleet;
+	bool *kept = g_new0(bool, MAX(m->n, 1));
+	/* The file may name another model now: then every engine is asked
+	 * again, and the mismatch holds are decided afresh. */
+	bool same_model = g_strcmp0(m->cfg->fleet.model, old->cfg->fleet.model) == 0;
+
+	for (uint32_t j = 0; j < old->n; j++) {
+		const struct nw_monitor_engine *o = &old->engines[j];
+		const struct narwhal_engine_view *ov = &old->fleet->engines[j];
+		struct nw_monitor_engine *e;
+		struct narwhal_engine_view *v;
+		uint32_t i = new_of_old[j];
+
+		if (i == UINT32_MAX)
+			continue;
+		kept[i] = true;
+		e = &m->engines[i];
+		v = &f->engines[i];
+		nw_health_adopt(&e->health, &o->health, now);
+		if (same_model)
+			e->model = g_strdup(o->model);
+		else
+			nw_health_set_hold(&e->health, NW_HOLD_MODEL_MISMATCH, false);
+		e->max_model_len = o->max_model_len;
+		e->metrics = o->metrics;
+		e->metrics_at_ns = o->metrics_at_ns;
+		e->seen_progress = o->seen_progress;
+		e->progress_at_ns = o->progress_at_ns;
+		e->busy_since_ns = o->busy_since_ns;
+		e->idle_since_ns = o->idle_since_ns;
+		v->role = ov->role;
+		v->role_since_ns = ov->role_since_ns;
+		v->flags = ov->flags;
+		v->prefill_load = ov->prefill_load;
+		v->decode_load = ov->decode_load;
+	}
+	/* Added engines: probed before placement uses them. */
+	for (uint32_t i = 0; i < m->n; i++) {
+		if (kept[i])
+			continue;
+		nw_health_set_hold(&m->engines[i].health, NW_HOLD_UNPROBED, true);
+		f->engines[i].flags &= ~(uint32_t)NARWHAL_ENGINE_AVAILABLE;
+	}
+	g_free(kept);
+	nw_flip_history_adopt(&m->history, &old->history, new_of_old);
+	m->start_ns = old->start_ns;
+	m->passes_before = old->passes_before + old->passes;
+	m->failed_passes = old->failed_passes;
+	memcpy(m->last_failures, old->last_failures, sizeof m->last_failures);
+	m->n_last_failures = old->n_last_failures;
+	for (uint32_t k = 0; k < m->n_last_failures; k++) {
+		/* Failures of removed engines are dropped. */
+		uint32_t i = new_of_old[m->last_failures[k].engine];
+
+		if (i == UINT32_MAX)
+			m->last_failures[k--] = m->last_failures[--m->n_last_failures];
+		else
+			m->last_failures[k].engine = i;
+	}
+	m->floors = old->floors;
+	f->admission_stopped = old->fleet->admission_stopped;
+	if (m->role_rules.advisory && old->last_advised.caller != NULL &&
+	    new_of_old[old->last_advised.engine] != UINT32_MAX) {
+		m->last_advised = old->last_advised;
+		m->last_advised.engine = new_of_old[old->last_advised.engine];
+	}
+	/* The served model the engines named carries on while the file's
+	 * fleet.model is unchanged. */
+	if (same_model) {
+		m->model_seen = old->model_seen;
+		if (f->model == NULL && old->fleet->model != NULL)
+			f->model = g_strdup(old->fleet->model);
+		f->max_model_len = old->fleet->max_model_len;
+	}
+}
+
 /* --- operator holds ------------------------------------------------------ */
 
 void
@@ -624,7 +712,7 @@ nw_monitor_to_json(const struct nw_monitor *m, bool operator)
 	                 "min_prefill", (json_int_t)m->role_rules.min_prefill,
 	                 "min_decode", (json_int_t)m->role_rules.min_decode,
 	                 "monitor",
-	                 "passes", (json_int_t)m->passes,
+	                 "passes", (json_int_t)(m->passes_before + m->passes),
 	                 "failed_passes", (json_int_t)m->failed_passes,
 	                 "failure_limit", (json_int_t)m->cfg->controller.monitor_failure_limit,
 	                 "last_failures", failures);

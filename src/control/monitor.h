@@ -34,6 +34,8 @@ struct nw_monitor_options {
 	struct nw_upstream *control_pool;   /* borrowed; the monitor's own calls */
 	nw_clock_fn clock;                  /* the host clock */
 	void *clock_data;
+	uint32_t control_connections;       /* the control pool's size; 0: from cfg
+	                                     * (a reload keeps the pool made at start) */
 };
 
 struct nw_monitor *nw_monitor_new(const struct nw_monitor_options *opts);
@@ -42,6 +44,17 @@ void nw_monitor_start(struct nw_monitor *m);
 /* No more passes; calls in flight are cancelled. */
 void nw_monitor_stop(struct nw_monitor *m);
 void nw_monitor_free(struct nw_monitor *m);
+
+/* A reload (docs/deployment.md): before m starts, take over what old (the
+ * superseded generation's monitor) learnt about each engine that stays:
+ * new_of_old[i] is old engine i's index in m's fleet, UINT32_MAX when the
+ * reload removed it. Health, holds (operator drains), the model it
+ * serves, its metrics, its role and role time and its pin; the flip
+ * history, the degraded state, the served model and the pass count. An
+ * engine the reload added is held out of placement until its first health
+ * probe passes (NW_HOLD_UNPROBED). old should be stopped first. */
+void nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old,
+                      const uint32_t *new_of_old);
 
 /* Run one pass now (tests and the operator's readmission). */
 void nw_monitor_pass(struct nw_monitor *m);

@@ -229,6 +229,21 @@ nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c)
 	h->total++;
 }
 
+void
+nw_flip_history_adopt(struct nw_flip_history *dst, const struct nw_flip_history *src,
+                      const uint32_t *new_of_old)
+{
+	for (uint32_t k = 0; k < src->len; k++) {
+		struct nw_role_change c = src->ring[(src->head + k) % src->cap];
+
+		if (new_of_old[c.engine] == UINT32_MAX)
+			continue;
+		c.engine = new_of_old[c.engine];
+		nw_flip_history_add(dst, &c);
+	}
+	dst->total = src->total; /* every change ever recorded, kept or not */
+}
+
 json_t *
 nw_flip_history_to_json(const struct nw_flip_history *h, const char *const *ids,
                         int64_t start_ns)

@@ -97,6 +97,11 @@ struct nw_flip_history {
 void nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity); /* 0 is taken as 1 */
 void nw_flip_history_clear(struct nw_flip_history *h); /* frees the ring */
 void nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c);
+/* Take over src's changes (a reload): those of engines that remain, whose
+ * index was i and is now new_of_old[i] (UINT32_MAX: removed, dropped),
+ * oldest first, as many as dst holds; total carries on. */
+void nw_flip_history_adopt(struct nw_flip_history *dst, const struct nw_flip_history *src,
+                           const uint32_t *new_of_old);
 /* [{"engine": id, "from", "to", "at_s": seconds since start_ns, "caller",
  * "reason", "applied", "prefill", "decode": the split after it}, ...]
  * oldest first (transfer full). ids[i] names engine i. */

@@ -149,6 +149,9 @@ static const struct nw_field config_fields[] = {
 	{ CFG("server.max_pending_connections", NW_FT_U32, server.max_pending_connections),
 	  .def = 1024, .flags = NW_FF_MIN | NW_FF_MAX, .min = 1, .max = 1048576,
 	  .valid = "an integer from 1 to 1048576" },
+	/* Beyond the spec: a stop signal's drain (docs/deployment.md). */
+	{ CFG("server.drain_timeout_s", NW_FT_DOUBLE, server.drain_timeout_s), .def = 30.0,
+	  SECONDS_NONNEG },
 	{ CFG("server.api_keys_env", NW_FT_STRING, server.api_keys_env), .flags = NW_FF_NULLABLE,
 	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
 	  .valid = "null (no client key needed) or the name of an environment variable "

@@ -68,6 +68,7 @@ struct nw_config {
 		double head_timeout_s;   /* a whole request head (beyond the spec) */
 		double body_timeout_s;   /* a whole request body (beyond the spec) */
 		uint32_t max_pending_connections; /* connections without a head yet */
+		double drain_timeout_s;  /* a stop signal's drain (beyond the spec) */
 		char *api_keys_env; /* NULL: no client key; else the variable holding them */
 	} server;
 

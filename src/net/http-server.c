@@ -85,6 +85,7 @@ struct nw_http_server {
 	GQueue bodies;      /* head seen, body not read yet */
 	GQueue lingering;   /* struct lingerer */
 	int64_t head_us, idle_us, body_us; /* allowances; 0: none */
+	unsigned connection_timeout_s;
 	unsigned max_pending;
 	GSource *sweep;
 	struct nw_http_server_counters counters;
@@ -585,10 +586,8 @@ nw_http_server_start(const struct nw_http_server_options *opts, nw_http_handler_
 	srv->handler = handler;
 	srv->completed = completed;
 	srv->app = data;
-	srv->head_us = (int64_t)(opts->head_timeout_s * G_USEC_PER_SEC);
-	srv->idle_us = srv->head_us > 0
-	               ? srv->head_us + (int64_t)opts->connection_timeout_s * G_USEC_PER_SEC : 0;
-	srv->body_us = (int64_t)(opts->body_timeout_s * G_USEC_PER_SEC);
+	srv->connection_timeout_s = opts->connection_timeout_s;
+	nw_http_server_set_slow_timeouts(srv, opts->head_timeout_s, opts->body_timeout_s);
 	srv->max_pending = opts->max_pending;
 	/* Before MHD starts: its connection notices add to this set. */
 	srv->hangup_epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -725,6 +724,29 @@ void
 nw_http_server_counters(const struct nw_http_server *srv, struct nw_http_server_counters *out)
 {
 	*out = srv->counters;
+}
+
+void
+nw_http_server_set_slow_timeouts(struct nw_http_server *srv, double head_timeout_s,
+                                 double body_timeout_s)
+{
+	srv->head_us = (int64_t)(head_timeout_s * G_USEC_PER_SEC);
+	srv->idle_us = srv->head_us > 0
+	               ? srv->head_us + (int64_t)srv->connection_timeout_s * G_USEC_PER_SEC : 0;
+	srv->body_us = (int64_t)(body_timeout_s * G_USEC_PER_SEC);
+	/* Shorter allowances: the sweep looks again now. */
+	if (srv->sweep != NULL)
+		nw_deadline_source_set_in(srv->sweep, 0);
+}
+
+void
+nw_http_server_quiesce(struct nw_http_server *srv)
+{
+	/* External polling: MHD leaves the socket to us at once. */
+	MHD_socket fd = MHD_quiesce_daemon(srv->mhd);
+
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
 }
 
 unsigned

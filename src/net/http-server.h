@@ -115,6 +115,15 @@ enum MHD_Result nw_http_server_refuse(struct MHD_Connection *conn, unsigned stat
 void nw_http_server_counters(const struct nw_http_server *srv,
                              struct nw_http_server_counters *out);
 
+/* A reload (docs/deployment.md): new slow-client allowances
+ * (server.head_timeout_s, server.body_timeout_s; 0 is off). */
+void nw_http_server_set_slow_timeouts(struct nw_http_server *srv, double head_timeout_s,
+                                      double body_timeout_s);
+
+/* Stop accepting (a stop signal's drain): the listening socket is closed,
+ * so new connections are refused; open ones are served on. */
+void nw_http_server_quiesce(struct nw_http_server *srv);
+
 /* Number of connections currently suspended. */
 unsigned nw_http_server_suspended(const struct nw_http_server *srv);
 

@@ -123,6 +123,7 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	r->link.data = r;
 	g_queue_push_tail_link(&s->requests, &r->link);
 	s->retained++;
+	s->allocated++;
 	/* The body read is bounded by the request deadline too. */
 	nw_request_rearm(r);
 	nw_log(NARWHAL_LOG_DEBUG, "request_arrived", "request_id", r->id, NULL);
@@ -144,6 +145,7 @@ request_free(struct nw_request *r)
 	nw_pair_clear(&r->pair);
 	free(r->resp_body);
 	g_free(r->excluded);
+	r->serve->allocated--; /* the last use of the serve */
 	g_free(r);
 }
 

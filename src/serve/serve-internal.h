@@ -51,7 +51,12 @@ struct nw_serve {
 	uint32_t *eligible;              /* placement scratch, one per engine */
 	uint32_t next_tokenize;          /* round robin over engines */
 	GQueue requests;                 /* every live request */
+	uint32_t allocated;              /* requests not freed yet (a streamed
+	                                  * answer may outlive MHD's completion) */
 	bool stopping;
+	bool draining;                   /* a stop signal's drain: refuse new work */
+	struct nw_serve *older;          /* a superseded serve still finishing
+	                                  * (a reload): the gauges sum over it */
 
 	int64_t created;                 /* start time, Unix seconds */
 };

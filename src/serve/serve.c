@@ -100,21 +100,52 @@ nw_serve_retained(const struct nw_serve *s)
 	return s->retained;
 }
 
+void
+nw_serve_set_draining(struct nw_serve *s)
+{
+	s->draining = true;
+}
+
+void
+nw_serve_set_older(struct nw_serve *s, struct nw_serve *older)
+{
+	s->older = older;
+}
+
+unsigned
+nw_serve_busy(const struct nw_serve *s)
+{
+	return s->allocated;
+}
+
+void
+nw_serve_room_changed(struct nw_serve *s)
+{
+	nw_wait_line_kick(&s->prefill_line);
+	nw_wait_line_kick(&s->decode_line);
+}
+
 json_t *
 nw_serve_counters_to_json(const struct nw_serve *s)
 {
 	json_t *o = nw_serve_counters_json(&s->metrics->counters);
-	json_int_t undecided = 0;
+	json_int_t undecided = 0, retained = 0, admitted = 0, queued = 0;
 
-	for (GList *l = s->requests.head; l != NULL; l = l->next)
-		undecided += !nw_request_decided(l->data);
+	/* The gauges count every generation's requests (a reload's overlap). */
+	for (const struct nw_serve *g = s; g != NULL; g = g->older) {
+		for (GList *l = g->requests.head; l != NULL; l = l->next)
+			undecided += !nw_request_decided(l->data);
+		retained += g->retained;
+		admitted += g->admitted.in_use;
+		queued += nw_resource_waiting(&g->admitted);
+	}
 	json_object_set_new(o, "plugin_call_errors",
 	                    json_integer((json_int_t)(s->metrics->counters.plugin_call_errors +
 	                                              s->fleet->monitor_plugin_errors)));
-	json_object_set_new(o, "retained", json_integer(s->retained));
+	json_object_set_new(o, "retained", json_integer(retained));
 	json_object_set_new(o, "in_progress", json_integer(undecided));
-	json_object_set_new(o, "admitted_now", json_integer(s->admitted.in_use));
-	json_object_set_new(o, "queued_now", json_integer(nw_resource_waiting(&s->admitted)));
+	json_object_set_new(o, "admitted_now", json_integer(admitted));
+	json_object_set_new(o, "queued_now", json_integer(queued));
 	json_object_set_new(o, "retry_credits", json_real(nw_retry_budget_credits(&s->budget)));
 	return o;
 }
@@ -213,6 +244,9 @@ respond(struct MHD_Connection *conn, const struct nw_client_error *err, const ch
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
 	if (err->status == 401)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	/* Stopping: the client takes its next request elsewhere. */
+	if (g_strcmp0(err->code, "shutting_down") == 0)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	ret = MHD_queue_response(conn, err->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -278,6 +312,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	const char *len = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	                                              MHD_HTTP_HEADER_CONTENT_LENGTH);
 	char id[NW_REQUEST_ID_MAX + 1];
+	uint32_t held = 0;
 
 	if (strcmp(method, "POST") != 0)
 		return nw_serve_method_not_allowed(s, conn, url, method, "POST");
@@ -299,14 +334,19 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 		return respond(conn, &err, id, NULL, NULL);
 	}
 	/* Spec 4.2: the ceiling answers before the body is parsed; the
-	 * request is an unsized offer. */
-	if (s->retained >= s->ceiling || s->stopping) {
+	 * request is an unsized offer. It counts the requests a reload left
+	 * finishing on older serves too. */
+	for (const struct nw_serve *g = s; g != NULL; g = g->older)
+		held += g->retained;
+	if (held >= s->ceiling || s->stopping || s->draining) {
+		bool stopping = s->stopping || s->draining;
+
 		s->metrics->counters.refused_before_body++;
-		if (s->stopping)
+		if (stopping)
 			s->metrics->counters.shutdown_aborts++;
 		else
 			s->metrics->counters.ceiling_refusals++;
-		if (s->stopping)
+		if (stopping)
 			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
 		else
 			nw_client_error_set(&err, 429, "too_many_requests", NULL,
@@ -343,6 +383,13 @@ nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url
 	if (strcmp(url, PATH_MODELS) == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 			return nw_serve_method_not_allowed(s, conn, url, method, "GET, HEAD");
+		if (s->draining || s->stopping) {
+			struct nw_client_error err;
+
+			s->metrics->counters.requests_models++;
+			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
+			return respond(conn, &err, NULL, NULL, "1");
+		}
 		return route_models(s, conn);
 	}
 	if (!nw_request_route_for_path(url, &route))

@@ -41,7 +41,9 @@ void nw_serve_set_http(struct nw_serve *s, struct nw_http_server *http);
 
 /* Whether a path belongs to the data plane. */
 bool nw_serve_owns(const char *url);
-/* MHD's access handler for the data plane's paths. */
+/* MHD's access handler for the data plane's paths. s takes a request's
+ * first call; its later calls, and its completion below, go to the serve
+ * that took it, whichever s is given (a reload replaces the serve). */
 enum MHD_Result nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
                                 const char *method, const char *upload, size_t *upload_size,
                                 void **request);
@@ -63,6 +65,22 @@ enum MHD_Result nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *con
  * of requests MHD still holds. */
 unsigned nw_serve_shutdown(struct nw_serve *s);
 unsigned nw_serve_retained(const struct nw_serve *s);
+
+/* A stop signal's drain (docs/deployment.md): new requests get 503
+ * shutting_down with Retry-After; those in flight go on, retries
+ * included. */
+void nw_serve_set_draining(struct nw_serve *s);
+
+/* A reload (docs/deployment.md): older is the serve s supersedes, still
+ * finishing its requests (NULL once it is freed). The gauges of
+ * nw_serve_counters_to_json sum over s and the serves it follows. */
+void nw_serve_set_older(struct nw_serve *s, struct nw_serve *older);
+/* Requests not yet freed: the serve may be freed when this is 0. */
+unsigned nw_serve_busy(const struct nw_serve *s);
+/* Room may have appeared on an engine outside this serve's own
+ * bookkeeping (another generation's residents left): the first request
+ * waiting for a phase slot tries again. */
+void nw_serve_room_changed(struct nw_serve *s);
 
 /* {"name": count, ...} (transfer full). */
 json_t *nw_serve_counters_to_json(const struct nw_serve *s);

@@ -425,7 +425,7 @@ test_good_client_among_slow_heads(void)
 }
 
 static void
-test_sighup_ignored(void)
+test_sighup_stream_goes_on(void)
 {
 	const char *const args[] = { "--engines", "2", "--time-scale", "1", NULL };
 	struct serve_env e;
@@ -433,8 +433,9 @@ test_sighup_ignored(void)
 	g_autofree char *body = NULL;
 	int fd;
 
-	g_test_summary("/front/sighup (issue 9, front door: SIGHUP): SIGHUP during a stream is "
-	               "logged and ignored: the stream completes and the daemon stays up");
+	g_test_summary("/front/sighup (issue 9, front door: SIGHUP; issue 11, reload): SIGHUP "
+	               "during a stream reloads the unchanged file: the stream completes on the "
+	               "generation that took it and the daemon stays up");
 	if (!serve_start(&e, args, "pd", NULL))
 		return;
 	body = serve_completion_body(&e, 30, TRUE);
@@ -442,7 +443,10 @@ test_sighup_ignored(void)
 	g_assert_cmpint(fd, >=, 0);
 	g_assert_true(serve_raw_read_until(fd, got, "\"text\"", 5000));
 	g_subprocess_send_signal(e.daemon, SIGHUP);
-	g_assert_true(serve_wait_log(&e, "\"event\":\"sighup_ignored\"", 5000));
+	g_assert_true(serve_wait_log(&e, "\"event\":\"reload_applied\",\"generation\":\"1\","
+	                                 "\"engines_added\":\"\",\"engines_removed\":\"\","
+	                                 "\"plugins\":\"\",\"fields\":\"\",\"in_flight_old\":\"1\"",
+	                             5000));
 	g_assert_true(serve_raw_read_until(fd, got, "[DONE]", 30000));
 	close(fd);
 	/* Success is settled when the engine's transfer ends, just after the
@@ -506,7 +510,7 @@ main(int argc, char **argv)
 	g_test_add_func("/front/slow/body-deadline", test_body_deadline);
 	g_test_add_func("/front/slow/pending-cap", test_pending_cap);
 	g_test_add_func("/front/slow/good-client-answered", test_good_client_among_slow_heads);
-	g_test_add_func("/front/sighup", test_sighup_ignored);
+	g_test_add_func("/front/sighup", test_sighup_stream_goes_on);
 	g_test_add_func("/front/get-keep-alive", test_get_keeps_alive);
 	return g_test_run();
 }

@@ -341,7 +341,9 @@ test_ceiling(void)
 
 	g_test_summary("/serve/spec-4.2/ceiling-429: beyond max_connections + queue_capacity "
 	               "held requests, the next gets 429 before its body is parsed");
-	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_connections\":2,\"queue_capacity\":0}}"))
+	/* drain_timeout_s 0: the stop below ends the hung requests at once. */
+	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_connections\":2,\"queue_capacity\":0},"
+	                 "\"server\":{\"drain_timeout_s\":0}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
 	body = serve_completion_body(&e, 2, FALSE);
@@ -382,7 +384,8 @@ test_queue_timeout(void)
 	               "in the queue, at most queue_timeout_s, then gets 429 with Retry-After");
 	if (!serve_start(&e, args, "pd", "{\"serving\":{\"max_connections\":1,\"queue_capacity\":1,"
 	                 "\"queue_timeout_s\":0.3,\"prefill_concurrency\":4,"
-	                 "\"decode_concurrency\":4,\"handoff_timeout_s\":5}}"))
+	                 "\"decode_concurrency\":4,\"handoff_timeout_s\":5},"
+	                 "\"server\":{\"drain_timeout_s\":0}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
 	body = serve_completion_body(&e, 2, FALSE);
@@ -586,9 +589,10 @@ test_shutdown_in_flight(void)
 	g_autofree char *body = NULL, *stream = NULL;
 	int fd;
 
-	g_test_summary("/serve/shutdown-in-flight: SIGTERM answers waiting requests 503, ends "
-	               "streams with an error event, cancels engine work and exits 0");
-	if (!serve_start(&e, args, "pd", NULL))
+	g_test_summary("/serve/shutdown-in-flight (issue 11, graceful shutdown: the end of the "
+	               "drain): with server.drain_timeout_s 0, SIGTERM answers waiting requests "
+	               "503, ends streams with an error event, cancels engine work and exits 0");
+	if (!serve_start(&e, args, "pd", "{\"server\": {\"drain_timeout_s\": 0}}"))
 		return;
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":true}"), ==, 200);
 	body = serve_completion_body(&e, 2, FALSE);
