@@ -154,6 +154,21 @@ static const struct nw_field config_fields[] = {
 	  .valid = "null (no client key needed) or the name of an environment variable "
 	           "(letters, digits, '_') holding the accepted keys, comma-separated" },
 
+	/* admin: the admin API's listener (Narwhal's own, docs/admin.md) */
+	{ CFG("admin.host", NW_FT_STRING, admin.host), .def_str = "127.0.0.1",
+	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.:%",
+	  .valid = "a numeric IPv4 or IPv6 address to listen on, loopback unless "
+	           "admin.allow_remote is true" },
+	{ CFG("admin.port", NW_FT_U32, admin.port), .def = 8081,
+	  .flags = NW_FF_MIN | NW_FF_MAX, .min = 0, .max = 65535,
+	  .valid = "an integer from 0 to 65535 (0 picks a free port)" },
+	{ CFG("admin.token_env", NW_FT_STRING, admin.token_env), .flags = NW_FF_NULLABLE,
+	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
+	  .valid = "null (no admin listener) or the name of an environment variable "
+	           "(letters, digits, '_') holding the admin API's bearer token" },
+	{ CFG("admin.allow_remote", NW_FT_BOOL, admin.allow_remote), .def = false,
+	  .valid = "true or false" },
+
 	/* log (Narwhal's own) */
 	{ CFG("log.level", NW_FT_STRING, log.level), .def_str = "info", .names = log_level_names,
 	  .valid = "one of \"debug\", \"info\", \"warning\", \"error\"" },

@@ -212,6 +212,11 @@ static const struct default_case default_cases[] = {
 	{ "narwhal", "server.body_timeout_s", "60.0" },
 	{ "narwhal", "server.max_pending_connections", "1024" },
 	{ "narwhal", "server.api_keys_env", "null" },
+	/* issue 11, admin API: its listener's fields (docs/admin.md) */
+	{ "narwhal", "admin.host", "\"127.0.0.1\"" },
+	{ "narwhal", "admin.port", "8081" },
+	{ "narwhal", "admin.token_env", "null" },
+	{ "narwhal", "admin.allow_remote", "false" },
 	{ "narwhal", "log.level", "\"info\"" },
 	{ "narwhal", "log.format", "\"json\"" },
 	{ "narwhal", "slo.ttft_s", "1.0" },
@@ -531,6 +536,21 @@ static const struct range_case range_cases[] = {
 	{ "narwhal", "server.api_keys_env", "\"NARWHAL_KEYS\"", true, NULL },
 	{ "narwhal", "server.api_keys_env", "\"\"", false, "empty string" },
 	{ "narwhal", "server.api_keys_env", "\"A B\"", false, "not allowed (' ')" },
+	/* issue 11, admin API: a loopback listener unless allow_remote, a token
+	 * by variable name */
+	{ "narwhal", "admin.host", "\"::1\"", true, NULL },
+	{ "narwhal", "admin.host", "\"127.0.0.2\"", true, NULL },
+	{ "narwhal", "admin.host", "\"0.0.0.0\"", false,
+	  "is not a loopback address, and the admin API can drain, eject and move engines: a "
+	  "loopback address (127.0.0.1, ::1), or set admin.allow_remote to true" },
+	{ "narwhal", "admin.host", "\"10.1.2.3\"", false, "set admin.allow_remote to true" },
+	{ "narwhal", "admin.host", "\"::\"", true, NULL, "{\"admin\": {\"allow_remote\": true}}" },
+	{ "narwhal", "admin.host", "\"\"", false, "empty string" },
+	{ "narwhal", "admin.port", "0", true, NULL },
+	{ "narwhal", "admin.port", "65536", false, "65536 is out of range" },
+	{ "narwhal", "admin.token_env", "\"NARWHAL_ADMIN_TOKEN\"", true, NULL },
+	{ "narwhal", "admin.token_env", "\"A-B\"", false, "not allowed ('-')" },
+	{ "narwhal", "admin.allow_remote", "\"yes\"", false, "wrong type" },
 	{ "narwhal", "fleet.model", "null", true, NULL },
 	{ "narwhal", "fleet.model", "\"llama-3-8b\"", true, NULL },
 	{ "narwhal", "fleet.model", "\"\"", false, "empty string" },
