@@ -21,6 +21,7 @@
 #include "serve/serve.h"
 
 struct nw_daemon;
+struct nw_admin;
 
 /* One configured plugin: its loaded type, host table and instance. */
 struct loaded_plugin {
@@ -46,6 +47,7 @@ struct nw_daemon {
 	struct nw_http_server *http;
 	struct nw_serve *serve;
 	struct nw_monitor *monitor;
+	struct nw_admin *admin;    /* the admin API's listener; NULL: none */
 	guint sigterm, sigint, sighup;
 	guint stop_poll;
 	int64_t stop_started_us;
@@ -63,8 +65,13 @@ const struct nw_config *nw_daemon_config(struct nw_daemon *d);
  * changed, when the new file is invalid or changes what needs a restart. */
 gboolean nw_daemon_reload(struct nw_daemon *d, GError **error);
 
+/* The state document (docs/state.md) as the clients' listener shows it
+ * (operator false) or the admin API (true: engine addresses, plugin
+ * files, engine errors, callers' addresses); transfer full. */
+json_t *nw_daemon_state_json(struct nw_daemon *d, bool operator);
+
 /* The daemon's own routes on the clients' listener (docs/api.md):
- * /narwhal/health and /metrics. */
+ * /narwhal/health, /narwhal/state and /metrics. */
 bool nw_daemon_routes_own(const char *url);
 enum MHD_Result nw_daemon_routes_handle(struct nw_daemon *d, struct MHD_Connection *conn,
                                         const char *url, const char *method);

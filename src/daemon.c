@@ -8,6 +8,7 @@
 
 #include <glib-unix.h>
 
+#include "admin/admin.h"
 #include "control/monitor.h"
 #include "core/dialect.h"
 #include "core/fleet-dialects.h"
@@ -294,6 +295,16 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 		d->monitor = nw_monitor_new(&mo);
 		nw_monitor_start(d->monitor);
 	}
+	/* The admin API (docs/admin.md): none unless a token is configured. */
+	{
+		GError *admin_error = NULL;
+
+		d->admin = nw_admin_start(d, &admin_error);
+		if (admin_error != NULL) {
+			g_propagate_error(error, admin_error);
+			goto fail;
+		}
+	}
 
 	/* A client that vanishes must not kill the daemon with SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
@@ -373,6 +384,7 @@ nw_daemon_free(struct nw_daemon *d)
 		nw_monitor_stop(d->monitor);
 	if (d->serve != NULL)
 		nw_serve_shutdown(d->serve);
+	nw_admin_free(d->admin);
 	nw_http_server_stop(d->http);
 	nw_serve_free(d->serve);
 	nw_monitor_free(d->monitor);
