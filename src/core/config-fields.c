@@ -5,6 +5,7 @@
  */
 #include "core/config-fields.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -104,6 +105,18 @@ check_readable_file(const char *s, char **normalized)
 	return NULL;
 }
 
+/* The admin listener binds numeric addresses only (docs/admin.md). */
+static char *
+check_numeric_address(const char *s, char **normalized)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	(void)normalized;
+	if (inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1)
+		return NULL;
+	return g_strdup("is not a numeric IPv4 or IPv6 address");
+}
+
 #define CFG(p, t, m) .path = (p), .type = (t), .offset = offsetof(struct nw_config, m)
 #define ENG(p, t, m) .path = (p), .type = (t), .offset = offsetof(struct nw_engine_config, m)
 
@@ -156,7 +169,7 @@ static const struct nw_field config_fields[] = {
 
 	/* admin: the admin API's listener (Narwhal's own, docs/admin.md) */
 	{ CFG("admin.host", NW_FT_STRING, admin.host), .def_str = "127.0.0.1",
-	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.:%",
+	  .check = check_numeric_address,
 	  .valid = "a numeric IPv4 or IPv6 address to listen on, loopback unless "
 	           "admin.allow_remote is true" },
 	{ CFG("admin.port", NW_FT_U32, admin.port), .def = 8081,

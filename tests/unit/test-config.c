@@ -546,6 +546,7 @@ static const struct range_case range_cases[] = {
 	{ "narwhal", "admin.host", "\"10.1.2.3\"", false, "set admin.allow_remote to true" },
 	{ "narwhal", "admin.host", "\"::\"", true, NULL, "{\"admin\": {\"allow_remote\": true}}" },
 	{ "narwhal", "admin.host", "\"\"", false, "empty string" },
+	{ "narwhal", "admin.host", "\"localhost\"", false, "is not a numeric IPv4 or IPv6 address" },
 	{ "narwhal", "admin.port", "0", true, NULL },
 	{ "narwhal", "admin.port", "65536", false, "65536 is out of range" },
 	{ "narwhal", "admin.token_env", "\"NARWHAL_ADMIN_TOKEN\"", true, NULL },
