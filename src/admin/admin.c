@@ -259,7 +259,8 @@ engine_action(struct admin_call *c, uint32_t i, const char *action, const GStrin
 		return reply_engine(c, i, action, true);
 	}
 	if (strcmp(action, "eject") == 0) {
-		bool was = nw_monitor_engine_health(m, i)->state != NW_HEALTH_LIVE;
+		const struct nw_engine_health *h = nw_monitor_engine_health(m, i);
+		bool was = h->state == NW_HEALTH_EJECTED && h->reason == NW_HEALTH_REASON_OPERATOR;
 
 		nw_monitor_eject(m, i);
 		return reply_engine(c, i, action, !was);

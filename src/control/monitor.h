@@ -63,10 +63,12 @@ void nw_monitor_pin(struct nw_monitor *m, uint32_t engine, bool pinned);
 /* "config" (fleet.engines[].pinned), "operator", or NULL when not pinned. */
 const char *nw_monitor_pinned_by(const struct nw_monitor *m, uint32_t engine);
 
-/* Move engine to role to by hand (caller, reason: static strings for the
- * flip history), through the host's guards (nw_roles_check_move): applied
- * and recorded when it returns NW_ROLE_GUARD_OK, else nothing changes. An
- * operator's move applies in advisory mode too. */
+/* Move engine to role to (caller, reason: static strings for the flip
+ * history) through the host's guards (nw_roles_check_move): applied and
+ * recorded when it returns NW_ROLE_GUARD_OK, else nothing changes. It
+ * applies whatever controller.advisory says (the operator's word is not
+ * advisory); a controller in advisory mode records its proposals instead
+ * of calling it. */
 nw_role_guard nw_monitor_set_role(struct nw_monitor *m, uint32_t engine, narwhal_role to,
                                   const char *caller, const char *reason);
 
