@@ -505,7 +505,8 @@ test_no_token_no_listener(void)
 
 /* issue 11, admin API errors: unknown engine 404, bad JSON 400, a wrong
  * method 405 with Allow, an unknown route 404, a body too large 413, each
- * in the envelope. */
+ * in the envelope; POST /admin/reload answers 200 with what changed or
+ * 409 with the reason. */
 static void
 test_errors(void)
 {
@@ -556,6 +557,22 @@ test_errors(void)
 		serve_assert_error(&r, 413, "request_too_large");
 		sim_reply_clear(&r);
 	}
+	/* Reload through the admin API: POST only; the file unchanged either
+	 * reloads with nothing changed or, where reload is not available, is
+	 * refused 409 with its reason. */
+	admin_call(&e, "GET", "/admin/reload", NULL, &r);
+	serve_assert_error(&r, 405, "method_not_allowed");
+	sim_reply_clear(&r);
+	admin_call(&e, "POST", "/admin/reload", NULL, &r);
+	if (r.status == 200) {
+		json_t *doc = sim_json(r.body->str);
+
+		g_assert_cmpuint(json_array_size(json_object_get(doc, "changed")), ==, 0);
+		json_decref(doc);
+	} else {
+		serve_assert_error(&r, 409, "reload_refused");
+	}
+	sim_reply_clear(&r);
 	/* Nothing changed. */
 	g_assert_false(engine_flag(&e, "sim-0", "pinned"));
 	g_assert_true(engine_flag(&e, "sim-0", "available"));
