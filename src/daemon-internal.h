@@ -22,6 +22,7 @@
 #include "serve/serve.h"
 
 struct nw_daemon;
+struct nw_admin;
 
 /* The daemon's lifecycle (docs/deployment.md, "Signals"). */
 typedef enum nw_daemon_state {
@@ -46,6 +47,7 @@ struct nw_daemon {
 	struct nw_generation *gen;
 	guint overlap_tick;                    /* while generations overlap */
 	unsigned reloads;
+	struct nw_admin *admin;                /* the admin API's listener; NULL: none */
 	guint sigterm, sigint, sighup;
 	/* Stopping (a signal's drain, then the end). */
 	nw_daemon_state state;
@@ -69,12 +71,21 @@ struct nw_fleet *nw_daemon_fleet(struct nw_daemon *d);
 const struct nw_config *nw_daemon_config(struct nw_daemon *d);
 
 /* Reload the configuration file the daemon started with (SIGHUP and the
- * admin API; docs/deployment.md). FALSE with error set, and nothing
- * changed, when the new file is invalid or changes what needs a restart. */
-gboolean nw_daemon_reload(struct nw_daemon *d, GError **error);
+ * admin API; docs/deployment.md). On success *summary (may be NULL) is
+ * {"generation", "engines_added", "engines_removed", "plugins", "fields":
+ * the dotted paths changed, "in_flight_old"} (transfer full). FALSE with
+ * error set, and nothing changed, when it cannot apply: G_FILE_ERROR_INVAL
+ * for an invalid file, G_FILE_ERROR_PERM when the file changes what needs
+ * a restart, G_FILE_ERROR_AGAIN while Narwhal is stopping. */
+gboolean nw_daemon_reload(struct nw_daemon *d, json_t **summary, GError **error);
+
+/* The state document (docs/state.md) as the clients' listener shows it
+ * (operator false) or the admin API (true: engine addresses, plugin
+ * files, engine errors, callers' addresses); transfer full. */
+json_t *nw_daemon_state_json(struct nw_daemon *d, bool operator);
 
 /* The daemon's own routes on the clients' listener (docs/api.md):
- * /narwhal/health, /narwhal/health/ready and /metrics. */
+ * /narwhal/health, /narwhal/health/ready, /narwhal/state and /metrics. */
 bool nw_daemon_routes_own(const char *url);
 enum MHD_Result nw_daemon_routes_handle(struct nw_daemon *d, struct MHD_Connection *conn,
                                         const char *url, const char *method);

@@ -61,9 +61,12 @@ add_problem(GPtrArray *problems, const char *path, char *message)
 	g_ptr_array_add(problems, e);
 }
 
-static void
+/* Returns the number of fields refused. */
+static guint
 check_restart_fields(json_t *running, json_t *next, GPtrArray *problems)
 {
+	guint refused = 0;
+
 	for (size_t i = 0; i < G_N_ELEMENTS(restart_fields); i++) {
 		json_t *a = path_get(running, restart_fields[i]), *b = path_get(next, restart_fields[i]);
 		g_autofree char *was = NULL, *now = NULL;
@@ -76,7 +79,9 @@ check_restart_fields(json_t *running, json_t *next, GPtrArray *problems)
 		            g_strdup_printf("cannot change without a restart (running: %s, file: %s): "
 		                            "restore the running value to reload, or restart Narwhal",
 		                            was, now));
+		refused++;
 	}
+	return refused;
 }
 
 /* The dotted paths whose values differ, objects compared field by field;
@@ -211,8 +216,19 @@ log_warnings(const char *file, GPtrArray *problems)
 	}
 }
 
-/* What the new generation changes, logged once it is current. */
-static void
+static json_t *
+string_array(GPtrArray *items)
+{
+	json_t *a = json_array();
+
+	for (guint i = 0; i < items->len; i++)
+		json_array_append_new(a, json_string(g_ptr_array_index(items, i)));
+	return a;
+}
+
+/* What the new generation changes, logged once it is current; returned
+ * as the reload's summary (transfer full). */
+static json_t *
 log_applied(struct nw_daemon *d, json_t *running, json_t *next, GPtrArray *added,
             GPtrArray *removed)
 {
@@ -246,10 +262,14 @@ log_applied(struct nw_daemon *d, json_t *running, json_t *next, GPtrArray *added
 	g_snprintf(held, sizeof held, "%u", nw_generation_retained(old));
 	nw_log(NARWHAL_LOG_WARNING, "reload_applied", "generation", gen, "engines_added", a,
 	       "engines_removed", r, "plugins", plugins, "fields", f, "in_flight_old", held, NULL);
+	return json_pack("{s:I, s:o, s:o, s:s, s:o, s:I}", "generation", (json_int_t)d->gen->number,
+	                 "engines_added", string_array(added), "engines_removed",
+	                 string_array(removed), "plugins", plugins, "fields", string_array(fields),
+	                 "in_flight_old", (json_int_t)nw_generation_retained(old));
 }
 
 gboolean
-nw_daemon_reload(struct nw_daemon *d, GError **error)
+nw_daemon_reload(struct nw_daemon *d, json_t **summary, GError **error)
 {
 	const char *file = d->config_file;
 	GPtrArray *problems = NULL;
@@ -272,7 +292,10 @@ nw_daemon_reload(struct nw_daemon *d, GError **error)
 	}
 	running = nw_config_to_json(d->gen->cfg);
 	next = nw_config_to_json(cfg);
-	check_restart_fields(running, next, problems);
+	if (check_restart_fields(running, next, problems) > 0) {
+		ok = refuse(error, G_FILE_ERROR_PERM, file, problems, NULL);
+		goto out_cfg;
+	}
 	if (nw_config_error_count(problems) > 0 || !nw_daemon_check_plugins(cfg, problems)) {
 		ok = refuse(error, G_FILE_ERROR_INVAL, file, problems, NULL);
 		goto out_cfg;
@@ -296,7 +319,14 @@ nw_daemon_reload(struct nw_daemon *d, GError **error)
 	nw_generation_adopt(g, d->gen, added, removed);
 	nw_daemon_generation_switch(d, g);
 	d->reloads++;
-	log_applied(d, running, next, added, removed);
+	{
+		json_t *s = log_applied(d, running, next, added, removed);
+
+		if (summary != NULL)
+			*summary = s;
+		else
+			json_decref(s);
+	}
 	nw_log_setup(g->cfg->log.level, g->cfg->log.format);
 	ok = TRUE;
 	goto out;

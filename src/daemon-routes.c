@@ -4,14 +4,54 @@
 
 #include <string.h>
 
+#include "admin/admin.h"
 #include "obs/exposition.h"
+#include "obs/state.h"
 
-/* A plugin's name and version; not its file, since this route is on the
- * clients' listener. */
+/* A plugin's name and version; its file only for operators (the admin
+ * listener), never on the clients' listener. */
 static json_t *
-plugin_json(const struct nw_plugin *p)
+plugin_json(const struct nw_plugin *p, bool operator)
 {
-	return json_pack("{s:s, s:s}", "name", p->desc->name, "version", p->desc->version);
+	return json_pack("{s:s, s:s, s:s?}", "name", p->desc->name, "version", p->desc->version,
+	                 "path", operator ? p->path : NULL);
+}
+
+/* The plugins loaded by the configuration in force: {"admission",
+ * "placement", "controller", "dialects": {name: ...}} (transfer full). */
+static json_t *
+plugins_json(struct nw_daemon *d, bool operator)
+{
+	json_t *dialects = json_object();
+
+	for (guint k = 0; k < d->gen->dialects->loaded->len; k++) {
+		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->gen->dialects->loaded, k);
+
+		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin, operator));
+	}
+	return json_pack("{s:o, s:o, s:o, s:o}",
+	                 "admission", plugin_json(d->gen->admission.plugin, operator),
+	                 "placement", plugin_json(d->gen->placement.plugin, operator),
+	                 "controller", plugin_json(d->gen->controller.plugin, operator),
+	                 "dialects", dialects);
+}
+
+json_t *
+nw_daemon_state_json(struct nw_daemon *d, bool operator)
+{
+	json_t *plugins = plugins_json(d, operator);
+	json_t *history = nw_admin_history_json(d->admin, operator);
+	const struct nw_state_sources src = {
+		.serve = nw_daemon_serve(d), .monitor = nw_daemon_monitor(d),
+		.fleet = nw_daemon_fleet(d), .cfg = nw_daemon_config(d),
+		.plugins = plugins, .operator_history = history,
+		.uptime_s = (g_get_monotonic_time() - d->started_us) / 1e6, .operator = operator,
+	};
+	json_t *doc = nw_state_to_json(&src);
+
+	json_decref(plugins);
+	json_decref(history);
+	return doc;
 }
 
 /* GET /narwhal/health (docs/api.md, docs/recovery.md): 200 while Narwhal
@@ -20,28 +60,18 @@ plugin_json(const struct nw_plugin *p)
 static enum MHD_Result
 route_health(struct nw_daemon *d, struct MHD_Connection *conn)
 {
-	json_t *dialects = json_object();
 	json_t *body = nw_monitor_to_json(nw_daemon_monitor(d), false);
 	struct nw_http_server_counters fc;
 	bool serving = strcmp(json_string_value(json_object_get(body, "status")),
 	                      "unavailable") != 0;
 
-	for (guint k = 0; k < d->gen->dialects->loaded->len; k++) {
-		const struct nw_loaded_dialect *ld = g_ptr_array_index(d->gen->dialects->loaded, k);
-
-		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin));
-	}
 	nw_http_server_counters(d->http, &fc);
 	json_object_update_new(body, json_pack(
-		"{s:s, s:f, s:s?, s:{s:o, s:o, s:o, s:o}, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
+		"{s:s, s:f, s:s?, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
 		"version", PACKAGE_VERSION,
 		"uptime_s", (g_get_monotonic_time() - d->started_us) / 1e6,
 		"model", nw_daemon_fleet(d)->model,
-		"plugins",
-		"admission", plugin_json(d->gen->admission.plugin),
-		"placement", plugin_json(d->gen->placement.plugin),
-		"controller", plugin_json(d->gen->controller.plugin),
-		"dialects", dialects,
+		"plugins", plugins_json(d, false),
 		"counters", nw_serve_counters_to_json(nw_daemon_serve(d)),
 		"front_door",
 		"framing_refusals", (json_int_t)fc.framing_refusals,
@@ -81,6 +111,18 @@ route_ready(struct nw_daemon *d, struct MHD_Connection *conn)
 	return ret;
 }
 
+/* GET /narwhal/state (docs/state.md): everything the router knows, without
+ * engine addresses, plugin files or engine errors. */
+static enum MHD_Result
+route_state(struct nw_daemon *d, struct MHD_Connection *conn)
+{
+	json_t *body = nw_daemon_state_json(d, false);
+	enum MHD_Result ret = nw_http_respond_json(conn, MHD_HTTP_OK, body);
+
+	json_decref(body);
+	return ret;
+}
+
 /* GET /metrics (docs/metrics.md): the Prometheus text format. */
 static enum MHD_Result
 route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
@@ -108,6 +150,7 @@ bool
 nw_daemon_routes_own(const char *url)
 {
 	return strcmp(url, "/narwhal/health") == 0 || strcmp(url, "/narwhal/health/ready") == 0 ||
+	       strcmp(url, "/narwhal/state") == 0 ||
 	       strcmp(url, "/metrics") == 0;
 }
 
@@ -121,5 +164,7 @@ nw_daemon_routes_handle(struct nw_daemon *d, struct MHD_Connection *conn, const 
 		return route_metrics(d, conn);
 	if (strcmp(url, "/narwhal/health/ready") == 0)
 		return route_ready(d, conn);
+	if (strcmp(url, "/narwhal/state") == 0)
+		return route_state(d, conn);
 	return route_health(d, conn);
 }

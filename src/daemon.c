@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <glib-unix.h>
 
+#include "admin/admin.h"
 #include "core/log.h"
 #include "daemon-generation.h"
 #include "net/http-server.h"
@@ -182,7 +183,7 @@ on_hangup_signal(gpointer data)
 {
 	g_autoptr(GError) error = NULL;
 
-	(void)nw_daemon_reload(data, &error);
+	(void)nw_daemon_reload(data, NULL, &error);
 	return G_SOURCE_CONTINUE;
 }
 
@@ -236,6 +237,16 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	if (d->http == NULL)
 		goto fail;
 	nw_generation_start(d->gen, d->http);
+	/* The admin API (docs/admin.md): none unless a token is configured. */
+	{
+		GError *admin_error = NULL;
+
+		d->admin = nw_admin_start(d, &admin_error);
+		if (admin_error != NULL) {
+			g_propagate_error(error, admin_error);
+			goto fail;
+		}
+	}
 
 	/* A client that vanishes must not kill the daemon with SIGPIPE. */
 	signal(SIGPIPE, SIG_IGN);
@@ -312,6 +323,7 @@ nw_daemon_free(struct nw_daemon *d)
 		nw_monitor_stop(g->monitor);
 		nw_serve_shutdown(g->serve);
 	}
+	nw_admin_free(d->admin);
 	nw_http_server_stop(d->http);
 	while (d->gen != NULL) {
 		struct nw_generation *g = d->gen;

@@ -52,6 +52,10 @@ struct nw_monitor_engine {
 	struct narwhal_engine_metrics metrics;
 	int64_t metrics_at_ns;        /* 0: never read */
 
+	/* The operator's word (admin API, docs/admin.md): */
+	bool operator_pin;            /* pinned by the operator, not the configuration */
+	bool drain_reported;          /* this drain's completion was logged */
+
 	/* Verification: up to two handoff probes (prefill leg, decode leg). */
 	struct nw_handoff_probe *verify[2];
 	bool verify_failed;

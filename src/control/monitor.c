@@ -35,6 +35,7 @@ nw_monitor_new(const struct nw_monitor_options *o)
 		.min_decode = cfg->controller.min_decode,
 		.dwell_s = cfg->controller.thresholds.dwell_s,
 		.advisory = cfg->controller.advisory,
+		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
 	};
 	m->engines = g_new0(struct nw_monitor_engine, MAX(m->n, 1));
 	m->role_scratch = g_new0(struct nw_role_engine, MAX(m->n, 1));
@@ -457,6 +458,21 @@ check_stalls(struct nw_monitor *m, int64_t now)
 	}
 }
 
+/* An operator's drain is complete once nothing is resident on the engine
+ * (docs/admin.md): logged once per drain. */
+static void
+check_drains(struct nw_monitor *m)
+{
+	for (uint32_t i = 0; i < m->n; i++) {
+		struct nw_monitor_engine *e = &m->engines[i];
+
+		if (!nw_monitor_draining(m, i) || e->drain_reported || nw_monitor_residents(m, i) > 0)
+			continue;
+		e->drain_reported = true;
+		nw_log(NARWHAL_LOG_INFO, "engine_drained", "engine", m->fleet->ids[i], NULL);
+	}
+}
+
 void
 nw_monitor_pass(struct nw_monitor *m)
 {
@@ -470,6 +486,7 @@ nw_monitor_pass(struct nw_monitor *m)
 	now = nw_monitor_now(m);
 	nw_monitor_refresh(m); /* quarantines end on the pass after them */
 	check_stalls(m, now);
+	check_drains(m);
 	repair_floors(m, now);
 	for (uint32_t i = 0; i < m->n; i++)
 		nw_engine_probe_pass(&m->engines[i]);
@@ -530,6 +547,8 @@ nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old, const uint3
 		e->progress_at_ns = o->progress_at_ns;
 		e->busy_since_ns = o->busy_since_ns;
 		e->idle_since_ns = o->idle_since_ns;
+		e->operator_pin = o->operator_pin;
+		e->drain_reported = o->drain_reported;
 		v->role = ov->role;
 		v->role_since_ns = ov->role_since_ns;
 		v->flags = ov->flags;
@@ -583,8 +602,67 @@ nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain)
 {
 	if (engine >= m->n)
 		return;
-	if (nw_health_set_hold(&m->engines[engine].health, NW_HOLD_DRAIN, drain))
+	if (nw_health_set_hold(&m->engines[engine].health, NW_HOLD_DRAIN, drain)) {
+		m->engines[engine].drain_reported = false;
 		nw_monitor_refresh(m);
+	}
+}
+
+uint32_t
+nw_monitor_residents(const struct nw_monitor *m, uint32_t engine)
+{
+	const struct narwhal_engine_view *v = &m->fleet->engines[engine];
+
+	return v->resident_prefill + v->resident_decode;
+}
+
+bool
+nw_monitor_draining(const struct nw_monitor *m, uint32_t engine)
+{
+	return (m->engines[engine].health.holds & NW_HOLD_DRAIN) != 0;
+}
+
+void
+nw_monitor_pin(struct nw_monitor *m, uint32_t engine, bool pinned)
+{
+	struct narwhal_engine_view *v = &m->fleet->engines[engine];
+
+	m->engines[engine].operator_pin = pinned;
+	if (pinned)
+		v->flags |= NARWHAL_ENGINE_PINNED;
+	else
+		v->flags &= ~NARWHAL_ENGINE_PINNED;
+}
+
+const char *
+nw_monitor_pinned_by(const struct nw_monitor *m, uint32_t engine)
+{
+	if (!(m->fleet->engines[engine].flags & NARWHAL_ENGINE_PINNED))
+		return NULL;
+	return m->engines[engine].operator_pin ? "operator" : "config";
+}
+
+nw_role_guard
+nw_monitor_set_role(struct nw_monitor *m, uint32_t engine, narwhal_role to, const char *caller,
+                    const char *reason)
+{
+	int64_t now = nw_monitor_now(m);
+	struct nw_role_change c = {
+		.engine = engine, .from = m->fleet->engines[engine].role, .to = to, .at_ns = now,
+		.caller = caller, .reason = reason, .applied = true,
+	};
+	nw_role_guard g;
+
+	fill_role_engines(m);
+	g = nw_roles_check_move(m->role_scratch, m->n, engine, to, &m->role_rules, now);
+	if (g != NW_ROLE_GUARD_OK)
+		return g;
+	c.prefill_after = live_of(m, NARWHAL_ROLE_PREFILL) + (to == NARWHAL_ROLE_PREFILL) -
+	                  (c.from == NARWHAL_ROLE_PREFILL);
+	c.decode_after = live_of(m, NARWHAL_ROLE_DECODE) + (to == NARWHAL_ROLE_DECODE) -
+	                 (c.from == NARWHAL_ROLE_DECODE);
+	apply_change(m, &c);
+	return NW_ROLE_GUARD_OK;
 }
 
 void

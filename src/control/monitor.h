@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "control/health.h"
+#include "control/roles.h"
 #include "core/config.h"
 #include "core/dialect.h"
 #include "core/host.h"
@@ -68,6 +69,27 @@ void nw_monitor_on_pass(struct nw_monitor *m, nw_monitor_pass_fn fn, void *data)
 void nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain);
 void nw_monitor_eject(struct nw_monitor *m, uint32_t engine);
 void nw_monitor_readmit(struct nw_monitor *m, uint32_t engine);
+
+/* The operator's pin (admin API, docs/admin.md): a pinned engine keeps its
+ * role through floor repair, readmission and the controller. */
+void nw_monitor_pin(struct nw_monitor *m, uint32_t engine, bool pinned);
+/* "config" (fleet.engines[].pinned), "operator", or NULL when not pinned. */
+const char *nw_monitor_pinned_by(const struct nw_monitor *m, uint32_t engine);
+
+/* Move engine to role to (caller, reason: static strings for the flip
+ * history) through the host's guards (nw_roles_check_move): applied and
+ * recorded when it returns NW_ROLE_GUARD_OK, else nothing changes. It
+ * applies whatever controller.advisory says (the operator's word is not
+ * advisory); a controller in advisory mode records its proposals instead
+ * of calling it. */
+nw_role_guard nw_monitor_set_role(struct nw_monitor *m, uint32_t engine, narwhal_role to,
+                                  const char *caller, const char *reason);
+
+/* A drain's progress: requests still resident on the engine (prefill and
+ * decode), and whether it is drained (a drain hold, none left). The
+ * monitor logs engine_drained once per drain, at the pass that sees it. */
+uint32_t nw_monitor_residents(const struct nw_monitor *m, uint32_t engine);
+bool nw_monitor_draining(const struct nw_monitor *m, uint32_t engine);
 
 /* Health as /narwhal/health shows it (transfer full): {"status": "ok",
  * "degraded" (serving, but something is out or a floor is breached) or

@@ -174,6 +174,73 @@ nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
 	return count;
 }
 
+nw_role_guard
+nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
+                    narwhal_role to, const struct nw_role_rules *rules, int64_t now_ns)
+{
+	const struct nw_role_engine *e = &engines[i];
+	struct split s = count_split(engines, n);
+
+	if (e->role == to)
+		return NW_ROLE_GUARD_SAME_ROLE;
+	if (!e->live)
+		return NW_ROLE_GUARD_NOT_LIVE;
+	if (!e->movable)
+		return NW_ROLE_GUARD_NOT_MOVABLE;
+	if (e->pinned)
+		return NW_ROLE_GUARD_PINNED;
+	/* Spec 7.2: every change preserves the floors; the engine is live, so
+	 * it is counted in the phase it leaves. */
+	if (e->role == NARWHAL_ROLE_PREFILL && s.prefill - 1 < rules->min_prefill)
+		return NW_ROLE_GUARD_PREFILL_FLOOR;
+	if (e->role == NARWHAL_ROLE_DECODE && s.decode - 1 < rules->min_decode)
+		return NW_ROLE_GUARD_DECODE_FLOOR;
+	if (!dwell_over(e, rules, now_ns))
+		return NW_ROLE_GUARD_DWELL;
+	if (e->role == NARWHAL_ROLE_DECODE && to == NARWHAL_ROLE_PREFILL &&
+	    rules->flip_resident_guard > 0 && e->resident > rules->flip_resident_guard)
+		return NW_ROLE_GUARD_RESIDENT;
+	return NW_ROLE_GUARD_OK;
+}
+
+static const struct {
+	const char *code;
+	const char *message;
+} guard_texts[] = {
+	[NW_ROLE_GUARD_OK] = { NULL, "the move may go ahead" },
+	[NW_ROLE_GUARD_SAME_ROLE] = { "same_role", "the engine has this role already" },
+	[NW_ROLE_GUARD_NOT_LIVE] = { "engine_not_live",
+		"the engine is out of placement (ejected, verifying, drained or held): only a "
+		"live engine changes role" },
+	[NW_ROLE_GUARD_NOT_MOVABLE] = { "engine_not_movable",
+		"the engine's dialect does not let it take either role per request: its role "
+		"changes only with a restart of the engine" },
+	[NW_ROLE_GUARD_PINNED] = { "engine_pinned",
+		"the engine is pinned at its role: unpin it first" },
+	[NW_ROLE_GUARD_PREFILL_FLOOR] = { "prefill_floor",
+		"the move would leave fewer live prefill engines than controller.min_prefill" },
+	[NW_ROLE_GUARD_DECODE_FLOOR] = { "decode_floor",
+		"the move would leave fewer live decode engines than controller.min_decode" },
+	[NW_ROLE_GUARD_DWELL] = { "dwell",
+		"the engine changed role less than controller.thresholds.dwell_s ago: try again "
+		"later" },
+	[NW_ROLE_GUARD_RESIDENT] = { "resident_guard",
+		"the decode engine carries more resident streams than "
+		"controller.thresholds.flip_resident_guard: try again once they finish" },
+};
+
+const char *
+nw_role_guard_code(nw_role_guard g)
+{
+	return (size_t)g < G_N_ELEMENTS(guard_texts) ? guard_texts[g].code : NULL;
+}
+
+const char *
+nw_role_guard_message(nw_role_guard g)
+{
+	return (size_t)g < G_N_ELEMENTS(guard_texts) ? guard_texts[g].message : "unknown guard";
+}
+
 narwhal_role
 nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
                       const struct nw_role_rules *rules)

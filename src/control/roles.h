@@ -31,7 +31,39 @@ struct nw_role_rules {
 	uint32_t min_decode;       /* controller.min_decode */
 	double dwell_s;            /* controller.thresholds.dwell_s */
 	bool advisory;             /* controller.advisory: record, do not apply */
+	uint32_t flip_resident_guard; /* controller.thresholds.flip_resident_guard; 0: none */
 };
+
+/* Why a role move is refused (nw_roles_check_move); OK when it may go. */
+typedef enum nw_role_guard {
+	NW_ROLE_GUARD_OK = 0,
+	NW_ROLE_GUARD_SAME_ROLE,      /* it has that role already */
+	NW_ROLE_GUARD_NOT_LIVE,       /* out of placement: ejected, held, drained */
+	NW_ROLE_GUARD_NOT_MOVABLE,    /* its dialect does not allow per-request roles */
+	NW_ROLE_GUARD_PINNED,         /* pinned (at its current role) */
+	NW_ROLE_GUARD_PREFILL_FLOOR,  /* the live prefill engines would fall below min_prefill */
+	NW_ROLE_GUARD_DECODE_FLOOR,   /* the live decode engines would fall below min_decode */
+	NW_ROLE_GUARD_DWELL,          /* changed role less than dwell_s ago */
+	NW_ROLE_GUARD_RESIDENT,       /* decode to prefill while carrying more
+	                               * streams than flip_resident_guard */
+} nw_role_guard;
+
+/* The host's guards on one role move of engine i to role to at now_ns
+ * (role-control document, "Guards on role changes"; docs/admin.md): the
+ * engine is live, movable and not pinned; the phase it leaves keeps at
+ * least its floor of live engines (the phase it joins only gains);
+ * dwell_s has passed since its last change; a decode-to-prefill move
+ * carries at most flip_resident_guard resident streams. The first guard
+ * that refuses, in that order. The operator's moves and the controller's
+ * go through it; floor repair has its own rules (above). */
+nw_role_guard nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
+                                  narwhal_role to, const struct nw_role_rules *rules,
+                                  int64_t now_ns);
+/* "same_role", "engine_not_live", "engine_not_movable", "engine_pinned",
+ * "prefill_floor", "decode_floor", "dwell", "resident_guard"; NULL for OK. */
+const char *nw_role_guard_code(nw_role_guard g);
+/* A sentence for people: what refused the move and what would allow it. */
+const char *nw_role_guard_message(nw_role_guard g);
 
 /* One role change, proposed or applied. */
 struct nw_role_change {

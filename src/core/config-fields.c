@@ -5,6 +5,7 @@
  */
 #include "core/config-fields.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -104,6 +105,18 @@ check_readable_file(const char *s, char **normalized)
 	return NULL;
 }
 
+/* The admin listener binds numeric addresses only (docs/admin.md). */
+static char *
+check_numeric_address(const char *s, char **normalized)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	(void)normalized;
+	if (inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1)
+		return NULL;
+	return g_strdup("is not a numeric IPv4 or IPv6 address");
+}
+
 #define CFG(p, t, m) .path = (p), .type = (t), .offset = offsetof(struct nw_config, m)
 #define ENG(p, t, m) .path = (p), .type = (t), .offset = offsetof(struct nw_engine_config, m)
 
@@ -156,6 +169,21 @@ static const struct nw_field config_fields[] = {
 	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
 	  .valid = "null (no client key needed) or the name of an environment variable "
 	           "(letters, digits, '_') holding the accepted keys, comma-separated" },
+
+	/* admin: the admin API's listener (Narwhal's own, docs/admin.md) */
+	{ CFG("admin.host", NW_FT_STRING, admin.host), .def_str = "127.0.0.1",
+	  .check = check_numeric_address,
+	  .valid = "a numeric IPv4 or IPv6 address to listen on, loopback unless "
+	           "admin.allow_remote is true" },
+	{ CFG("admin.port", NW_FT_U32, admin.port), .def = 8081,
+	  .flags = NW_FF_MIN | NW_FF_MAX, .min = 0, .max = 65535,
+	  .valid = "an integer from 0 to 65535 (0 picks a free port)" },
+	{ CFG("admin.token_env", NW_FT_STRING, admin.token_env), .flags = NW_FF_NULLABLE,
+	  .charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_",
+	  .valid = "null (no admin listener) or the name of an environment variable "
+	           "(letters, digits, '_') holding the admin API's bearer token" },
+	{ CFG("admin.allow_remote", NW_FT_BOOL, admin.allow_remote), .def = false,
+	  .valid = "true or false" },
 
 	/* log (Narwhal's own) */
 	{ CFG("log.level", NW_FT_STRING, log.level), .def_str = "info", .names = log_level_names,

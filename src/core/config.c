@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/config-fields.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -594,9 +595,35 @@ rule_dialects(struct loader *ld)
 	}
 }
 
+/* The admin API changes what the router does: it listens on loopback
+ * unless the operator says otherwise (docs/admin.md, beyond the spec). */
+static bool
+is_loopback(const char *host)
+{
+	struct in_addr v4;
+	struct in6_addr v6;
+
+	if (inet_pton(AF_INET, host, &v4) == 1)
+		return (ntohl(v4.s_addr) >> 24) == 127;
+	return inet_pton(AF_INET6, host, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+static void
+rule_admin_bind(struct loader *ld)
+{
+	const struct nw_config *c = ld->cfg;
+
+	if (!USABLE2(ld, "admin.host", "admin.allow_remote") || c->admin.allow_remote ||
+	    is_loopback(c->admin.host))
+		return;
+	ERROR(ld, "admin.host", "\"%s\" is not a loopback address, and the admin API can drain, "
+	      "eject and move engines: a loopback address (127.0.0.1, ::1), or set "
+	      "admin.allow_remote to true to listen there", c->admin.host);
+}
+
 static void (*const rules[])(struct loader *) = {
 	rule_admission_limit, rule_queueing, rule_handoff, rule_retry, rule_deadlines,
-	rule_controller_ranges, rule_health_samples, rule_floors, rule_dialects,
+	rule_controller_ranges, rule_health_samples, rule_floors, rule_dialects, rule_admin_bind,
 };
 
 /* ------------------------------------------------------------ loading --- */
@@ -683,6 +710,7 @@ struct nw_config *
 nw_config_load_file(const char *file, GPtrArray **problems)
 {
 	struct loader ld;
+	struct nw_config *cfg;
 	GString *buf;
 	char chunk[8192];
 	size_t n;
@@ -704,7 +732,10 @@ nw_config_load_file(const char *file, GPtrArray **problems)
 		load_document(&ld, buf->str, buf->len, file);
 	fclose(fp);
 	g_string_free(buf, TRUE);
-	return loader_end(&ld, problems);
+	cfg = loader_end(&ld, problems);
+	if (cfg != NULL)
+		cfg->loaded_unix_us = g_get_real_time(); /* /narwhal/state, docs/state.md */
+	return cfg;
 }
 
 /* ---------------------------------------------------------------- API --- */

@@ -60,6 +60,7 @@ struct nw_plugin_config {
 
 struct nw_config {
 	char *source; /* file name the config came from */
+	int64_t loaded_unix_us; /* wall clock when nw_config_load_file read it; 0: not from a file */
 
 	struct {
 		char *host;
@@ -71,6 +72,14 @@ struct nw_config {
 		double drain_timeout_s;  /* a stop signal's drain (beyond the spec) */
 		char *api_keys_env; /* NULL: no client key; else the variable holding them */
 	} server;
+
+	/* The admin API's listener (beyond the spec; docs/admin.md). */
+	struct {
+		char *host;        /* numeric address; loopback unless allow_remote */
+		uint32_t port;     /* 0: ephemeral */
+		char *token_env;   /* NULL: no admin listener; else the variable with the token */
+		bool allow_remote; /* allow a host that is not loopback */
+	} admin;
 
 	struct {
 		char *level;  /* debug, info, warning, error */

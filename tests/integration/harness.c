@@ -105,7 +105,8 @@ harness_start_daemon(struct harness_proc *p, const char *config_file)
 		return FALSE;
 	line_start = strstr(p->log->str, "{\"ts\"");
 	for (const char *l = line_start; l; l = strstr(l + 1, "{\"ts\"")) {
-		if (strstr(l, "\"event\":\"listening\"") == NULL)
+		/* Within this line only: other events may come first. */
+		if (g_strstr_len(l, (gssize)strcspn(l, "\n"), "\"event\":\"listening\"") == NULL)
 			continue;
 		event = json_loadb(l, strcspn(l, "\n"), 0, NULL);
 		g_assert_nonnull(event);

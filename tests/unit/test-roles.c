@@ -498,6 +498,91 @@ test_role_name(void)
 	g_assert_cmpstr(nw_role_name(0), ==, "unknown");
 }
 
+/* issue 11, admin API role change: the host's guards on one move, in
+ * order (role-control document, "Guards on role changes"), with a fake
+ * clock. */
+static void
+test_guard_live_movable_pinned(void)
+{
+	struct nw_role_engine e[] = { eng(P), eng(P), eng(D), eng(D) };
+	const struct nw_role_rules r = floors11;
+
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_OK);
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, P, &r, S(1)), ==, NW_ROLE_GUARD_SAME_ROLE);
+	e[0].live = false;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_NOT_LIVE);
+	e[0].live = true;
+	e[0].movable = false;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_NOT_MOVABLE);
+	e[0].movable = true;
+	e[0].pinned = true;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_PINNED);
+	g_assert_cmpstr(nw_role_guard_code(NW_ROLE_GUARD_PINNED), ==, "engine_pinned");
+	g_assert_null(nw_role_guard_code(NW_ROLE_GUARD_OK));
+}
+
+/* issue 11, admin API role change (spec 7.2): the phase the engine leaves
+ * keeps its floor of live engines; engines out of placement do not count;
+ * a move towards a breached floor is allowed. */
+static void
+test_guard_floors(void)
+{
+	struct nw_role_engine e[] = { eng(P), eng(P), eng(D), eng(D) };
+	struct nw_role_rules r = { .min_prefill = 2, .min_decode = 2 };
+
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==,
+	                NW_ROLE_GUARD_PREFILL_FLOOR);
+	g_assert_cmpint(nw_roles_check_move(e, 4, 2, P, &r, S(1)), ==,
+	                NW_ROLE_GUARD_DECODE_FLOOR);
+	g_assert_cmpstr(nw_role_guard_code(NW_ROLE_GUARD_DECODE_FLOOR), ==, "decode_floor");
+	r.min_prefill = 1;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_OK);
+	/* The other prefill engine is out: engine 0 is the last live one. */
+	e[1].live = false;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==,
+	                NW_ROLE_GUARD_PREFILL_FLOOR);
+	/* Decode below its floor: a prefill engine above its own may join it. */
+	e[1].live = true;
+	e[3].live = false;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_OK);
+}
+
+/* issue 11, admin API role change: dwell_s since the engine's last change,
+ * on the fake clock. */
+static void
+test_guard_dwell(void)
+{
+	struct nw_role_engine e[] = { eng(P), eng(P), eng(D), eng(D) };
+	struct nw_role_rules r = floors11;
+
+	r.dwell_s = 10;
+	e[0].role_since_ns = S(5);
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(14)), ==, NW_ROLE_GUARD_DWELL);
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(15)), ==, NW_ROLE_GUARD_OK);
+	/* The floor speaks before dwell. */
+	r.min_prefill = 2;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(14)), ==,
+	                NW_ROLE_GUARD_PREFILL_FLOOR);
+}
+
+/* issue 11, admin API role change: flip_resident_guard caps the resident
+ * streams of a decode engine moved to prefill, and only that direction. */
+static void
+test_guard_resident(void)
+{
+	struct nw_role_engine e[] = { eng(P), eng(P), eng(D), eng(D) };
+	struct nw_role_rules r = floors11;
+
+	e[2].resident = 3;
+	e[0].resident = 9;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 2, P, &r, S(1)), ==, NW_ROLE_GUARD_OK);
+	r.flip_resident_guard = 2;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 2, P, &r, S(1)), ==, NW_ROLE_GUARD_RESIDENT);
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, D, &r, S(1)), ==, NW_ROLE_GUARD_OK);
+	r.flip_resident_guard = 3;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 2, P, &r, S(1)), ==, NW_ROLE_GUARD_OK);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -519,5 +604,9 @@ main(int argc, char **argv)
 	g_test_add_func("/roles/history-bounded", test_history_bounded);
 	g_test_add_func("/roles/history-json", test_history_json);
 	g_test_add_func("/roles/role-name", test_role_name);
+	g_test_add_func("/roles/issue-11/guard-live-movable-pinned", test_guard_live_movable_pinned);
+	g_test_add_func("/roles/issue-11/guard-floors", test_guard_floors);
+	g_test_add_func("/roles/issue-11/guard-dwell", test_guard_dwell);
+	g_test_add_func("/roles/issue-11/guard-resident", test_guard_resident);
 	return g_test_run();
 }

@@ -1,0 +1,41 @@
+/*
+ * The admin API (docs/admin.md; beyond the spec in its form): a listener
+ * of its own, loopback unless admin.allow_remote, with a bearer token read
+ * from the environment variable admin.token_env names. It reads the state,
+ * drains, pins, moves, ejects and readmits engines through the monitor,
+ * and reloads the configuration. Every call is logged (admin_call) and
+ * kept in the operator history /narwhal/state shows. It reads the daemon
+ * only through the accessors of daemon-internal.h, since a reload
+ * replaces what they return.
+ */
+#ifndef NW_ADMIN_ADMIN_H
+#define NW_ADMIN_ADMIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <glib.h>
+#include <jansson.h>
+
+struct nw_daemon;
+struct nw_admin;
+
+/* Start the listener when admin.token_env is set. NULL without error when
+ * no token is configured (no listener, logged once as admin_disabled);
+ * NULL with error when the variable is unset or empty, or the address
+ * cannot be bound. */
+struct nw_admin *nw_admin_start(struct nw_daemon *d, GError **error);
+
+/* The bound port (admin.port 0 picks one). */
+uint16_t nw_admin_port(const struct nw_admin *a);
+
+/* The operator history, oldest first (transfer full): {"enabled",
+ * "capacity", "total", "entries": [{"at", "method", "path", "engine",
+ * "status", "result"[, "peer"]}]}; the caller's peer address only for
+ * operators. a may be NULL (no listener): {"enabled": false, ...}. */
+json_t *nw_admin_history_json(const struct nw_admin *a, bool operator);
+
+/* Stop listening and free; a may be NULL. */
+void nw_admin_free(struct nw_admin *a);
+
+#endif /* NW_ADMIN_ADMIN_H */
