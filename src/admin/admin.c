@@ -74,6 +74,10 @@ record(struct admin_call *c, unsigned status, const char *result)
 	nw_log(status < 400 ? NARWHAL_LOG_INFO : NARWHAL_LOG_WARNING, "admin_call", "method",
 	       c->method, "path", c->url, "status", code, "result", result, "peer", peer,
 	       c->engine != NULL ? "engine" : NULL, c->engine, NULL);
+	/* A read that was answered changes nothing: logged, but kept out of
+	 * the history so a polling dashboard cannot push the actions out. */
+	if (strcmp(c->method, "GET") == 0 && status < 400)
+		return;
 	g_queue_push_tail(&a->history,
 	                  json_pack("{s:s, s:s, s:s, s:s?, s:i, s:s, s:s}", "at", at, "method",
 	                            c->method, "path", c->url, "engine", c->engine, "status",

@@ -397,16 +397,25 @@ test_token(void)
 	g_assert_cmpint(r.status, ==, 200);
 	sim_reply_clear(&r);
 
-	/* Every call is logged and recorded, refusals included; the clients'
-	 * copy of the history has no caller addresses. */
-	g_assert_true(serve_wait_log(&e, "\"event\":\"admin_call\"", 1000));
+	admin_call(&e, "POST", "/admin/engines/sim-0/undrain", NULL, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
+
+	/* Every call is logged; every call but an answered read is recorded,
+	 * refusals included; the clients' copy of the history has no caller
+	 * addresses. */
+	g_assert_true(serve_wait_log(&e, "\"path\":\"/admin/state\",\"status\":\"200\"", 1000));
+	g_assert_true(serve_wait_log(&e, "\"path\":\"/admin/engines/sim-0/undrain\"", 1000));
 	doc = state(&e);
 	entries = json_object_get(json_object_get(doc, "operator_history"), "entries");
 	g_assert_cmpuint(json_array_size(entries), ==, 4);
 	g_assert_cmpint(json_integer_value(json_object_get(json_array_get(entries, 0), "status")),
 	                ==, 401);
 	g_assert_cmpstr(str_at(json_array_get(entries, 1), "engine"), ==, "(null)");
+	g_assert_cmpstr(str_at(json_array_get(entries, 2), "path"), ==, "/admin/state");
 	g_assert_cmpstr(str_at(json_array_get(entries, 3), "result"), ==, "ok");
+	g_assert_cmpstr(str_at(json_array_get(entries, 3), "path"), ==,
+	                "/admin/engines/sim-0/undrain");
 	g_assert_null(json_object_get(json_array_get(entries, 3), "peer"));
 	json_decref(doc);
 	serve_clear(&e);
