@@ -58,17 +58,17 @@ static void
 test_histogram(void)
 {
 	static const double bounds[] = { 0.1, 0.5, 1 };
-	struct nw_prom_histogram h;
+	static const struct nw_histogram_scale scale = { bounds, G_N_ELEMENTS(bounds) };
+	struct nw_histogram h = { 0 };
 	GString *out = g_string_new(NULL);
 	const char *labels[] = { "route", "chat", NULL };
 
-	nw_prom_histogram_init(&h, bounds, G_N_ELEMENTS(bounds));
-	nw_prom_histogram_observe(&h, 0.05);
-	nw_prom_histogram_observe(&h, 0.1);  /* on a bound: that bucket */
-	nw_prom_histogram_observe(&h, 0.7);
-	nw_prom_histogram_observe(&h, 3);
-	nw_prom_histogram_observe(&h, NAN); /* ignored */
-	nw_prom_histogram_write(out, "narwhal_ttft_seconds", labels, &h);
+	nw_histogram_observe(&h, &scale, 0.05);
+	nw_histogram_observe(&h, &scale, 0.1);  /* on a bound: that bucket (le) */
+	nw_histogram_observe(&h, &scale, 0.7);
+	nw_histogram_observe(&h, &scale, 3);
+	nw_histogram_observe(&h, &scale, NAN); /* ignored */
+	nw_prom_histogram_write(out, "narwhal_ttft_seconds", labels, &scale, &h);
 	g_assert_cmpstr(out->str, ==,
 	                "narwhal_ttft_seconds_bucket{route=\"chat\",le=\"0.1\"} 2\n"
 	                "narwhal_ttft_seconds_bucket{route=\"chat\",le=\"0.5\"} 2\n"
@@ -76,7 +76,98 @@ test_histogram(void)
 	                "narwhal_ttft_seconds_bucket{route=\"chat\",le=\"+Inf\"} 4\n"
 	                "narwhal_ttft_seconds_sum{route=\"chat\"} 3.85\n"
 	                "narwhal_ttft_seconds_count{route=\"chat\"} 4\n");
-	nw_prom_histogram_clear(&h);
+	g_string_free(out, TRUE);
+}
+
+/* Read "name{...le="x"} n" lines back: bucket counts never go down and the
+ * +Inf bucket equals _count, for many random observations on a scale of
+ * the daemon's shape (issue 11: histogram invariants). */
+static void
+test_histogram_invariants(void)
+{
+	static const double bounds[] = { 0.001, 0.01, 0.1, 1, 10, 100 };
+	static const struct nw_histogram_scale scale = { bounds, G_N_ELEMENTS(bounds) };
+	struct nw_histogram h = { 0 };
+	GString *out = g_string_new(NULL);
+	g_auto(GStrv) lines = NULL;
+	GRand *rng = g_rand_new_with_seed(11);
+	uint64_t last = 0, inf = 0, count = 0;
+	double sum = 0, seen_sum = -1;
+	unsigned buckets = 0;
+
+	for (int i = 0; i < 5000; i++) {
+		/* Spread over six decades, some exactly on a bound. */
+		double v = i % 97 == 0 ? bounds[i % G_N_ELEMENTS(bounds)]
+		                       : pow(10, g_rand_double_range(rng, -4, 3));
+
+		nw_histogram_observe(&h, &scale, v);
+		sum += v;
+	}
+	nw_prom_histogram_write(out, "x_seconds", NULL, &scale, &h);
+	lines = g_strsplit(out->str, "\n", -1);
+	for (char **l = lines; *l != NULL && **l != '\0'; l++) {
+		const char *sp = strrchr(*l, ' ');
+
+		g_assert_nonnull(sp);
+		if (g_str_has_prefix(*l, "x_seconds_bucket{le=\"")) {
+			uint64_t n = g_ascii_strtoull(sp + 1, NULL, 10);
+
+			g_assert_cmpuint(n, >=, last);
+			last = n;
+			buckets++;
+			if (strstr(*l, "le=\"+Inf\"") != NULL)
+				inf = n;
+		} else if (g_str_has_prefix(*l, "x_seconds_count ")) {
+			count = g_ascii_strtoull(sp + 1, NULL, 10);
+		} else if (g_str_has_prefix(*l, "x_seconds_sum ")) {
+			seen_sum = g_ascii_strtod(sp + 1, NULL);
+		}
+	}
+	g_assert_cmpuint(buckets, ==, G_N_ELEMENTS(bounds) + 1);
+	g_assert_cmpuint(count, ==, 5000);
+	g_assert_cmpuint(inf, ==, count);
+	g_assert_cmpfloat_with_epsilon(seen_sum, sum, sum * 1e-12);
+	/* Every value exactly on a bound landed in that bound's bucket: the
+	 * first bucket holds at least the 0.001s. */
+	g_assert_cmpuint(h.counts[0], >=, 1);
+	g_rand_free(rng);
+	g_string_free(out, TRUE);
+}
+
+/* Label text rendered once and shared (the per-engine families), with
+ * further labels after it; escaping applies to the shared text too. */
+static void
+test_shared_labels(void)
+{
+	GString *pre = g_string_new(NULL), *out = g_string_new(NULL);
+	const char *engine[] = { "engine", "p\"0", NULL };
+	const char *leg[] = { "leg", "prefill", NULL };
+
+	nw_prom_labels_append(pre, engine);
+	g_assert_cmpstr(pre->str, ==, "engine=\"p\\\"0\"");
+	nw_prom_sample_pre(out, "a_total", pre->str, leg, 7);
+	nw_prom_sample_pre(out, "b", pre->str, NULL, 0);
+	nw_prom_sample_pre(out, "c", NULL, leg, -3);
+	nw_prom_sample_pre(out, "d", "", NULL, 18446744073709549568.0);
+	g_assert_cmpstr(out->str, ==,
+	                "a_total{engine=\"p\\\"0\",leg=\"prefill\"} 7\n"
+	                "b{engine=\"p\\\"0\"} 0\n"
+	                "c{leg=\"prefill\"} -3\n"
+	                "d 1.844674407370955e+19\n");
+	g_string_free(pre, TRUE);
+	g_string_free(out, TRUE);
+}
+
+/* A label value may hold any UTF-8 and every special character; an empty
+ * value is written as such. */
+static void
+test_label_values(void)
+{
+	GString *out = g_string_new(NULL);
+	const char *labels[] = { "a", "", "b", "\\\\", "c", "é \"\n\"", NULL };
+
+	nw_prom_sample(out, "x", labels, 1);
+	g_assert_cmpstr(out->str, ==, "x{a=\"\",b=\"\\\\\\\\\",c=\"é \\\"\\n\\\"\"} 1\n");
 	g_string_free(out, TRUE);
 }
 
@@ -88,5 +179,8 @@ main(int argc, char **argv)
 	g_test_add_func("/prom/issue-11/values", test_values);
 	g_test_add_func("/prom/issue-11/names", test_names);
 	g_test_add_func("/prom/issue-11/histogram", test_histogram);
+	g_test_add_func("/prom/issue-11/histogram-invariants", test_histogram_invariants);
+	g_test_add_func("/prom/issue-11/shared-labels", test_shared_labels);
+	g_test_add_func("/prom/issue-11/label-values", test_label_values);
 	return g_test_run();
 }
