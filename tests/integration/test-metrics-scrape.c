@@ -161,6 +161,40 @@ assert_histograms(const char *text)
 	g_assert_cmpuint(families, >=, 9);
 }
 
+/* docs/metrics.md names every family of the scrape in backquotes; the
+ * data-plane counters of /narwhal/health (narwhal_<counter>_total) are
+ * documented as a group there and one by one in docs/api.md. */
+static void
+assert_documented(struct serve_env *e, const char *text)
+{
+	g_autofree char *path = g_test_build_filename(G_TEST_DIST, "..", "docs", "metrics.md", NULL);
+	g_autofree char *docs = NULL;
+	g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+	json_t *counters = serve_counters(e);
+
+	g_assert_true(g_file_get_contents(path, &docs, NULL, NULL));
+	for (char **l = lines; *l != NULL; l++) {
+		char name[256];
+		g_autofree char *quoted = NULL;
+
+		if (!g_str_has_prefix(*l, "# TYPE "))
+			continue;
+		g_assert_cmpint(sscanf(*l, "# TYPE %255s", name), ==, 1);
+		quoted = g_strdup_printf("`%s`", name);
+		if (strstr(docs, quoted) != NULL)
+			continue;
+		if (g_str_has_suffix(name, "_total")) {
+			g_autofree char *key = g_strndup(name + strlen("narwhal_"),
+			                                 strlen(name) - strlen("narwhal_") - 6);
+
+			if (json_object_get(counters, key) != NULL)
+				continue;
+		}
+		g_error("%s is in the scrape but not in docs/metrics.md", name);
+	}
+	json_decref(counters);
+}
+
 static void
 test_scrape_during_replay(void)
 {
@@ -234,6 +268,7 @@ test_scrape_during_replay(void)
 		promtool_check(promtool, after);
 	assert_histograms(after);
 
+	assert_documented(&e, after);
 	/* The figures agree with each other. */
 	served = sum_samples(after, "narwhal_requests_total", ok);
 	g_assert_cmpfloat(served, >=, 10);
