@@ -466,8 +466,7 @@ nw_phase_report_failure(struct nw_request *r, nw_fail_kind kind, long engine_sta
                         int32_t engine, const char *detail)
 {
 	struct nw_fleet *f = r->serve->fleet;
-
-	nw_call_kind call = NW_CALL_PREFILL; /* a pair's prefill, an expired handoff */
+	nw_call_kind call = NW_CALL_PREFILL; /* a concurrent pair's prefill, a handoff */
 
 	if (engine < 0 || !engine_at_fault(kind, engine_status))
 		return;
