@@ -87,7 +87,6 @@ nw_serve_plugin_failed(struct nw_serve *s, const char *kind, const char *plugin,
                        const char *slot, int rc, const char *engine, const char *request_id)
 {
 	char code[16];
-
 	nw_plugin_failure_kind k = NW_PLUGIN_FAILURE_OTHER;
 
 	for (uint32_t i = 0; i < NW_PLUGIN_FAILURE_OTHER; i++) {
