@@ -14,7 +14,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Build tools and libraries, all from Debian's registry.
 packages="build-essential autoconf automake libtool pkg-config
 	libglib2.0-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev
-	curl clang libclang-rt-14-dev gnuplot-nox openssl"
+	curl clang libclang-rt-14-dev gnuplot-nox openssl prometheus"
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -114,6 +114,10 @@ demo)
 	;;
 test)
 	deps
+	# promtool (Debian's prometheus) checks GET /metrics; here its absence
+	# fails the test rather than skipping it.
+	NARWHAL_REQUIRE_PROMTOOL=1
+	export NARWHAL_REQUIRE_PROMTOOL
 	build build/plain
 	check
 	build build/sanitizers --enable-sanitizers

@@ -140,7 +140,42 @@ struct lent_load {
 /* The older engine's monotonic counts as last carried over. */
 struct seen_counts {
 	uint64_t legs_placed, legs_failed, progress;
+	uint64_t calls[NW_CALL_KINDS], call_failures[NW_CALL_KINDS];
+	double call_seconds[NW_CALL_KINDS];
 };
+
+static struct seen_counts
+counts_of(const struct nw_engine_stats *st)
+{
+	struct seen_counts s = { st->legs_placed, st->legs_failed, st->progress, { 0 }, { 0 },
+	                         { 0 } };
+
+	memcpy(s.calls, st->calls, sizeof s.calls);
+	memcpy(s.call_failures, st->call_failures, sizeof s.call_failures);
+	memcpy(s.call_seconds, st->call_seconds, sizeof s.call_seconds);
+	return s;
+}
+
+/* Add what the older engine counted since *seen to the newer one's
+ * counts, so they go on across a reload (docs/metrics.md). */
+static void
+carry_counts(struct nw_engine_stats *st, const struct nw_engine_stats *ost,
+             struct seen_counts *seen)
+{
+	struct seen_counts now = counts_of(ost);
+
+	st->legs_placed += now.legs_placed - seen->legs_placed;
+	st->legs_failed += now.legs_failed - seen->legs_failed;
+	st->progress += now.progress - seen->progress;
+	for (int k = 0; k < NW_CALL_KINDS; k++) {
+		st->calls[k] += now.calls[k] - seen->calls[k];
+		st->call_failures[k] += now.call_failures[k] - seen->call_failures[k];
+		st->call_seconds[k] += now.call_seconds[k] - seen->call_seconds[k];
+	}
+	*seen = now;
+	if (ost->last_placed_ns > st->last_placed_ns)
+		st->last_placed_ns = ost->last_placed_ns;
+}
 
 struct nw_generation_carry {
 	uint32_t *new_of_old;       /* older engine -> this fleet's index, or UINT32_MAX */
@@ -260,11 +295,7 @@ nw_generation_adopt(struct nw_generation *g, struct nw_generation *older, GPtrAr
 		v = &g->fleet->engines[i];
 		st = &g->fleet->stats[i];
 		/* The counts go on from where they were. */
-		st->legs_placed = ost->legs_placed;
-		st->legs_failed = ost->legs_failed;
-		st->progress = ost->progress;
-		st->last_placed_ns = ost->last_placed_ns;
-		c->seen[j] = (struct seen_counts){ ost->legs_placed, ost->legs_failed, ost->progress };
+		carry_counts(st, ost, &c->seen[j]);
 		/* The running role and pin carry over (the controller, floor
 		 * repair or the operator may have set them), unless the file
 		 * changes them: an edit is the operator's word. */
@@ -374,12 +405,7 @@ lend(struct nw_generation *newer)
 		APPLY(st->legs_out, now.legs_out, was->legs_out);
 		APPLY(st->handoff_decodes, now.handoff_decodes, was->handoff_decodes);
 		*was = now;
-		APPLY(st->legs_placed, ost->legs_placed, c->seen[j].legs_placed);
-		APPLY(st->legs_failed, ost->legs_failed, c->seen[j].legs_failed);
-		APPLY(st->progress, ost->progress, c->seen[j].progress);
-		c->seen[j] = (struct seen_counts){ ost->legs_placed, ost->legs_failed, ost->progress };
-		if (ost->last_placed_ns > st->last_placed_ns)
-			st->last_placed_ns = ost->last_placed_ns;
+		carry_counts(st, ost, &c->seen[j]);
 	}
 	APPLY(newer->fleet->monitor_plugin_errors, of->monitor_plugin_errors,
 	      c->seen_plugin_errors);

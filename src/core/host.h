@@ -19,6 +19,15 @@ typedef enum nw_leg_outcome {
 	NW_LEG_REFUSED,  /* no connection: nothing serves there now */
 } nw_leg_outcome;
 
+/* Engine calls by kind, for the per-engine call metrics (docs/metrics.md). */
+typedef enum nw_call_kind {
+	NW_CALL_TOKENIZE,
+	NW_CALL_PREFILL,
+	NW_CALL_DECODE,
+	NW_CALL_AGGREGATE,
+	NW_CALL_KINDS
+} nw_call_kind;
+
 /* What the data plane counts per engine, for the monitor and operators. */
 struct nw_engine_stats {
 	uint64_t legs_placed;       /* engine legs started on it */
@@ -30,6 +39,13 @@ struct nw_engine_stats {
 	uint64_t progress;          /* answer chunks its generation legs received */
 	uint32_t handoff_decodes;   /* resident decode legs of prefill/decode pairs
 	                             * (the aggregate fallback waits for them) */
+	/* Calls that ended (answered or cut), their seconds, and the failures
+	 * through its fault (those of legs_failed), by kind: a count and a sum
+	 * per engine, so a large fleet's scrape stays small; the fleet-wide
+	 * histograms are the serve's. */
+	uint64_t calls[NW_CALL_KINDS];
+	double call_seconds[NW_CALL_KINDS];
+	uint64_t call_failures[NW_CALL_KINDS];
 };
 
 /* The fleet registry: the engines as plugins see them, plus what the

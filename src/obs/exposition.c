@@ -2,9 +2,12 @@
 
 #include "obs/exposition.h"
 
+#include <stddef.h>
 #include <string.h>
 
+#include "control/health.h"
 #include "obs/prom.h"
+#include "serve/counters.h"
 
 /* The data plane's gauges among its counters (serve/counters.h lists the
  * counters; these are added by nw_serve_counters_to_json). */
@@ -54,6 +57,168 @@ write_serve(GString *out, struct nw_serve *serve)
 	}
 	json_decref(counters);
 }
+
+/* --- the request path -------------------------------------------------- */
+
+/* Refusals by reason, from the counters (docs/metrics.md). */
+static const struct {
+	const char *reason;
+	size_t offset;
+} refusals[] = {
+#define REFUSAL(reason, field) { reason, offsetof(struct nw_serve_counters, field) }
+	REFUSAL("unauthorized", unauthorized),
+	REFUSAL("connection_ceiling", ceiling_refusals),
+	REFUSAL("too_large", too_large),
+	REFUSAL("admission", refused_admission),
+	REFUSAL("ttft_target", refused_too_long),
+	REFUSAL("queue_full", queue_full),
+	REFUSAL("queue_timeout", queue_timeouts),
+	REFUSAL("context_length", refused_context_length),
+	REFUSAL("degraded", refused_degraded),
+#undef REFUSAL
+};
+
+static const char *const call_kinds[NW_CALL_KINDS] = {
+	"tokenize", "prefill", "decode", "aggregate",
+};
+
+static void
+write_outcomes(GString *out, const struct nw_serve_metrics *m)
+{
+	nw_prom_family(out, "narwhal_requests_total", "counter",
+	               "Client requests by route, status and answer code (none: served in full), "
+	               "counted when the answer is final.");
+	for (uint32_t route = 0; route < NW_METRIC_ROUTE_N; route++) {
+		for (uint32_t code = 0; code < NW_OUTCOME_N_CODES; code++) {
+			for (uint32_t st = 0; st < NW_OUTCOME_N_STATUSES; st++) {
+				uint64_t n = m->outcomes[route][code][st];
+				char status[8];
+				const char *labels[] = {
+					"route", nw_metric_route_names[route], "status", status,
+					"code", nw_outcome_codes[code], NULL,
+				};
+
+				if (n == 0)
+					continue;
+				if (nw_outcome_statuses[st] != 0)
+					g_snprintf(status, sizeof status, "%u", nw_outcome_statuses[st]);
+				else
+					g_strlcpy(status, "other", sizeof status);
+				nw_prom_sample(out, "narwhal_requests_total", labels, (double)n);
+			}
+		}
+	}
+	nw_prom_family(out, "narwhal_refusals_total", "counter",
+	               "Completion requests refused before any engine work, by reason.");
+	for (size_t i = 0; i < G_N_ELEMENTS(refusals); i++) {
+		const char *labels[] = { "reason", refusals[i].reason, NULL };
+		const uint64_t *n = (const uint64_t *)((const char *)&m->counters +
+		                                       refusals[i].offset);
+
+		nw_prom_sample(out, "narwhal_refusals_total", labels, (double)*n);
+	}
+}
+
+static void
+write_histograms(GString *out, const struct nw_serve_metrics *m)
+{
+	static const struct {
+		const char *name;
+		const char *help;
+		size_t offset;
+		const struct nw_histogram_scale *scale;
+	} hists[] = {
+		{ "narwhal_time_to_first_token_seconds",
+		  "Streams: arrival to the first token released to the client.",
+		  offsetof(struct nw_serve_metrics, ttft), &nw_scale_ttft },
+		{ "narwhal_time_per_output_token_seconds",
+		  "Streams served in full: mean interval per output token after the first.",
+		  offsetof(struct nw_serve_metrics, tpot), &nw_scale_tpot },
+		{ "narwhal_request_duration_seconds",
+		  "Completion requests served in full: arrival to the last byte.",
+		  offsetof(struct nw_serve_metrics, e2e), &nw_scale_e2e },
+		{ "narwhal_queue_wait_seconds",
+		  "Admitted requests: the wait in the admission queue (0 when admitted at once).",
+		  offsetof(struct nw_serve_metrics, queue_wait), &nw_scale_queue },
+		{ "narwhal_handoff_seconds",
+		  "Prefill/decode pairs: the prefill engine's answer to the decode call going out.",
+		  offsetof(struct nw_serve_metrics, handoff), &nw_scale_handoff },
+	};
+
+	for (size_t i = 0; i < G_N_ELEMENTS(hists); i++) {
+		nw_prom_family(out, hists[i].name, "histogram", hists[i].help);
+		nw_prom_histogram_write(out, hists[i].name, NULL, hists[i].scale,
+		                        (const struct nw_histogram *)((const char *)m +
+		                                                      hists[i].offset));
+	}
+	nw_prom_family(out, "narwhal_engine_call_duration_seconds", "histogram",
+	               "Engine calls that ended, fleet-wide, by leg kind: sent to answered.");
+	for (uint32_t k = 0; k < NW_CALL_KINDS; k++) {
+		const char *labels[] = { "leg", call_kinds[k], NULL };
+
+		nw_prom_histogram_write(out, "narwhal_engine_call_duration_seconds", labels,
+		                        &nw_scale_call, &m->calls[k]);
+	}
+}
+
+static void
+write_by_route(GString *out, const char *name, const char *help, const uint64_t *values)
+{
+	nw_prom_family(out, name, "counter", help);
+	for (uint32_t route = 0; route < NW_METRIC_ROUTE_N; route++) {
+		const char *labels[] = { "route", nw_metric_route_names[route], NULL };
+
+		nw_prom_sample(out, name, labels, (double)values[route]);
+	}
+}
+
+static void
+write_request_path(GString *out, const struct nw_exposition_sources *src)
+{
+	const struct nw_serve_metrics *m = nw_serve_metrics(src->serve);
+	struct nw_serve_gauges g;
+	const char *prefill[] = { "phase", "prefill", NULL }, *decode[] = { "phase", "decode", NULL };
+
+	nw_serve_gauges(src->serve, &g);
+	write_outcomes(out, m);
+	write_histograms(out, m);
+	nw_prom_family(out, "narwhal_phase_slots", "gauge",
+	               "Resident requests each engine may hold in a phase "
+	               "(serving.prefill_concurrency, serving.decode_concurrency).");
+	nw_prom_sample(out, "narwhal_phase_slots", prefill, g.prefill_slots);
+	nw_prom_sample(out, "narwhal_phase_slots", decode, g.decode_slots);
+	nw_prom_family(out, "narwhal_phase_waiting", "gauge",
+	               "Requests waiting for a phase slot on any engine.");
+	nw_prom_sample(out, "narwhal_phase_waiting", prefill, g.prefill_waiting);
+	nw_prom_sample(out, "narwhal_phase_waiting", decode, g.decode_waiting);
+	nw_prom_family(out, "narwhal_retry_budget", "gauge",
+	               "The retry budget's ceiling in credits (serving.retry_budget).");
+	nw_prom_sample(out, "narwhal_retry_budget", NULL, g.retry_budget);
+	write_by_route(out, "narwhal_client_received_bytes_total",
+	               "Request body bytes received from clients.", m->client_bytes_in);
+	write_by_route(out, "narwhal_client_sent_bytes_total",
+	               "Answer body and stream bytes sent to clients.", m->client_bytes_out);
+	nw_prom_family(out, "narwhal_upstream_sent_bytes_total", "counter",
+	               "Request body bytes sent to engines.");
+	nw_prom_sample(out, "narwhal_upstream_sent_bytes_total", NULL, (double)m->engine_bytes_out);
+	nw_prom_family(out, "narwhal_upstream_received_bytes_total", "counter",
+	               "Answer bytes received from engines.");
+	nw_prom_sample(out, "narwhal_upstream_received_bytes_total", NULL,
+	               (double)m->engine_bytes_in);
+	nw_prom_family(out, "narwhal_plugin_call_failures_total", "counter",
+	               "Plugin calls that failed, by plugin kind (the monitor's dialect calls "
+	               "included).");
+	for (uint32_t k = 0; k < NW_PLUGIN_FAILURE_N; k++) {
+		const char *labels[] = { "kind", nw_plugin_failure_kinds[k], NULL };
+		uint64_t n = m->plugin_failures[k];
+
+		if (k == NW_PLUGIN_FAILURE_DIALECT)
+			n += src->fleet->monitor_plugin_errors;
+		nw_prom_sample(out, "narwhal_plugin_call_failures_total", labels, (double)n);
+	}
+}
+
+/* --- engines ---------------------------------------------------------- */
 
 /* One family a line of the engines, each engine a sample. */
 typedef double (*engine_value_fn)(const struct nw_exposition_sources *src, uint32_t i);
@@ -114,32 +279,71 @@ static const struct {
 	  engine_ejections },
 };
 
+/* The holds beside the health state (control/health.h). */
+static const struct {
+	uint32_t bit;
+	const char *name;
+} holds[] = {
+	{ NW_HOLD_DRAIN, "drain" },
+	{ NW_HOLD_MODEL_MISMATCH, "model_mismatch" },
+};
+
+/* Per-engine call figures: a count and two sums per engine and leg kind
+ * (the fleet-wide histograms carry the distribution). */
+static const struct {
+	const char *name;
+	const char *help;
+} call_families[] = {
+	{ "narwhal_engine_calls_total", "Engine calls that ended, by leg kind." },
+	{ "narwhal_engine_call_seconds_total", "Seconds of the engine calls that ended, by leg kind." },
+	{ "narwhal_engine_call_failures_total",
+	  "Engine calls that failed through the engine's fault, by leg kind." },
+};
+
+static double
+call_value(const struct nw_engine_stats *st, size_t family, uint32_t kind)
+{
+	switch (family) {
+	case 0: return (double)st->calls[kind];
+	case 1: return st->call_seconds[kind];
+	default: return (double)st->call_failures[kind];
+	}
+}
+
+/* A scrape of a 1,024-engine fleet must stay under 10 ms (bench/obs): each
+ * engine's label is escaped once, and the samples reuse it. */
 static void
 write_engines(GString *out, const struct nw_exposition_sources *src)
 {
 	uint32_t n = src->fleet->view.n_engines;
+	GString *text = g_string_sized_new(32 * (gsize)MAX(n, 1));
+	uint32_t *at = g_new(uint32_t, MAX(n, 1));
 
+	for (uint32_t i = 0; i < n; i++) {
+		const char *labels[] = { "engine", src->fleet->ids[i], NULL };
+
+		at[i] = (uint32_t)text->len;
+		nw_prom_labels_append(text, labels);
+		g_string_append_c(text, '\0');
+	}
+#define PRE(i) (text->str + at[i])
 	for (size_t f = 0; f < G_N_ELEMENTS(engine_families); f++) {
 		nw_prom_family(out, engine_families[f].name, engine_families[f].type,
 		               engine_families[f].help);
-		for (uint32_t i = 0; i < n; i++) {
-			const char *labels[] = { "engine", src->fleet->ids[i], NULL };
-
-			nw_prom_sample(out, engine_families[f].name, labels,
-			               engine_families[f].value(src, i));
-		}
+		for (uint32_t i = 0; i < n; i++)
+			nw_prom_sample_pre(out, engine_families[f].name, PRE(i), NULL,
+			                   engine_families[f].value(src, i));
 	}
-	/* Role and health state: one sample per engine with the value as a
-	 * label, 1 (the state-set idiom). */
+	/* Role, health state and holds: one sample per engine with the value
+	 * as a label, 1 (the state-set idiom); holds 0 or 1 each. */
 	nw_prom_family(out, "narwhal_engine_role", "gauge", "The engine's role (label role), 1.");
 	for (uint32_t i = 0; i < n; i++) {
 		const char *labels[] = {
-			"engine", src->fleet->ids[i],
 			"role", src->fleet->engines[i].role == NARWHAL_ROLE_DECODE ? "decode" : "prefill",
 			NULL,
 		};
 
-		nw_prom_sample(out, "narwhal_engine_role", labels, 1);
+		nw_prom_sample_pre(out, "narwhal_engine_role", PRE(i), labels, 1);
 	}
 	nw_prom_family(out, "narwhal_engine_health_state", "gauge",
 	               "The engine's health state (label state) and why it is out (label reason), "
@@ -148,12 +352,39 @@ write_engines(GString *out, const struct nw_exposition_sources *src)
 		const struct nw_engine_health *h = nw_monitor_engine_health(src->monitor, i);
 		const char *reason = nw_health_reason_name(h->reason);
 		const char *labels[] = {
-			"engine", src->fleet->ids[i], "state", nw_health_state_name(h->state),
-			"reason", reason != NULL ? reason : "", NULL,
+			"state", nw_health_state_name(h->state), "reason", reason != NULL ? reason : "",
+			NULL,
 		};
 
-		nw_prom_sample(out, "narwhal_engine_health_state", labels, 1);
+		nw_prom_sample_pre(out, "narwhal_engine_health_state", PRE(i), labels, 1);
 	}
+	nw_prom_family(out, "narwhal_engine_hold", "gauge",
+	               "1 while the hold (label hold: drain, model_mismatch) keeps the engine "
+	               "out of placement.");
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t set = nw_monitor_engine_health(src->monitor, i)->holds;
+
+		for (size_t k = 0; k < G_N_ELEMENTS(holds); k++) {
+			const char *labels[] = { "hold", holds[k].name, NULL };
+
+			nw_prom_sample_pre(out, "narwhal_engine_hold", PRE(i), labels,
+			                   (set & holds[k].bit) != 0);
+		}
+	}
+	for (size_t f = 0; f < G_N_ELEMENTS(call_families); f++) {
+		nw_prom_family(out, call_families[f].name, "counter", call_families[f].help);
+		for (uint32_t i = 0; i < n; i++) {
+			for (uint32_t k = 0; k < NW_CALL_KINDS; k++) {
+				const char *labels[] = { "leg", call_kinds[k], NULL };
+
+				nw_prom_sample_pre(out, call_families[f].name, PRE(i), labels,
+				                   call_value(&src->fleet->stats[i], f, k));
+			}
+		}
+	}
+#undef PRE
+	g_free(at);
+	g_string_free(text, TRUE);
 }
 
 static void
@@ -172,7 +403,8 @@ write_plugin_metric(const char *name, double value, void *data)
 GString *
 nw_exposition_render(const struct nw_exposition_sources *src)
 {
-	GString *out = g_string_sized_new(8192);
+	/* About 1.5 KiB an engine: one growth or none for most fleets. */
+	GString *out = g_string_sized_new(16384 + 1536 * (gsize)src->fleet->view.n_engines);
 	const char *build[] = { "version", PACKAGE_VERSION, NULL };
 
 	nw_prom_family(out, "narwhal_build_info", "gauge", "Narwhal's version (label version), 1.");
@@ -181,6 +413,7 @@ nw_exposition_render(const struct nw_exposition_sources *src)
 	               "1 while admission is stopped by the degraded state (docs/recovery.md).");
 	nw_prom_sample(out, "narwhal_admission_stopped", NULL, src->fleet->admission_stopped);
 	write_serve(out, src->serve);
+	write_request_path(out, src);
 	write_engines(out, src);
 	nw_plugin_metrics_foreach(src->plugin_metrics, write_plugin_metric, out);
 	return out;

@@ -5,30 +5,36 @@
 #include <math.h>
 #include <string.h>
 
+/* Backslash and newline always; the quote inside label values. */
 static void
 append_escaped(GString *out, const char *s, bool quote)
 {
-	for (; *s != '\0'; s++) {
-		switch (*s) {
-		case '\\': g_string_append(out, "\\\\"); break;
-		case '\n': g_string_append(out, "\\n"); break;
-		case '"':
-			if (quote) {
-				g_string_append(out, "\\\"");
-				break;
-			}
-			/* fall through */
-		default: g_string_append_c(out, *s); break;
-		}
+	const char *special = quote ? "\\\n\"" : "\\\n";
+
+	while (*s != '\0') {
+		size_t run = strcspn(s, special);
+
+		g_string_append_len(out, s, (gssize)run);
+		s += run;
+		if (*s == '\0')
+			break;
+		g_string_append(out, *s == '\\' ? "\\\\" : *s == '\n' ? "\\n" : "\\\"");
+		s++;
 	}
 }
 
 void
 nw_prom_family(GString *out, const char *name, const char *type, const char *help)
 {
-	g_string_append_printf(out, "# HELP %s ", name);
+	g_string_append(out, "# HELP ");
+	g_string_append(out, name);
+	g_string_append_c(out, ' ');
 	append_escaped(out, help, false);
-	g_string_append_printf(out, "\n# TYPE %s %s\n", name, type);
+	g_string_append(out, "\n# TYPE ");
+	g_string_append(out, name);
+	g_string_append_c(out, ' ');
+	g_string_append(out, type);
+	g_string_append_c(out, '\n');
 }
 
 /* The shortest of 15 to 17 significant digits that reads back as v, in
@@ -48,37 +54,74 @@ shortest(char *buf, size_t len, double v)
 }
 
 static void
+append_u64(GString *out, uint64_t v)
+{
+	char buf[24];
+	size_t i = sizeof buf;
+
+	do {
+		buf[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	g_string_append_len(out, buf + i, (gssize)(sizeof buf - i));
+}
+
+static void
 append_value(GString *out, double v)
 {
 	char buf[G_ASCII_DTOSTR_BUF_SIZE];
 
-	if (isnan(v))
+	if (isnan(v)) {
 		g_string_append(out, "NaN");
-	else if (isinf(v))
+	} else if (isinf(v)) {
 		g_string_append(out, v > 0 ? "+Inf" : "-Inf");
-	else if (v == floor(v) && fabs(v) < 9007199254740992.0)
-		g_string_append_printf(out, "%.0f", v);
-	else
+	} else if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+		/* Whole numbers, the counters' and most gauges' values: no
+		 * printf on this path (a large fleet's scrape is mostly these). */
+		if (v < 0)
+			g_string_append_c(out, '-');
+		append_u64(out, (uint64_t)fabs(v));
+	} else {
 		g_string_append(out, shortest(buf, sizeof buf, v));
+	}
+}
+
+void
+nw_prom_labels_append(GString *out, const char *const *labels)
+{
+	for (size_t i = 0; labels != NULL && labels[i] != NULL && labels[i + 1] != NULL; i += 2) {
+		if (i > 0)
+			g_string_append_c(out, ',');
+		g_string_append(out, labels[i]);
+		g_string_append(out, "=\"");
+		append_escaped(out, labels[i + 1], true);
+		g_string_append_c(out, '"');
+	}
 }
 
 static void
-append_labels(GString *out, const char *const *labels, const char *extra_key,
+append_labels(GString *out, const char *pre, const char *const *labels, const char *extra_key,
               const char *extra_value)
 {
-	bool any = false;
+	bool any = pre != NULL && *pre != '\0';
+	bool more = labels != NULL && labels[0] != NULL;
 
-	if ((labels == NULL || labels[0] == NULL) && extra_key == NULL)
+	if (!any && !more && extra_key == NULL)
 		return;
 	g_string_append_c(out, '{');
-	for (size_t i = 0; labels != NULL && labels[i] != NULL && labels[i + 1] != NULL; i += 2) {
-		g_string_append_printf(out, "%s%s=\"", any ? "," : "", labels[i]);
-		append_escaped(out, labels[i + 1], true);
-		g_string_append_c(out, '"');
+	if (any)
+		g_string_append(out, pre);
+	if (more) {
+		if (any)
+			g_string_append_c(out, ',');
+		nw_prom_labels_append(out, labels);
 		any = true;
 	}
 	if (extra_key != NULL) {
-		g_string_append_printf(out, "%s%s=\"", any ? "," : "", extra_key);
+		if (any)
+			g_string_append_c(out, ',');
+		g_string_append(out, extra_key);
+		g_string_append(out, "=\"");
 		append_escaped(out, extra_value, true);
 		g_string_append_c(out, '"');
 	}
@@ -86,13 +129,20 @@ append_labels(GString *out, const char *const *labels, const char *extra_key,
 }
 
 void
-nw_prom_sample(GString *out, const char *name, const char *const *labels, double value)
+nw_prom_sample_pre(GString *out, const char *name, const char *pre, const char *const *labels,
+                   double value)
 {
 	g_string_append(out, name);
-	append_labels(out, labels, NULL, NULL);
+	append_labels(out, pre, labels, NULL, NULL);
 	g_string_append_c(out, ' ');
 	append_value(out, value);
 	g_string_append_c(out, '\n');
+}
+
+void
+nw_prom_sample(GString *out, const char *name, const char *const *labels, double value)
+{
+	nw_prom_sample_pre(out, name, NULL, labels, value);
 }
 
 bool
@@ -107,66 +157,40 @@ nw_prom_name_valid(const char *name)
 	return true;
 }
 
-void
-nw_prom_histogram_init(struct nw_prom_histogram *h, const double *bounds, uint32_t n)
+static void
+append_suffixed(GString *out, const char *name, const char *suffix)
 {
-	h->bounds = bounds;
-	h->n_bounds = n;
-	h->counts = g_new0(uint64_t, n + 1);
-	h->count = 0;
-	h->sum = 0;
-}
-
-void
-nw_prom_histogram_clear(struct nw_prom_histogram *h)
-{
-	g_free(h->counts);
-	h->counts = NULL;
-}
-
-void
-nw_prom_histogram_observe(struct nw_prom_histogram *h, double value)
-{
-	uint32_t lo = 0, hi = h->n_bounds;
-
-	if (isnan(value))
-		return;
-	/* The first bound at or above the value. */
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (h->bounds[mid] < value)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	h->counts[lo]++;
-	h->count++;
-	h->sum += value;
+	g_string_append(out, name);
+	g_string_append(out, suffix);
 }
 
 void
 nw_prom_histogram_write(GString *out, const char *name, const char *const *labels,
-                        const struct nw_prom_histogram *h)
+                        const struct nw_histogram_scale *scale, const struct nw_histogram *h)
 {
-	g_autofree char *bucket = g_strconcat(name, "_bucket", NULL);
-	g_autofree char *sum = g_strconcat(name, "_sum", NULL);
-	g_autofree char *count = g_strconcat(name, "_count", NULL);
 	uint64_t cumulative = 0;
 	char le[G_ASCII_DTOSTR_BUF_SIZE];
 
-	for (uint32_t i = 0; i <= h->n_bounds; i++) {
+	for (uint32_t i = 0; i <= scale->n; i++) {
 		cumulative += h->counts[i];
-		g_string_append(out, bucket);
-		if (i < h->n_bounds)
-			shortest(le, sizeof le, h->bounds[i]);
+		append_suffixed(out, name, "_bucket");
+		if (i < scale->n)
+			shortest(le, sizeof le, scale->bounds[i]);
 		else
 			g_strlcpy(le, "+Inf", sizeof le);
-		append_labels(out, labels, "le", le);
-		g_string_append_printf(out, " %" G_GUINT64_FORMAT "\n", cumulative);
+		append_labels(out, NULL, labels, "le", le);
+		g_string_append_c(out, ' ');
+		append_u64(out, cumulative);
+		g_string_append_c(out, '\n');
 	}
-	nw_prom_sample(out, sum, labels, h->sum);
-	g_string_append(out, count);
-	append_labels(out, labels, NULL, NULL);
-	g_string_append_printf(out, " %" G_GUINT64_FORMAT "\n", h->count);
+	append_suffixed(out, name, "_sum");
+	append_labels(out, NULL, labels, NULL, NULL);
+	g_string_append_c(out, ' ');
+	append_value(out, h->sum);
+	g_string_append_c(out, '\n');
+	append_suffixed(out, name, "_count");
+	append_labels(out, NULL, labels, NULL, NULL);
+	g_string_append_c(out, ' ');
+	append_u64(out, h->count);
+	g_string_append_c(out, '\n');
 }

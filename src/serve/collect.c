@@ -161,7 +161,13 @@ nw_collect_answer(struct nw_request *r)
 {
 	json_t *body = nw_assembly_finish(r->collect.assembly);
 	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_t *usage = json_object_get(body, "usage");
 
+	/* The engine's usage, for the access log. */
+	if (json_is_integer(json_object_get(usage, "completion_tokens")))
+		r->usage_completion = json_integer_value(json_object_get(usage, "completion_tokens"));
+	if (json_is_integer(json_object_get(usage, "prompt_tokens")))
+		r->usage_prompt = json_integer_value(json_object_get(usage, "prompt_tokens"));
 	json_decref(body);
 	nw_leg_release(r);
 	if (text == NULL) {

@@ -74,6 +74,7 @@ on_data(void *data, const char *bytes, size_t len)
 	struct nw_leg *leg = &r->leg;
 	size_t bound;
 
+	r->serve->metrics->engine_bytes_in += len;
 	/* The engine generates: not stalled (docs/recovery.md). */
 	if (leg->kind != NW_LEG_TOKENIZE)
 		r->serve->fleet->stats[leg->engine].progress++;
@@ -116,13 +117,32 @@ leg_back(struct nw_serve *s, const struct nw_leg *leg)
 		s->fleet->stats[leg->engine].legs_out--;
 }
 
+int64_t
+nw_leg_note_call(struct nw_serve *s, uint32_t engine, nw_call_kind kind, int64_t started_us)
+{
+	struct nw_engine_stats *st = &s->fleet->stats[engine];
+	int64_t now = g_get_monotonic_time();
+	double took = (double)(now - started_us) / 1e6;
+
+	st->calls[kind]++;
+	st->call_seconds[kind] += took;
+	nw_histogram_observe(&s->metrics->calls[kind], &nw_scale_call, took);
+	return now;
+}
+
 static void
 on_done(void *data, const struct nw_upstream_result *res)
 {
 	struct nw_request *r = data;
+	struct nw_leg *leg = &r->leg;
+	int64_t now;
 
-	r->leg.call = NULL; /* freed by upstream right after this */
-	leg_back(r->serve, &r->leg);
+	leg->call = NULL; /* freed by upstream right after this */
+	leg_back(r->serve, leg);
+	now = nw_leg_note_call(r->serve, leg->engine, nw_leg_call_kind(leg->kind), leg->started_us);
+	/* The handoff runs from here to the decode call (docs/metrics.md). */
+	if (leg->kind == NW_LEG_PREFILL)
+		r->prefill_end_us = now;
 	nw_request_on_leg_done(r, res);
 }
 
@@ -151,6 +171,12 @@ send_call(struct nw_request *r)
 	if (leg->body == NULL)
 		req.method = "GET";
 	leg->started_us = g_get_monotonic_time();
+	s->metrics->engine_bytes_out += leg->body_len;
+	if (leg->kind == NW_LEG_DECODE && r->prefill_end_us >= 0) {
+		nw_histogram_observe(&s->metrics->handoff, &nw_scale_handoff,
+		                     (double)(leg->started_us - r->prefill_end_us) / 1e6);
+		r->prefill_end_us = -1;
+	}
 	leg->call = nw_upstream_start(s->serving_pool, &req, &leg_handlers, r);
 	/* The call took the body, started or not. */
 	leg->body = NULL;

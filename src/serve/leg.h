@@ -12,10 +12,12 @@
 
 #include <glib.h>
 
+#include "core/host.h"
 #include "net/upstream.h"
 #include "serve/slots.h"
 
 struct nw_request;
+struct nw_serve;
 
 /* What the current engine leg is. */
 typedef enum nw_leg_kind {
@@ -43,6 +45,19 @@ struct nw_leg {
 	bool overflow;          /* collected hit its bound */
 	int64_t started_us;     /* the HTTP request went out */
 };
+
+/* The call kind of a leg kind other than NW_LEG_NONE, for the per-engine
+ * call metrics (core/host.h). */
+static inline nw_call_kind
+nw_leg_call_kind(nw_leg_kind kind)
+{
+	return (nw_call_kind)(kind - NW_LEG_TOKENIZE);
+}
+
+/* An engine call of kind on engine, sent at started_us, ended: counted
+ * and timed (docs/metrics.md). Returns the time it ended. */
+int64_t nw_leg_note_call(struct nw_serve *s, uint32_t engine, nw_call_kind kind,
+                         int64_t started_us);
 
 /* Start the leg described by r->leg (kind, engine) with a built call
  * (body transfer full). Waits for a pool connection when needed. */

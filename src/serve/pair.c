@@ -42,6 +42,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 	struct nw_pair_leg *p = &r->pair;
 
 	p->call = NULL; /* freed by upstream right after this */
+	nw_leg_note_call(s, p->engine, NW_CALL_PREFILL, p->started_us);
 	if (nw_request_decided(r))
 		return;
 	if (res->code == NW_UPSTREAM_OK && p->status >= 200 && p->status < 300) {
@@ -107,6 +108,8 @@ nw_pair_start(struct nw_request *r, uint32_t engine, struct narwhal_http_call *c
 		p->error_body = g_string_new(NULL);
 	g_string_truncate(p->error_body, 0);
 	s->metrics->counters.prefill_started++;
+	s->metrics->engine_bytes_out += req.body_len;
+	p->started_us = g_get_monotonic_time();
 	p->call = nw_upstream_start(s->serving_pool, &req, &pair_handlers, r);
 	if (p->call == NULL) {
 		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not start an engine call");

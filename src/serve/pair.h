@@ -23,6 +23,7 @@ struct nw_pair_leg {
 	struct nw_upstream_call *call; /* NULL when none is out */
 	uint32_t engine;
 	long status;                   /* 0 until the engine's headers */
+	int64_t started_us;            /* the call went out */
 	GString *error_body;           /* a failed answer's start, for its class */
 };
 

@@ -197,11 +197,21 @@ tokenize_done(struct nw_request *r, const struct nw_upstream_result *res)
 
 /* --- admission ------------------------------------------------------- */
 
+void
+nw_phase_note_admitted(struct nw_request *r, int64_t now)
+{
+	struct nw_serve_metrics *m = r->serve->metrics;
+
+	r->queue_s = r->queued_us >= 0 ? (double)(now - r->queued_us) / 1e6 : 0;
+	nw_histogram_observe(&m->queue_wait, &nw_scale_queue, r->queue_s);
+}
+
 static void
 admit_now(struct nw_request *r)
 {
 	r->admitted = true;
 	r->serve->metrics->counters.admitted++;
+	nw_phase_note_admitted(r, 0);
 	nw_phase_begin_attempt(r);
 }
 
@@ -219,8 +229,8 @@ enqueue(struct nw_request *r)
 	s->metrics->counters.queued++;
 	nw_request_set_state(r, NW_REQ_QUEUED);
 	r->phase = NW_PT_QUEUE;
-	r->phase_until_us = g_get_monotonic_time() +
-	                    (int64_t)(s->cfg->serving.queue_timeout_s * 1e6);
+	r->queued_us = g_get_monotonic_time();
+	r->phase_until_us = r->queued_us + (int64_t)(s->cfg->serving.queue_timeout_s * 1e6);
 	nw_request_rearm(r);
 }
 
@@ -456,10 +466,14 @@ nw_phase_report_failure(struct nw_request *r, nw_fail_kind kind, long engine_sta
                         int32_t engine, const char *detail)
 {
 	struct nw_fleet *f = r->serve->fleet;
+	nw_call_kind call = NW_CALL_PREFILL; /* a concurrent pair's prefill, a handoff */
 
 	if (engine < 0 || !engine_at_fault(kind, engine_status))
 		return;
+	if ((uint32_t)engine == r->leg.engine && r->leg.kind != NW_LEG_NONE && r->fault_engine < 0)
+		call = nw_leg_call_kind(r->leg.kind);
 	f->stats[engine].legs_failed++;
+	f->stats[engine].call_failures[call]++;
 	if (f->leg_outcome != NULL)
 		f->leg_outcome(f->leg_outcome_data, (uint32_t)engine,
 		               kind == NW_FAIL_CONNECT ? NW_LEG_REFUSED : NW_LEG_FAILED, detail);
@@ -480,6 +494,7 @@ start_concurrent_prefill(struct nw_request *r)
 	if (!built(r, d, "build_prefill", rc, &target, &call))
 		return false;
 	note_placed(r->serve, engine);
+	r->last_prefill = (int32_t)engine;
 	return nw_pair_start(r, engine, &call);
 }
 
@@ -498,6 +513,8 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	switch (phase) {
 	case NARWHAL_PHASE_PREFILL:
 		kind = NW_LEG_PREFILL;
+		r->last_prefill = (int32_t)engine;
+		r->last_decode = -1;
 		s->metrics->counters.prefill_started++;
 		nw_request_set_state(r, NW_REQ_PREFILL);
 		target = target_for(r, engine, r->parsed.body);
@@ -512,6 +529,7 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 			return;
 		}
 		kind = NW_LEG_DECODE;
+		r->last_decode = (int32_t)engine;
 		s->metrics->counters.decode_started++;
 		nw_request_set_state(r, NW_REQ_DECODE);
 		if (nw_phase_pair_concurrent(r) && !start_concurrent_prefill(r))
@@ -523,6 +541,8 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	case NARWHAL_PHASE_AGGREGATE:
 	default:
 		kind = NW_LEG_AGGREGATE;
+		r->last_prefill = (int32_t)engine;
+		r->last_decode = -1;
 		s->metrics->counters.aggregate_started++;
 		nw_request_set_state(r, NW_REQ_DECODE);
 		target = target_for(r, engine, output_body(r));
@@ -545,10 +565,16 @@ void
 nw_request_on_first_token(struct nw_request *r)
 {
 	struct nw_serve *s = r->serve;
+	/* TTFT is the client's: the first token a stream releases to it
+	 * (docs/metrics.md); a body answer has none. */
+	bool streamed = nw_request_streaming(r);
+	int64_t now = r->gap_us > 0 || streamed ? g_get_monotonic_time() : -1;
 
 	r->ft_until_us = -1;
 	if (r->gap_us > 0)
-		r->last_chunk_us = g_get_monotonic_time();
+		r->last_chunk_us = now;
+	if (streamed)
+		r->first_token_us = now;
 	/* An aggregate leg turns from prefill work into decode work. */
 	if (r->leg.kind == NW_LEG_AGGREGATE && r->prefill_engine >= 0) {
 		int32_t engine = r->prefill_engine;

@@ -47,6 +47,9 @@ void nw_phase_report_ok(struct nw_request *r, int32_t engine);
 void nw_phase_report_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
                              int32_t engine, const char *detail);
 void nw_phase_leave_line(struct nw_request *r);
+/* Admission granted at now (its wait observed; now is unread when the
+ * request never queued). */
+void nw_phase_note_admitted(struct nw_request *r, int64_t now);
 /* The client's view of a context-length refusal: its own prompt and
  * max_tokens, never an engine leg's. */
 void nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err);

@@ -55,6 +55,11 @@ nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
 	 * UTF-8) is never passed on as a success (docs/api.md). */
 	if (d->ops->parse_sse(d->ctx, payload, len, ev) != 0)
 		return NW_EVENT_BAD;
+	/* The engine's usage, for the access log (the last one wins). */
+	if (ev->completion_tokens >= 0)
+		r->usage_completion = ev->completion_tokens;
+	if (ev->prompt_tokens >= 0)
+		r->usage_prompt = ev->prompt_tokens;
 	return NW_EVENT_PARSED;
 }
 
@@ -117,6 +122,7 @@ on_event(void *data, const char *payload, size_t len)
 
 	if (rl->first_token && nw_chunk_shape_match(&rl->shape, payload, len, NULL)) {
 		rl->committed = end;
+		r->token_events++;
 		return true; /* a token: relayed as it is */
 	}
 	if (nw_event_read(r, false, payload, len, &ev) == NW_EVENT_BAD) {
@@ -140,6 +146,7 @@ on_event(void *data, const char *payload, size_t len)
 		nw_request_commit_stream(r);
 	switch (ev.kind) {
 	case NARWHAL_SSE_TOKENS:
+		r->token_events++;
 		if (!rl->first_token) {
 			rl->first_token = true;
 			nw_request_on_first_token(r);
@@ -262,6 +269,7 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 	if (n > 0) {
 		memcpy(buf, rl->buf->data + rl->sent, n);
 		rl->sent += n;
+		r->serve->metrics->client_bytes_out[nw_request_metric_route(r)] += n;
 		if (rl->sent == rl->buf->len) {
 			/* Everything went out: start over at the front. */
 			g_byte_array_set_size(rl->buf, 0);

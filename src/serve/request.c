@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/access-log.h"
 #include "core/log.h"
 #include "serve/request.h"
 #include "serve/phases.h"
@@ -114,6 +115,11 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	r->last_chunk_us = -1;
 	r->stall_until_us = -1;
 	r->gap_us = (int64_t)(s->cfg->engine.decode_read_timeout_s * 1e6);
+	r->answer_code = nw_outcome_code_index(NULL);
+	r->queued_us = r->first_token_us = r->prefill_end_us = -1;
+	r->queue_s = NAN;
+	r->usage_prompt = r->usage_completion = -1;
+	r->last_prefill = r->last_decode = -1;
 	nw_waiter_init(&r->admit_wait, on_admitted, r);
 	nw_waiter_init(&r->phase_wait, on_kicked, r);
 	nw_waiter_init(&r->leg.pool_wait, NULL, r);
@@ -177,6 +183,7 @@ nw_request_release_attempt(struct nw_request *r)
 	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
 	r->stall_until_us = -1;
+	r->prefill_end_us = -1;
 	r->phase = NW_PT_NONE;
 	r->wake &= ~(unsigned)(NW_WAKE_KICK | NW_WAKE_POOL);
 }
@@ -241,13 +248,14 @@ nw_request_rearm(struct nw_request *r)
 }
 
 static void
-on_wake(struct nw_request *r, unsigned wake)
+on_wake(struct nw_request *r, unsigned wake, int64_t now)
 {
 	if ((wake & NW_WAKE_ADMITTED) && r->admit_wait.granted && r->state == NW_REQ_QUEUED) {
 		r->admit_wait.granted = false;
 		r->admitted = true;
 		r->phase = NW_PT_NONE;
 		r->serve->metrics->counters.admitted++;
+		nw_phase_note_admitted(r, now);
 		nw_phase_begin_attempt(r);
 	}
 	if (nw_request_decided(r))
@@ -308,7 +316,7 @@ on_timer(void *data)
 		return;
 	r->wake = 0;
 	if (wake != 0)
-		on_wake(r, wake);
+		on_wake(r, wake, now);
 	if (nw_request_decided(r))
 		return;
 	if (now >= r->deadline_us) {
@@ -419,9 +427,9 @@ nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
                         const char *code, const char *param, const char *message)
 {
 	json_t *body = nw_http_error_body(type, code, param, message);
-
 	char *text = json_dumps(body, JSON_COMPACT);
 
+	r->answer_code = nw_outcome_code_index(code);
 	answer(r, status, text, text ? strlen(text) : 0);
 	json_decref(body);
 }
@@ -470,9 +478,11 @@ queue_answer(struct nw_request *r)
 			r->resp_body = json_dumps(b, JSON_COMPACT);
 			r->resp_len = strlen(r->resp_body);
 			r->resp_status = 500;
+			r->answer_code = nw_outcome_code_index("internal_error");
 			json_decref(b);
 		}
 		status = r->resp_status;
+		r->serve->metrics->client_bytes_out[nw_request_metric_route(r)] += r->resp_len;
 		resp = MHD_create_response_from_buffer(r->resp_len, r->resp_body,
 		                                       MHD_RESPMEM_MUST_FREE);
 		if (resp != NULL)
@@ -710,6 +720,9 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	nw_log(NARWHAL_LOG_WARNING, "request_failed", "request_id", r->id, "code", code,
 	       "message", message, NULL);
 	nw_request_finish(r, false);
+	r->answer_code = nw_outcome_code_index(code);
+	if (!streaming)
+		r->resp_status = status;
 	if (reading) {
 		/* Still reading the body: MHD takes no answer now. Close. */
 		nw_http_server_abort(r->conn);
@@ -737,6 +750,88 @@ nw_request_shutdown(struct nw_request *r)
 	nw_request_fail(r, NW_FAIL_SHUTDOWN, 0, "Narwhal is shutting down");
 }
 
+/* --- the end: metrics and the access log ----------------------------- */
+
+nw_metric_route
+nw_request_metric_route(const struct nw_request *r)
+{
+	return r->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? NW_METRIC_ROUTE_CHAT
+	                                                  : NW_METRIC_ROUTE_COMPLETIONS;
+}
+
+static const char *
+engine_id(const struct nw_request *r, int32_t engine)
+{
+	return engine >= 0 ? r->serve->cfg->fleet.engines[engine].id : NULL;
+}
+
+/* Output tokens: the engine's usage, else a stream's token events (one
+ * token each for vLLM, plugin-abi.h); -1 when neither is known. */
+static int64_t
+output_tokens(const struct nw_request *r, bool streamed)
+{
+	if (r->usage_completion >= 0)
+		return r->usage_completion;
+	return streamed ? (int64_t)r->token_events : -1;
+}
+
+/* The request's answer is final and its last byte gone (docs/metrics.md):
+ * count its outcome, observe its latencies, write its access-log line.
+ * The one clock read here is the end time. */
+static void
+record_end(struct nw_request *r)
+{
+	struct nw_serve_metrics *m = r->serve->metrics;
+	nw_metric_route route = nw_request_metric_route(r);
+	bool streamed = r->state == NW_REQ_STREAM_ENDING;
+	int64_t now = g_get_monotonic_time();
+	int64_t tokens = output_tokens(r, streamed);
+	double total = (double)(now - r->arrival_us) / 1e6, ttft = NAN, tpot = NAN;
+	unsigned status = streamed ? 200 : r->resp_status;
+
+	if (!r->ok && r->answer_code == nw_outcome_code_index(NULL)) {
+		/* No answer chose a code: the client left before it. */
+		r->answer_code = nw_outcome_code_index("client_disconnected");
+		if (!streamed)
+			status = NW_STATUS_CLIENT_GONE;
+	}
+	nw_serve_metrics_outcome(m, route, status, r->answer_code);
+	m->client_bytes_in[route] += r->body_in->len;
+	if (r->first_token_us >= 0) {
+		ttft = (double)(r->first_token_us - r->arrival_us) / 1e6;
+		nw_histogram_observe(&m->ttft, &nw_scale_ttft, ttft);
+		if (r->ok && tokens >= 2) {
+			tpot = (double)(now - r->first_token_us) / 1e6 / (double)(tokens - 1);
+			nw_histogram_observe(&m->tpot, &nw_scale_tpot, tpot);
+		}
+	}
+	if (r->ok)
+		nw_histogram_observe(&m->e2e, &nw_scale_e2e, total);
+	if (nw_access_log_enabled()) {
+		struct nw_access_record rec = {
+			.request_id = r->id,
+			.route = r->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? "/v1/chat/completions"
+			                                                    : "/v1/completions",
+			.model = r->parsed.model,
+			.stream = r->parsed.stream,
+			.status = (int)status,
+			.error_code = r->ok ? NULL : nw_outcome_codes[r->answer_code],
+			.prompt_tokens = r->usage_prompt >= 0 ? r->usage_prompt
+			                 : r->prompt_tokens_exact ? (int64_t)r->prompt_tokens : -1,
+			.output_tokens = tokens,
+			.queue_s = r->queue_s,
+			.ttft_s = ttft,
+			.tpot_s = tpot,
+			.total_s = total,
+			.prefill_engine = engine_id(r, r->last_prefill),
+			.decode_engine = engine_id(r, r->last_decode),
+			.attempts = r->last_prefill >= 0 || r->last_decode >= 0 ? r->attempt + 1 : 0,
+		};
+
+		nw_access_log(&rec);
+	}
+}
+
 /* --- the handler and MHD's completion -------------------------------- */
 
 enum MHD_Result
@@ -762,6 +857,8 @@ nw_request_on_handler(struct nw_request *r, const char *upload, size_t *upload_s
 			nw_log(NARWHAL_LOG_INFO, "request_too_large", "request_id", r->id, NULL);
 			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
 			nw_request_finish(r, false);
+			r->resp_status = err.status;
+			r->answer_code = nw_outcome_code_index(err.code);
 			body = nw_http_error_body(err.type, err.code, NULL, err.message);
 			ret = nw_http_server_refuse(r->conn, err.status, body, r->id);
 			json_decref(body);
@@ -806,6 +903,7 @@ nw_request_on_completed(struct nw_request *r, enum MHD_RequestTerminationCode wh
 		nw_request_fail(r, NW_FAIL_CLIENT, 0, "the client left");
 	}
 	release_all(r);
+	record_end(r);
 	nw_request_set_state(r, NW_REQ_DONE);
 	r->conn = NULL;
 	r->suspended = false;

@@ -36,6 +36,7 @@
 #include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/collect.h"
+#include "serve/counters.h"
 #include "core/dialect.h"
 #include "serve/leg.h"
 #include "serve/pair.h"
@@ -146,6 +147,19 @@ struct nw_request {
 	struct nw_relay relay;
 	struct nw_collect collect;    /* for a non-streamed request */
 	json_t *stream_body;          /* its body with streaming on, for decode legs */
+
+	/* For the metrics and the access log (docs/metrics.md), from the
+	 * clock reads the lifecycle makes anyway. */
+	uint32_t answer_code;         /* nw_outcome_codes index; "none" until an error */
+	int64_t queued_us;            /* joined the admission queue; -1: never */
+	double queue_s;               /* the wait for admission; NAN: not admitted */
+	int64_t first_token_us;       /* a stream's first token released; -1: none */
+	int64_t prefill_end_us;       /* this attempt's prefill answer came; -1: none */
+	uint32_t token_events;        /* token events relayed to the client */
+	int64_t usage_prompt;         /* the engine's usage; -1: none seen */
+	int64_t usage_completion;
+	int32_t last_prefill;         /* engines of the last attempt; -1: none (an */
+	int32_t last_decode;          /* aggregate leg is a prefill engine's) */
 };
 
 /* --- request.c ----------------------------------------------------- */
@@ -210,5 +224,7 @@ void nw_request_wake_client(struct nw_request *r);
 void nw_request_on_leg_done(struct nw_request *r, const struct nw_upstream_result *res);
 void nw_request_on_first_token(struct nw_request *r);
 void nw_request_commit_stream(struct nw_request *r);
+/* The route as the metrics label it. */
+nw_metric_route nw_request_metric_route(const struct nw_request *r);
 
 #endif /* NW_SERVE_REQUEST_H */

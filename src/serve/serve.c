@@ -9,11 +9,13 @@
 #include "serve/serve.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <gio/gio.h>
 
+#include "core/access-log.h"
 #include "core/log.h"
 #include "serve/request.h"
 #include "serve/serve-internal.h"
@@ -85,9 +87,15 @@ nw_serve_plugin_failed(struct nw_serve *s, const char *kind, const char *plugin,
                        const char *slot, int rc, const char *engine, const char *request_id)
 {
 	char code[16];
+	nw_plugin_failure_kind k = NW_PLUGIN_FAILURE_OTHER;
 
+	for (uint32_t i = 0; i < NW_PLUGIN_FAILURE_OTHER; i++) {
+		if (strcmp(kind, nw_plugin_failure_kinds[i]) == 0)
+			k = (nw_plugin_failure_kind)i;
+	}
 	g_snprintf(code, sizeof code, "%d", rc);
 	s->metrics->counters.plugin_call_errors++;
+	s->metrics->plugin_failures[k]++;
 	nw_log(NARWHAL_LOG_WARNING, "plugin_call_failed", "plugin", plugin, "kind", kind,
 	       "slot", slot, "rc", code, "request_id", request_id ? request_id : "-",
 	       /* a NULL key ends the list: no engine field */
@@ -148,6 +156,22 @@ nw_serve_counters_to_json(const struct nw_serve *s)
 	json_object_set_new(o, "queued_now", json_integer(queued));
 	json_object_set_new(o, "retry_credits", json_real(nw_retry_budget_credits(&s->budget)));
 	return o;
+}
+
+void
+nw_serve_gauges(const struct nw_serve *s, struct nw_serve_gauges *g)
+{
+	g->prefill_waiting = nw_wait_line_length(&s->prefill_line);
+	g->decode_waiting = nw_wait_line_length(&s->decode_line);
+	g->prefill_slots = s->cfg->serving.prefill_concurrency;
+	g->decode_slots = s->cfg->serving.decode_concurrency;
+	g->retry_budget = s->cfg->serving.retry_budget;
+}
+
+const struct nw_serve_metrics *
+nw_serve_metrics(const struct nw_serve *s)
+{
+	return s->metrics;
 }
 
 /* --- API keys -------------------------------------------------------- */
@@ -252,6 +276,40 @@ respond(struct MHD_Connection *conn, const struct nw_client_error *err, const ch
 	return ret;
 }
 
+static nw_metric_route
+route_of(const char *url)
+{
+	if (strcmp(url, PATH_COMPLETIONS) == 0)
+		return NW_METRIC_ROUTE_COMPLETIONS;
+	if (strcmp(url, PATH_CHAT) == 0)
+		return NW_METRIC_ROUTE_CHAT;
+	if (strcmp(url, PATH_MODELS) == 0)
+		return NW_METRIC_ROUTE_MODELS;
+	return NW_METRIC_ROUTE_OTHER;
+}
+
+/* A completion request answered before its body was read: its outcome
+ * and access-log line (docs/metrics.md), as a request's end does. */
+static enum MHD_Result
+refuse_early(struct nw_serve *s, struct MHD_Connection *conn, const char *url,
+             const struct nw_client_error *err, const char *request_id,
+             const char *retry_after)
+{
+	nw_serve_metrics_outcome(s->metrics, route_of(url), err->status,
+	                         nw_outcome_code_index(err->code));
+	if (nw_access_log_enabled()) {
+		const struct nw_access_record rec = {
+			.request_id = request_id, .route = url, .status = (int)err->status,
+			.error_code = err->code, .prompt_tokens = -1, .output_tokens = -1,
+			.queue_s = NAN, .ttft_s = NAN, .tpot_s = NAN,
+			.total_s = 0, /* answered at its headers */
+		};
+
+		nw_access_log(&rec);
+	}
+	return respond(conn, err, request_id, NULL, retry_after);
+}
+
 bool
 nw_serve_owns(const char *url)
 {
@@ -267,6 +325,8 @@ nw_serve_no_route(struct nw_serve *s, struct MHD_Connection *conn, const char *u
 
 	s->metrics->counters.requests_other++;
 	nw_client_error_no_route(&err, method, url);
+	nw_serve_metrics_outcome(s->metrics, NW_METRIC_ROUTE_OTHER, err.status,
+	                         nw_outcome_code_index(err.code));
 	return respond(conn, &err, NULL, NULL, NULL);
 }
 
@@ -278,6 +338,8 @@ nw_serve_method_not_allowed(struct nw_serve *s, struct MHD_Connection *conn, con
 
 	s->metrics->counters.requests_other++;
 	nw_client_error_method_not_allowed(&err, method, url, allow);
+	nw_serve_metrics_outcome(s->metrics, route_of(url), err.status,
+	                         nw_outcome_code_index(err.code));
 	return respond(conn, &err, NULL, allow, NULL);
 }
 
@@ -292,6 +354,8 @@ route_models(struct nw_serve *s, struct MHD_Connection *conn)
 	enum MHD_Result ret;
 
 	s->metrics->counters.requests_models++;
+	nw_serve_metrics_outcome(s->metrics, NW_METRIC_ROUTE_MODELS, MHD_HTTP_OK,
+	                         nw_outcome_code_index(NULL));
 	if (s->fleet->max_model_len > 0)
 		json_object_set_new(model, "max_model_len", json_integer(s->fleet->max_model_len));
 	body = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
@@ -331,7 +395,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 		s->metrics->counters.refused_before_body++;
 		nw_client_error_set(&err, 401, "invalid_api_key", NULL,
 		                    "a valid API key is required: send Authorization: Bearer <key>");
-		return respond(conn, &err, id, NULL, NULL);
+		return refuse_early(s, conn, url, &err, id, NULL);
 	}
 	/* Spec 4.2: the ceiling answers before the body is parsed; the
 	 * request is an unsized offer. It counts the requests a reload left
@@ -353,7 +417,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 			                    "Narwhal holds as many requests as it serves and queues "
 			                    "(serving.max_connections + serving.queue_capacity): retry "
 			                    "later");
-		return respond(conn, &err, id, NULL, "1");
+		return refuse_early(s, conn, url, &err, id, "1");
 	}
 	if (len != NULL) {
 		char *end;
@@ -365,7 +429,7 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 			s->metrics->counters.too_large++;
 			s->metrics->counters.refused_before_body++;
 			nw_client_error_too_large(&err, s->cfg->serving.max_request_bytes);
-			return respond(conn, &err, id, NULL, NULL);
+			return refuse_early(s, conn, url, &err, id, NULL);
 		}
 	}
 	*request = nw_request_new(s, conn, route, id);

@@ -85,6 +85,18 @@ void nw_serve_room_changed(struct nw_serve *s);
 /* {"name": count, ...} (transfer full). */
 json_t *nw_serve_counters_to_json(const struct nw_serve *s);
 
+/* The data plane's gauges now, for GET /metrics (docs/metrics.md). */
+struct nw_serve_gauges {
+	uint32_t prefill_waiting;      /* requests waiting for a prefill slot */
+	uint32_t decode_waiting;       /* for a decode slot */
+	uint32_t prefill_slots;        /* serving.prefill_concurrency, per engine */
+	uint32_t decode_slots;         /* serving.decode_concurrency, per engine */
+	uint32_t retry_budget;         /* serving.retry_budget: the credits' ceiling */
+};
+void nw_serve_gauges(const struct nw_serve *s, struct nw_serve_gauges *g);
+/* The metrics the serve records (borrowed). */
+const struct nw_serve_metrics *nw_serve_metrics(const struct nw_serve *s);
+
 /* Frees the context; call after the HTTP server has stopped. */
 void nw_serve_free(struct nw_serve *s);
 

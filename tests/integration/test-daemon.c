@@ -93,6 +93,12 @@ test_metrics(void)
 	g_assert_nonnull(strstr(body, "narwhal_engine_available{engine=\"e0\"} "));
 	g_assert_nonnull(strstr(body, "narwhal_requests_completions_total 0\n"));
 	g_assert_nonnull(strstr(body, "# TYPE narwhal_engine_legs_placed_total counter\n"));
+	/* The request-path families are there before any request. */
+	g_assert_nonnull(strstr(body, "# TYPE narwhal_time_to_first_token_seconds histogram\n"));
+	g_assert_nonnull(strstr(body, "narwhal_time_to_first_token_seconds_bucket{le=\"+Inf\"} 0\n"));
+	g_assert_nonnull(strstr(body, "narwhal_engine_calls_total{engine=\"e0\",leg=\"prefill\"} 0\n"));
+	g_assert_nonnull(strstr(body, "narwhal_engine_hold{engine=\"e0\",hold=\"drain\"} 0\n"));
+	g_assert_nonnull(strstr(body, "narwhal_refusals_total{reason=\"queue_full\"} 0\n"));
 	lines = g_strsplit(body, "\n", -1);
 	for (char **l = lines; *l != NULL; l++) {
 		char name[256];
@@ -109,6 +115,15 @@ test_metrics(void)
 		if (!g_regex_match(sample, *l, 0, NULL))
 			g_error("not a sample line: %s", *l);
 		g_assert_cmpint(sscanf(*l, "%255[a-zA-Z0-9_:]", name), ==, 1);
+		/* A histogram's samples carry a suffix on the family's name. */
+		if (!g_hash_table_contains(typed, name)) {
+			static const char *const suffixes[] = { "_bucket", "_sum", "_count" };
+
+			for (size_t k = 0; k < G_N_ELEMENTS(suffixes); k++) {
+				if (g_str_has_suffix(name, suffixes[k]))
+					name[strlen(name) - strlen(suffixes[k])] = '\0';
+			}
+		}
 		if (!g_hash_table_contains(typed, name))
 			g_error("sample before its TYPE: %s", *l);
 	}
