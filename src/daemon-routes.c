@@ -123,15 +123,42 @@ route_state(struct nw_daemon *d, struct MHD_Connection *conn)
 	return ret;
 }
 
+static void
+add_admin_count(const char *result, uint64_t n, void *data)
+{
+	struct nw_exposition_count c = { result, n };
+
+	g_array_append_val((GArray *)data, c);
+}
+
 /* GET /metrics (docs/metrics.md): the Prometheus text format. */
 static enum MHD_Result
 route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
 {
+	GArray *admin = g_array_new(FALSE, FALSE, sizeof(struct nw_exposition_count));
+	struct nw_exposition_daemon daemon = {
+		.draining = d->state != NW_DAEMON_SERVING,
+		.generation = d->gen->number,
+		.superseded_requests = d->gen->older ? nw_generation_retained(d->gen->older) : 0,
+		.reloads_applied = d->reloads, .reloads_failed = d->reloads_failed,
+		.reloads_refused = d->reloads_refused,
+		.loaded_unix_s = (double)d->loaded_unix_us / 1e6,
+	};
 	const struct nw_exposition_sources src = {
 		.serve = nw_daemon_serve(d), .monitor = nw_daemon_monitor(d), .fleet = nw_daemon_fleet(d),
-		.plugin_metrics = d->plugin_metrics,
+		.plugin_metrics = d->plugin_metrics, .daemon = &daemon,
 	};
-	GString *text = nw_exposition_render(&src);
+	GString *text;
+
+	for (const struct nw_generation *g = d->gen->older; g != NULL; g = g->older)
+		daemon.superseded++;
+	nw_admin_calls_foreach(d->admin, add_admin_count, admin);
+	if (d->admin != NULL) {
+		daemon.admin_calls = (const struct nw_exposition_count *)(void *)admin->data;
+		daemon.n_admin_calls = admin->len;
+	}
+	text = nw_exposition_render(&src);
+	g_array_free(admin, TRUE);
 	size_t len = text->len;
 	struct MHD_Response *resp = MHD_create_response_from_buffer(len, g_string_free(text, FALSE),
 	                                                            MHD_RESPMEM_MUST_FREE);
