@@ -47,6 +47,11 @@ struct nw_daemon {
 	struct nw_generation *gen;
 	guint overlap_tick;                    /* while generations overlap */
 	unsigned reloads;
+	/* Reloads not applied (docs/metrics.md): an invalid file, or one
+	 * refused (a field that needs a restart, or Narwhal stopping); when
+	 * the configuration in force was loaded (wall clock). */
+	uint64_t reloads_failed, reloads_refused;
+	int64_t loaded_unix_us;
 	struct nw_admin *admin;                /* the admin API's listener; NULL: none */
 	guint sigterm, sigint, sighup;
 	/* Stopping (a signal's drain, then the end). */

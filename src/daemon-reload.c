@@ -268,8 +268,8 @@ log_applied(struct nw_daemon *d, json_t *running, json_t *next, GPtrArray *added
 	                 "in_flight_old", (json_int_t)nw_generation_retained(old));
 }
 
-gboolean
-nw_daemon_reload(struct nw_daemon *d, json_t **summary, GError **error)
+static gboolean
+reload(struct nw_daemon *d, json_t **summary, GError **error)
 {
 	const char *file = d->config_file;
 	GPtrArray *problems = NULL;
@@ -339,4 +339,22 @@ out:
 	json_decref(running);
 	json_decref(next);
 	return ok;
+}
+
+gboolean
+nw_daemon_reload(struct nw_daemon *d, json_t **summary, GError **error)
+{
+	GError *local = NULL;
+
+	if (reload(d, summary, &local)) {
+		d->loaded_unix_us = g_get_real_time();
+		return TRUE;
+	}
+	/* Counted by result for the metrics (docs/metrics.md). */
+	if (g_error_matches(local, G_FILE_ERROR, G_FILE_ERROR_INVAL))
+		d->reloads_failed++;
+	else
+		d->reloads_refused++;
+	g_propagate_error(error, local);
+	return FALSE;
 }

@@ -123,20 +123,57 @@ route_state(struct nw_daemon *d, struct MHD_Connection *conn)
 	return ret;
 }
 
+static void
+add_admin_count(const char *result, uint64_t n, void *data)
+{
+	struct nw_exposition_count c = { result, n };
+
+	g_array_append_val((GArray *)data, c);
+}
+
+/* The daemon's figures for the exposition (docs/metrics.md, "Daemon");
+ * admin holds the admin API's counts until the scrape is rendered. */
+static void
+daemon_figures(struct nw_daemon *d, GArray *admin, struct nw_exposition_daemon *out)
+{
+	*out = (struct nw_exposition_daemon){
+		.draining = d->state != NW_DAEMON_SERVING,
+		.generation = d->gen->number,
+		.superseded_requests = d->gen->older ? nw_generation_retained(d->gen->older) : 0,
+		.reloads_applied = d->reloads, .reloads_failed = d->reloads_failed,
+		.reloads_refused = d->reloads_refused,
+		.loaded_unix_s = (double)d->loaded_unix_us / 1e6,
+	};
+	for (const struct nw_generation *g = d->gen->older; g != NULL; g = g->older)
+		out->superseded++;
+	if (d->admin == NULL)
+		return;
+	nw_admin_calls_foreach(d->admin, add_admin_count, admin);
+	out->admin_calls = (const struct nw_exposition_count *)(void *)admin->data;
+	out->n_admin_calls = admin->len;
+}
+
 /* GET /metrics (docs/metrics.md): the Prometheus text format. */
 static enum MHD_Result
 route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
 {
+	GArray *admin = g_array_new(FALSE, FALSE, sizeof(struct nw_exposition_count));
+	struct nw_exposition_daemon daemon;
 	const struct nw_exposition_sources src = {
 		.serve = nw_daemon_serve(d), .monitor = nw_daemon_monitor(d), .fleet = nw_daemon_fleet(d),
-		.plugin_metrics = d->plugin_metrics,
+		.plugin_metrics = d->plugin_metrics, .daemon = &daemon,
 	};
-	GString *text = nw_exposition_render(&src);
-	size_t len = text->len;
-	struct MHD_Response *resp = MHD_create_response_from_buffer(len, g_string_free(text, FALSE),
-	                                                            MHD_RESPMEM_MUST_FREE);
+	GString *text;
+	size_t len;
+	struct MHD_Response *resp;
 	enum MHD_Result ret;
 
+	daemon_figures(d, admin, &daemon);
+	text = nw_exposition_render(&src);
+	g_array_free(admin, TRUE);
+	len = text->len;
+	resp = MHD_create_response_from_buffer(len, g_string_free(text, FALSE),
+	                                       MHD_RESPMEM_MUST_FREE);
 	if (resp == NULL)
 		return MHD_NO;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,

@@ -20,6 +20,9 @@
 #define ADMIN_CONNECTIONS 16
 #define ADMIN_TIMEOUT_S 10
 
+/* The admin API answers fewer distinct results than this. */
+#define ADMIN_RESULTS 32
+
 struct nw_admin {
 	struct nw_daemon *daemon;
 	char *token;
@@ -29,6 +32,12 @@ struct nw_admin {
 	GQueue history;
 	uint32_t capacity;
 	uint64_t total;
+	/* Calls by result: a bounded set of static codes (the last slot
+	 * takes any beyond it as "other"). */
+	struct {
+		const char *result;
+		uint64_t n;
+	} calls[ADMIN_RESULTS];
 };
 
 /* One request: its body as it arrives. */
@@ -62,6 +71,20 @@ peer_address(struct MHD_Connection *conn, char *out, size_t size)
 }
 
 static void
+count_call(struct nw_admin *a, const char *result)
+{
+	size_t k;
+
+	for (k = 0; k < ADMIN_RESULTS - 1 && a->calls[k].result != NULL; k++) {
+		if (strcmp(a->calls[k].result, result) == 0)
+			break;
+	}
+	if (a->calls[k].result == NULL)
+		a->calls[k].result = k < ADMIN_RESULTS - 1 ? result : "other";
+	a->calls[k].n++;
+}
+
+static void
 record(struct admin_call *c, unsigned status, const char *result)
 {
 	struct nw_admin *a = c->a;
@@ -69,6 +92,7 @@ record(struct admin_call *c, unsigned status, const char *result)
 	g_autofree char *at = g_date_time_format_iso8601(now);
 	char peer[64], code[8];
 
+	count_call(a, result);
 	peer_address(c->conn, peer, sizeof peer);
 	g_snprintf(code, sizeof code, "%u", status);
 	nw_log(status < 400 ? NARWHAL_LOG_INFO : NARWHAL_LOG_WARNING, "admin_call", "method",
@@ -464,6 +488,9 @@ nw_admin_start(struct nw_daemon *d, GError **error)
 	a->token = g_strdup(token);
 	a->capacity = MAX(cfg->controller.flip_history, 1u);
 	g_queue_init(&a->history);
+	/* Present from the start, so that a rate can be taken of them. */
+	a->calls[0].result = "ok";
+	a->calls[1].result = "invalid_admin_token";
 	a->http = nw_http_server_start(&http, on_request, on_completed, a, &local);
 	if (a->http == NULL) {
 		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_FAILED, "admin API: %s",
@@ -501,6 +528,13 @@ nw_admin_history_json(const struct nw_admin *a, bool operator)
 	return json_pack("{s:b, s:I, s:I, s:o}", "enabled", 1, "capacity",
 	                 (json_int_t)a->capacity, "total", (json_int_t)a->total, "entries",
 	                 entries);
+}
+
+void
+nw_admin_calls_foreach(const struct nw_admin *a, nw_admin_count_fn fn, void *data)
+{
+	for (size_t k = 0; a != NULL && k < ADMIN_RESULTS && a->calls[k].result != NULL; k++)
+		fn(a->calls[k].result, a->calls[k].n, data);
 }
 
 static void

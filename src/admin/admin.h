@@ -35,6 +35,12 @@ uint16_t nw_admin_port(const struct nw_admin *a);
  * operators. a may be NULL (no listener): {"enabled": false, ...}. */
 json_t *nw_admin_history_json(const struct nw_admin *a, bool operator);
 
+/* Calls answered by result ("ok" or the error code answered; static
+ * strings), for the metrics (docs/metrics.md): fn once per result, "ok"
+ * and "invalid_admin_token" always. */
+typedef void (*nw_admin_count_fn)(const char *result, uint64_t n, void *data);
+void nw_admin_calls_foreach(const struct nw_admin *a, nw_admin_count_fn fn, void *data);
+
 /* Stop listening and free; a may be NULL. */
 void nw_admin_free(struct nw_admin *a);
 

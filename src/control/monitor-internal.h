@@ -99,6 +99,7 @@ struct nw_monitor {
 	uint32_t answers_read;        /* ... and read */
 	struct nw_monitor_failure last_failures[NW_MONITOR_FAILURES_KEPT];
 	uint32_t n_last_failures;
+	uint64_t failures_total[NW_MONITOR_STAGES]; /* by stage, across reloads */
 
 	nw_monitor_pass_fn on_pass;
 	void *on_pass_data;

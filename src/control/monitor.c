@@ -97,11 +97,27 @@ nw_monitor_on_pass(struct nw_monitor *m, nw_monitor_pass_fn fn, void *data)
 
 /* --- verdicts into the fleet ------------------------------------------- */
 
+const char *const nw_monitor_stages[NW_MONITOR_STAGES] = {
+	"health", "models", "metrics", "control_pool", "other",
+};
+
+static uint32_t
+stage_index(const char *stage)
+{
+	for (uint32_t k = 0; k + 1 < NW_MONITOR_STAGES; k++) {
+		if (g_strcmp0(stage, nw_monitor_stages[k]) == 0)
+			return k;
+	}
+	return NW_MONITOR_STAGES - 1;
+}
+
 void
 nw_monitor_failed(struct nw_monitor *m, uint32_t engine, const char *stage, const char *error,
                   bool answer)
 {
 	uint32_t kept = m->n_failures + m->answers_failed;
+
+	m->failures_total[stage_index(stage)]++;
 
 	if (kept < NW_MONITOR_FAILURES_KEPT) {
 		struct nw_monitor_failure *f = &m->failures[kept];
@@ -569,6 +585,7 @@ nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old, const uint3
 	m->failed_passes = old->failed_passes;
 	memcpy(m->last_failures, old->last_failures, sizeof m->last_failures);
 	m->n_last_failures = old->n_last_failures;
+	memcpy(m->failures_total, old->failures_total, sizeof m->failures_total);
 	for (uint32_t k = 0; k < m->n_last_failures; k++) {
 		/* Failures of removed engines are dropped. */
 		uint32_t i = new_of_old[m->last_failures[k].engine];
@@ -800,6 +817,36 @@ const struct nw_engine_health *
 nw_monitor_engine_health(const struct nw_monitor *m, uint32_t i)
 {
 	return &m->engines[i].health;
+}
+
+bool
+nw_monitor_engine_reading(const struct nw_monitor *m, uint32_t i,
+                          struct narwhal_engine_metrics *out, double *age_s)
+{
+	const struct nw_monitor_engine *e = &m->engines[i];
+
+	if (e->metrics_at_ns == 0)
+		return false;
+	*out = e->metrics;
+	*age_s = (double)(nw_monitor_now(m) - e->metrics_at_ns) / 1e9;
+	return true;
+}
+
+void
+nw_monitor_summary(const struct nw_monitor *m, struct nw_monitor_summary *out)
+{
+	json_decref(reasons_json(m, &out->status));
+	out->passes = m->passes_before + m->passes;
+	out->failed_passes = m->failed_passes;
+	out->failure_limit = m->cfg->controller.monitor_failure_limit;
+	memcpy(out->failures, m->failures_total, sizeof out->failures);
+	out->min_prefill = m->role_rules.min_prefill;
+	out->min_decode = m->role_rules.min_decode;
+	out->floors = m->floors;
+	/* As nw_monitor_to_json: the live split as the engines show it now. */
+	out->floors.live_prefill = live_of(m, NARWHAL_ROLE_PREFILL);
+	out->floors.live_decode = live_of(m, NARWHAL_ROLE_DECODE);
+	memcpy(out->role_changes, m->history.by_caller, sizeof out->role_changes);
 }
 
 json_t *

@@ -103,6 +103,36 @@ json_t *nw_monitor_to_json(const struct nw_monitor *m, bool operator);
 /* Engine i's health (for the metrics route). */
 const struct nw_engine_health *nw_monitor_engine_health(const struct nw_monitor *m, uint32_t i);
 
+/* Engine i's last reading of its own metrics (its dialect's
+ * parse_metrics) and the reading's age in seconds on the monitor's clock;
+ * false when there is none (never read: the dialect reads none, or every
+ * read failed). Kept over a reload. */
+bool nw_monitor_engine_reading(const struct nw_monitor *m, uint32_t i,
+                               struct narwhal_engine_metrics *out, double *age_s);
+
+/* Monitoring stages (what failed in a pass): a stage outside the list is
+ * counted as the last, "other". */
+#define NW_MONITOR_STAGES 5
+extern const char *const nw_monitor_stages[NW_MONITOR_STAGES];
+
+/* The monitor's own figures and the roles' (for the metrics route; the
+ * numbers of nw_monitor_to_json's "monitor" and "roles"). Counts run
+ * from the daemon's start, across reloads. */
+struct nw_monitor_summary {
+	const char *status;             /* "ok", "degraded", "unavailable" (static) */
+	uint64_t passes;
+	uint32_t failed_passes;         /* in a row */
+	uint32_t failure_limit;         /* controller.monitor_failure_limit */
+	uint64_t failures[NW_MONITOR_STAGES]; /* monitoring failures by stage */
+	uint32_t min_prefill, min_decode;
+	/* The live split now; the breach and the reachable split of the last
+	 * pass. */
+	struct nw_floor_report floors;
+	/* Role changes by caller (nw_role_callers) and applied (1) or advised. */
+	uint64_t role_changes[NW_ROLE_CALLERS][2];
+};
+void nw_monitor_summary(const struct nw_monitor *m, struct nw_monitor_summary *out);
+
 /* The flip history (controller.flip_history), oldest first. */
 json_t *nw_monitor_history_json(const struct nw_monitor *m);
 

@@ -7,6 +7,8 @@
 
 #include "control/roles.h"
 
+#include <string.h>
+
 #include <glib.h>
 
 /* The split and the engines that may change role, counted once per call. */
@@ -265,6 +267,20 @@ nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n, uint32_t
 	return current;
 }
 
+const char *const nw_role_callers[NW_ROLE_CALLERS] = {
+	"floor_repair", "readmission", "controller", "operator", "other",
+};
+
+uint32_t
+nw_role_caller_index(const char *caller)
+{
+	for (uint32_t k = 0; k + 1 < NW_ROLE_CALLERS; k++) {
+		if (g_strcmp0(caller, nw_role_callers[k]) == 0)
+			return k;
+	}
+	return NW_ROLE_CALLERS - 1;
+}
+
 void
 nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity)
 {
@@ -273,6 +289,7 @@ nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity)
 	h->len = 0;
 	h->head = 0;
 	h->total = 0;
+	memset(h->by_caller, 0, sizeof h->by_caller);
 }
 
 void
@@ -294,6 +311,7 @@ nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c)
 		h->head = (h->head + 1) % h->cap;
 	}
 	h->total++;
+	h->by_caller[nw_role_caller_index(c->caller)][c->applied]++;
 }
 
 void
@@ -308,7 +326,9 @@ nw_flip_history_adopt(struct nw_flip_history *dst, const struct nw_flip_history 
 		c.engine = new_of_old[c.engine];
 		nw_flip_history_add(dst, &c);
 	}
-	dst->total = src->total; /* every change ever recorded, kept or not */
+	/* Every change ever recorded, kept or not. */
+	dst->total = src->total;
+	memcpy(dst->by_caller, src->by_caller, sizeof dst->by_caller);
 }
 
 json_t *

@@ -118,12 +118,21 @@ uint32_t nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n
 narwhal_role nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n,
                                    uint32_t i, const struct nw_role_rules *rules);
 
+/* Who changes roles (nw_role_change.caller), for the counts by caller
+ * (docs/metrics.md): a caller outside the list is counted as "other". */
+#define NW_ROLE_CALLERS 5
+extern const char *const nw_role_callers[NW_ROLE_CALLERS];
+/* caller's index in nw_role_callers; the last ("other") when not listed. */
+uint32_t nw_role_caller_index(const char *caller);
+
 /* The flip history: the last cap role changes (controller.flip_history),
  * oldest first; when full, the oldest gives way. */
 struct nw_flip_history {
 	struct nw_role_change *ring;
 	uint32_t cap, len, head;
 	uint64_t total;            /* every change ever recorded */
+	/* ... by caller (nw_role_callers) and applied (1) or advised (0) */
+	uint64_t by_caller[NW_ROLE_CALLERS][2];
 };
 
 void nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity); /* 0 is taken as 1 */
@@ -131,7 +140,8 @@ void nw_flip_history_clear(struct nw_flip_history *h); /* frees the ring */
 void nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c);
 /* Take over src's changes (a reload): those of engines that remain, whose
  * index was i and is now new_of_old[i] (UINT32_MAX: removed, dropped),
- * oldest first, as many as dst holds; total carries on. */
+ * oldest first, as many as dst holds; total and the counts by caller
+ * carry on. */
 void nw_flip_history_adopt(struct nw_flip_history *dst, const struct nw_flip_history *src,
                            const uint32_t *new_of_old);
 /* [{"engine": id, "from", "to", "at_s": seconds since start_ns, "caller",

@@ -2,6 +2,7 @@
 
 #include "obs/exposition.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -279,14 +280,24 @@ static const struct {
 	  engine_ejections },
 };
 
-/* The holds beside the health state (control/health.h). */
+/* The holds beside the health state (control/health.h), and the failure
+ * quarantine, which keeps an engine out as they do. */
 static const struct {
 	uint32_t bit;
 	const char *name;
 } holds[] = {
 	{ NW_HOLD_DRAIN, "drain" },
 	{ NW_HOLD_MODEL_MISMATCH, "model_mismatch" },
+	{ NW_HOLD_UNPROBED, "unprobed" },
 };
+
+static bool
+engine_held(const struct nw_exposition_sources *src, uint32_t i, size_t k)
+{
+	if (k == G_N_ELEMENTS(holds))
+		return (src->fleet->engines[i].flags & NARWHAL_ENGINE_QUARANTINED) != 0;
+	return (nw_monitor_engine_health(src->monitor, i)->holds & holds[k].bit) != 0;
+}
 
 /* Per-engine call figures: a count and two sums per engine and leg kind
  * (the fleet-wide histograms carry the distribution). */
@@ -308,6 +319,49 @@ call_value(const struct nw_engine_stats *st, size_t family, uint32_t kind)
 	case 1: return st->call_seconds[kind];
 	default: return (double)st->call_failures[kind];
 	}
+}
+
+/* The engines' own metrics as the monitor last read them (docs/metrics.md,
+ * "Engines"): only engines with a reading, and of those only the figures
+ * their dialect knows. */
+static void
+write_readings(GString *out, const struct nw_exposition_sources *src, const char *labels,
+               const uint32_t *at)
+{
+	static const struct {
+		const char *name;
+		const char *help;
+	} families[] = {
+		{ "narwhal_engine_running_requests",
+		  "The engine's running batch, as it last reported it." },
+		{ "narwhal_engine_waiting_requests",
+		  "Requests waiting in the engine's own queue, as it last reported it." },
+		{ "narwhal_engine_kv_cache_usage_ratio",
+		  "The engine's KV-cache use, 0 to 1, as it last reported it." },
+		{ "narwhal_engine_reading_age_seconds",
+		  "Seconds since the monitor last read the engine's own metrics." },
+	};
+	uint32_t n = src->fleet->view.n_engines;
+	struct narwhal_engine_metrics *r = g_new(struct narwhal_engine_metrics, MAX(n, 1));
+	double *age = g_new(double, MAX(n, 1));
+	bool *has = g_new(bool, MAX(n, 1));
+
+	for (uint32_t i = 0; i < n; i++)
+		has[i] = nw_monitor_engine_reading(src->monitor, i, &r[i], &age[i]);
+	for (size_t f = 0; f < G_N_ELEMENTS(families); f++) {
+		nw_prom_family(out, families[f].name, "gauge", families[f].help);
+		for (uint32_t i = 0; i < n; i++) {
+			double v = f == 0 ? (double)r[i].running : f == 1 ? (double)r[i].waiting
+			           : f == 2 ? r[i].kv_usage : age[i];
+
+			/* Unknown: -1 for counts, NaN for the ratio. */
+			if (has[i] && (f >= 2 ? isfinite(v) : v >= 0))
+				nw_prom_sample_pre(out, families[f].name, labels + at[i], NULL, v);
+		}
+	}
+	g_free(r);
+	g_free(age);
+	g_free(has);
 }
 
 /* A scrape of a 1,024-engine fleet must stay under 10 ms (bench/obs): each
@@ -359,18 +413,38 @@ write_engines(GString *out, const struct nw_exposition_sources *src)
 		nw_prom_sample_pre(out, "narwhal_engine_health_state", PRE(i), labels, 1);
 	}
 	nw_prom_family(out, "narwhal_engine_hold", "gauge",
-	               "1 while the hold (label hold: drain, model_mismatch) keeps the engine "
-	               "out of placement.");
+	               "1 while the hold (label hold: drain, model_mismatch, unprobed, "
+	               "quarantine) keeps the engine out of placement.");
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t set = nw_monitor_engine_health(src->monitor, i)->holds;
-
-		for (size_t k = 0; k < G_N_ELEMENTS(holds); k++) {
-			const char *labels[] = { "hold", holds[k].name, NULL };
+		for (size_t k = 0; k <= G_N_ELEMENTS(holds); k++) {
+			const char *labels[] = {
+				"hold", k < G_N_ELEMENTS(holds) ? holds[k].name : "quarantine", NULL,
+			};
 
 			nw_prom_sample_pre(out, "narwhal_engine_hold", PRE(i), labels,
-			                   (set & holds[k].bit) != 0);
+			                   engine_held(src, i, k));
 		}
 	}
+	nw_prom_family(out, "narwhal_engine_pinned", "gauge",
+	               "1 while the engine's role is pinned, by the configuration or the "
+	               "operator (label by).");
+	for (uint32_t i = 0; i < n; i++) {
+		const char *by = nw_monitor_pinned_by(src->monitor, i);
+		const char *config[] = { "by", "config", NULL }, *op[] = { "by", "operator", NULL };
+
+		nw_prom_sample_pre(out, "narwhal_engine_pinned", PRE(i), config,
+		                   g_strcmp0(by, "config") == 0);
+		nw_prom_sample_pre(out, "narwhal_engine_pinned", PRE(i), op,
+		                   g_strcmp0(by, "operator") == 0);
+	}
+	nw_prom_family(out, "narwhal_engine_drain_residents", "gauge",
+	               "Engines an operator drains: requests still resident (0: drained).");
+	for (uint32_t i = 0; i < n; i++) {
+		if (nw_monitor_draining(src->monitor, i))
+			nw_prom_sample_pre(out, "narwhal_engine_drain_residents", PRE(i), NULL,
+			                   nw_monitor_residents(src->monitor, i));
+	}
+	write_readings(out, src, text->str, at);
 	for (size_t f = 0; f < G_N_ELEMENTS(call_families); f++) {
 		nw_prom_family(out, call_families[f].name, "counter", call_families[f].help);
 		for (uint32_t i = 0; i < n; i++) {
@@ -385,6 +459,138 @@ write_engines(GString *out, const struct nw_exposition_sources *src)
 #undef PRE
 	g_free(at);
 	g_string_free(text, TRUE);
+}
+
+/* --- the monitor, the roles and the daemon ------------------------------ */
+
+/* A state set: one sample per value, 1 for the current one. */
+static void
+write_state_set(GString *out, const char *name, const char *key, const char *const *values,
+                size_t n, const char *current)
+{
+	for (size_t k = 0; k < n; k++) {
+		const char *labels[] = { key, values[k], NULL };
+
+		nw_prom_sample(out, name, labels, g_strcmp0(values[k], current) == 0);
+	}
+}
+
+/* One sample per role. */
+static void
+write_by_role(GString *out, const char *name, const char *type, const char *help,
+              double prefill, double decode)
+{
+	const char *p[] = { "role", "prefill", NULL }, *d[] = { "role", "decode", NULL };
+
+	nw_prom_family(out, name, type, help);
+	nw_prom_sample(out, name, p, prefill);
+	nw_prom_sample(out, name, d, decode);
+}
+
+static void
+write_monitor(GString *out, const struct nw_exposition_sources *src)
+{
+	static const char *const statuses[] = { "ok", "degraded", "unavailable" };
+	struct nw_monitor_summary s;
+
+	nw_monitor_summary(src->monitor, &s);
+	nw_prom_family(out, "narwhal_health_status", "gauge",
+	               "GET /narwhal/health's status (label status: ok, degraded, unavailable), "
+	               "1 for the current one.");
+	write_state_set(out, "narwhal_health_status", "status", statuses, G_N_ELEMENTS(statuses),
+	                s.status);
+	nw_prom_family(out, "narwhal_monitor_passes_total", "counter", "Monitor passes run.");
+	nw_prom_sample(out, "narwhal_monitor_passes_total", NULL, (double)s.passes);
+	nw_prom_family(out, "narwhal_monitor_failed_passes", "gauge",
+	               "Monitor passes in a row with a monitoring failure; admission stops at "
+	               "narwhal_monitor_failure_limit.");
+	nw_prom_sample(out, "narwhal_monitor_failed_passes", NULL, s.failed_passes);
+	nw_prom_family(out, "narwhal_monitor_failure_limit", "gauge",
+	               "Failed passes in a row that stop admission "
+	               "(controller.monitor_failure_limit).");
+	nw_prom_sample(out, "narwhal_monitor_failure_limit", NULL, s.failure_limit);
+	nw_prom_family(out, "narwhal_monitor_failures_total", "counter",
+	               "The monitor's failures by stage (an engine's unreadable answer included).");
+	for (size_t k = 0; k < NW_MONITOR_STAGES; k++) {
+		const char *labels[] = { "stage", nw_monitor_stages[k], NULL };
+
+		nw_prom_sample(out, "narwhal_monitor_failures_total", labels, (double)s.failures[k]);
+	}
+
+	write_by_role(out, "narwhal_role_live_engines", "gauge",
+	              "Engines of the role available to placement.", s.floors.live_prefill,
+	              s.floors.live_decode);
+	write_by_role(out, "narwhal_role_floor", "gauge",
+	              "The least live engines the role keeps (controller.min_prefill, "
+	              "controller.min_decode).", s.min_prefill, s.min_decode);
+	write_by_role(out, "narwhal_role_floor_breached", "gauge",
+	              "1 while too few movable live engines keep the role's floor.",
+	              s.floors.prefill_breach, s.floors.decode_breach);
+	write_by_role(out, "narwhal_role_reachable_engines", "gauge",
+	              "The live engines of the role that floor repair can reach.",
+	              s.floors.reachable_prefill, s.floors.reachable_decode);
+	nw_prom_family(out, "narwhal_role_changes_total", "counter",
+	               "Role changes by caller, applied (true) or only advised (false).");
+	for (uint32_t c = 0; c < NW_ROLE_CALLERS; c++) {
+		for (int applied = 1; applied >= 0; applied--) {
+			const char *labels[] = {
+				"caller", nw_role_callers[c], "applied", applied ? "true" : "false", NULL,
+			};
+
+			nw_prom_sample(out, "narwhal_role_changes_total", labels,
+			               (double)s.role_changes[c][applied]);
+		}
+	}
+}
+
+static void
+write_daemon(GString *out, const struct nw_exposition_daemon *d)
+{
+	const struct {
+		const char *result;
+		uint64_t n;
+	} reloads[] = {
+		{ "applied", d->reloads_applied },
+		{ "failed", d->reloads_failed },
+		{ "refused", d->reloads_refused },
+	};
+
+	nw_prom_family(out, "narwhal_draining", "gauge",
+	               "1 from the stop signal on: in-flight requests finish, new ones are "
+	               "refused, readiness is false.");
+	nw_prom_sample(out, "narwhal_draining", NULL, d->draining);
+	nw_prom_family(out, "narwhal_config_reloads_total", "counter",
+	               "Configuration reloads by result: applied, failed (an invalid file), "
+	               "refused (a field that needs a restart, or Narwhal stopping).");
+	for (size_t k = 0; k < G_N_ELEMENTS(reloads); k++) {
+		const char *labels[] = { "result", reloads[k].result, NULL };
+
+		nw_prom_sample(out, "narwhal_config_reloads_total", labels, (double)reloads[k].n);
+	}
+	nw_prom_family(out, "narwhal_config_last_reload_success_timestamp_seconds", "gauge",
+	               "When the configuration in force was loaded (Unix seconds): the start, or "
+	               "the last reload applied.");
+	nw_prom_sample(out, "narwhal_config_last_reload_success_timestamp_seconds", NULL,
+	               d->loaded_unix_s);
+	nw_prom_family(out, "narwhal_config_generation", "gauge",
+	               "The configuration's generation: 0 at start, one more each reload applied.");
+	nw_prom_sample(out, "narwhal_config_generation", NULL, d->generation);
+	nw_prom_family(out, "narwhal_config_superseded_generations", "gauge",
+	               "Generations a reload superseded that still finish requests.");
+	nw_prom_sample(out, "narwhal_config_superseded_generations", NULL, d->superseded);
+	nw_prom_family(out, "narwhal_config_superseded_requests", "gauge",
+	               "Requests still finishing on superseded generations.");
+	nw_prom_sample(out, "narwhal_config_superseded_requests", NULL, d->superseded_requests);
+	if (d->admin_calls == NULL)
+		return;
+	nw_prom_family(out, "narwhal_admin_requests_total", "counter",
+	               "Admin API calls by result: ok, or the error code answered.");
+	for (size_t k = 0; k < d->n_admin_calls; k++) {
+		const char *labels[] = { "result", d->admin_calls[k].label, NULL };
+
+		nw_prom_sample(out, "narwhal_admin_requests_total", labels,
+		               (double)d->admin_calls[k].n);
+	}
 }
 
 static void
@@ -412,6 +618,9 @@ nw_exposition_render(const struct nw_exposition_sources *src)
 	nw_prom_family(out, "narwhal_admission_stopped", "gauge",
 	               "1 while admission is stopped by the degraded state (docs/recovery.md).");
 	nw_prom_sample(out, "narwhal_admission_stopped", NULL, src->fleet->admission_stopped);
+	write_monitor(out, src);
+	if (src->daemon != NULL)
+		write_daemon(out, src->daemon);
 	write_serve(out, src->serve);
 	write_request_path(out, src);
 	write_engines(out, src);

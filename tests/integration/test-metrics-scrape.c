@@ -9,6 +9,10 @@
  * served in full equal the end-to-end count, the per-engine call counts
  * add up to the fleet-wide histograms'.
  *
+ * A second test moves the operating families (the monitor, roles, holds,
+ * pins, drains, reloads, admin calls) through the admin API and SIGHUP
+ * and checks their values, and promtool again.
+ *
  * Without promtool the promtool step is skipped with a message, unless
  * NARWHAL_REQUIRE_PROMTOOL=1 (bootstrap.sh test sets it), when its absence
  * fails the test.
@@ -16,7 +20,9 @@
 #include "build-config.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "integration/test-serve-common.h"
@@ -308,10 +314,196 @@ test_scrape_during_replay(void)
 		            "were not checked by it");
 }
 
+/* --- the operating families ------------------------------------------- */
+
+#define TOKEN_ENV "NARWHAL_TEST_METRICS_ADMIN_TOKEN"
+#define TOKEN "metrics-admin-token"
+
+static guint16
+admin_port(struct serve_env *e)
+{
+	g_autofree char *log = serve_log(e);
+	const char *at = strstr(log, "\"event\":\"admin_listening\"");
+
+	g_assert_nonnull(at);
+	at = strstr(at, "\"port\":\"");
+	g_assert_nonnull(at);
+	return (guint16)atoi(at + strlen("\"port\":\""));
+}
+
+/* An admin call (token NULL: none); its status. */
+static long
+admin_call(struct serve_env *e, const char *token, const char *method, const char *path)
+{
+	g_autofree char *auth = token ? g_strdup_printf("Authorization: Bearer %s", token) : NULL;
+	const char *const headers[] = { auth, NULL };
+	struct sim_reply r;
+	long status;
+
+	sim_http(admin_port(e), method, path, NULL, headers, 5000, &r);
+	status = r.status;
+	sim_reply_clear(&r);
+	return status;
+}
+
+/* Scrape until the sample (a whole line prefix, see sample()) has the
+ * value, for at most 10 s; the last scrape (owned). */
+static char *
+scrape_until(struct serve_env *e, const char *line, double value)
+{
+	gint64 deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+	char *text = scrape(e);
+
+	while (sample(text, line) != value && g_get_monotonic_time() < deadline) {
+		g_free(text);
+		g_usleep(20 * 1000);
+		text = scrape(e);
+	}
+	if (sample(text, line) != value)
+		g_error("%s is %g, not %g, after 10 s:\n%s", line, sample(text, line), value, text);
+	return text;
+}
+
+/* SIGHUP, then wait (bounded) until the reload counter of result reaches n. */
+static char *
+reload(struct serve_env *e, const char *result, double n)
+{
+	g_autofree char *line = g_strdup_printf("narwhal_config_reloads_total{result=\"%s\"}",
+	                                        result);
+
+	g_subprocess_send_signal(e->daemon, SIGHUP);
+	return scrape_until(e, line, n);
+}
+
+#define ENGINE_LINE(buf, family, id, rest) \
+	g_snprintf(buf, sizeof buf, "%s{engine=\"%s\"%s}", family, id, rest)
+
+/* Issue 11 (GET /metrics: "the monitor's engine readings, health verdicts"
+ * and the operating state): a drain through the admin API shows as the
+ * drain hold, a complete drain (no residents), a breached prefill floor
+ * and a degraded health status; an operator pin by "operator"; calls
+ * without the token as invalid_admin_token; a SIGHUP with an invalid file
+ * as a failed reload, one changing the port as refused, a valid one as
+ * applied with a new generation and load time, the drain carried over.
+ * Every family passes promtool and is documented. */
+static void
+test_operating_families(void)
+{
+	struct serve_env e;
+	const char *cfg = "{\"admin\": {\"port\": 0, \"token_env\": \"" TOKEN_ENV "\"},"
+	                  " \"controller\": {\"monitor_interval_s\": 0.1}}";
+	g_autofree char *promtool = promtool_find();
+	g_autofree char *original = NULL, *drain = NULL, *pin = NULL;
+	json_t *engines;
+	const char *p, *d;
+	char line[256];
+	char *text;
+	double loaded;
+
+	g_test_summary("issue 11: the monitor, role, hold, pin, drain, reload and admin families "
+	               "move with the operator's actions and pass promtool");
+	if (!serve_start(&e, sim_args, "pd", cfg))
+		return;
+	g_assert_true(serve_wait_all_available(&e, 10000));
+	engines = json_object_get(e.sim.fleet, "engines");
+	p = json_string_value(json_object_get(json_array_get(engines, 0), "id"));
+	d = json_string_value(json_object_get(json_array_get(engines, 1), "id"));
+
+	/* At rest: both roles at their floor, the engines' own readings in. */
+	ENGINE_LINE(line, "narwhal_engine_reading_age_seconds", d, "");
+	text = scrape(&e);
+	for (gint64 end = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+	     isnan(sample(text, line)) && g_get_monotonic_time() < end;) {
+		g_free(text);
+		g_usleep(20 * 1000);
+		text = scrape(&e);
+	}
+	g_assert_cmpfloat(sample(text, line), >=, 0);
+	g_assert_cmpfloat(sample(text, line), <, 5);
+	ENGINE_LINE(line, "narwhal_engine_kv_cache_usage_ratio", d, "");
+	g_assert_cmpfloat(sample(text, line), >=, 0);
+	g_assert_cmpfloat(sample(text, line), <=, 1);
+	ENGINE_LINE(line, "narwhal_engine_running_requests", p, "");
+	g_assert_cmpfloat(sample(text, line), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_health_status{status=\"ok\"}"), ==, 1);
+	g_assert_cmpfloat(sample(text, "narwhal_role_live_engines{role=\"prefill\"}"), ==, 1);
+	g_assert_cmpfloat(sample(text, "narwhal_role_floor{role=\"prefill\"}"), ==, 1);
+	g_assert_cmpfloat(sample(text, "narwhal_role_floor_breached{role=\"prefill\"}"), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_monitor_passes_total"), >, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_config_generation"), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_draining"), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_admin_requests_total{result=\"ok\"}"), ==, 0);
+	loaded = sample(text, "narwhal_config_last_reload_success_timestamp_seconds");
+	g_assert_cmpfloat(fabs(loaded - (double)g_get_real_time() / 1e6), <, 60);
+	ENGINE_LINE(line, "narwhal_engine_drain_residents", p, "");
+	g_assert_true(isnan(sample(text, line)));   /* only while draining */
+	g_free(text);
+
+	/* The admin API: one call without the token, a drain and a pin. */
+	g_assert_cmpint(admin_call(&e, NULL, "GET", "/admin/state"), ==, 401);
+	drain = g_strconcat("/admin/engines/", p, "/drain", NULL);
+	pin = g_strconcat("/admin/engines/", d, "/pin", NULL);
+	g_assert_cmpint(admin_call(&e, TOKEN, "POST", drain), ==, 200);
+	g_assert_cmpint(admin_call(&e, TOKEN, "POST", pin), ==, 200);
+	/* The floor's breach is the next pass's. */
+	text = scrape_until(&e, "narwhal_role_floor_breached{role=\"prefill\"}", 1);
+	g_assert_cmpfloat(sample(text, "narwhal_role_live_engines{role=\"prefill\"}"), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_role_reachable_engines{role=\"prefill\"}"), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_health_status{status=\"degraded\"}"), ==, 1);
+	g_assert_cmpfloat(sample(text, "narwhal_health_status{status=\"ok\"}"), ==, 0);
+	ENGINE_LINE(line, "narwhal_engine_hold", p, ",hold=\"drain\"");
+	g_assert_cmpfloat(sample(text, line), ==, 1);
+	ENGINE_LINE(line, "narwhal_engine_drain_residents", p, "");
+	g_assert_cmpfloat(sample(text, line), ==, 0);
+	ENGINE_LINE(line, "narwhal_engine_pinned", d, ",by=\"operator\"");
+	g_assert_cmpfloat(sample(text, line), ==, 1);
+	ENGINE_LINE(line, "narwhal_engine_pinned", d, ",by=\"config\"");
+	g_assert_cmpfloat(sample(text, line), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_admin_requests_total{result=\"ok\"}"), ==, 2);
+	g_assert_cmpfloat(sample(text, "narwhal_admin_requests_total{result=\"invalid_admin_token\"}"),
+	                  ==, 1);
+	g_free(text);
+
+	/* Reloads: invalid (failed), a new port (refused), the file again
+	 * (applied); the drain holds on. */
+	g_assert_true(g_file_get_contents(e.config_path, &original, NULL, NULL));
+	g_assert_true(g_file_set_contents(e.config_path, "{\"fleet\": ", -1, NULL));
+	g_free(reload(&e, "failed", 1));
+	{
+		json_t *doc = json_loads(original, 0, NULL);
+
+		json_object_set_new(json_object_get(doc, "server"), "port", json_integer(1));
+		g_assert_cmpint(json_dump_file(doc, e.config_path, 0), ==, 0);
+		json_decref(doc);
+	}
+	text = reload(&e, "refused", 1);
+	g_assert_cmpfloat(sample(text, "narwhal_config_generation"), ==, 0);
+	g_assert_cmpfloat(sample(text, "narwhal_config_reloads_total{result=\"applied\"}"), ==, 0);
+	g_free(text);
+	g_assert_true(g_file_set_contents(e.config_path, original, -1, NULL));
+	text = reload(&e, "applied", 1);
+	g_assert_cmpfloat(sample(text, "narwhal_config_generation"), ==, 1);
+	g_assert_cmpfloat(sample(text, "narwhal_config_reloads_total{result=\"failed\"}"), ==, 1);
+	g_assert_cmpfloat(sample(text, "narwhal_config_last_reload_success_timestamp_seconds"), >,
+	                  loaded);
+	ENGINE_LINE(line, "narwhal_engine_hold", p, ",hold=\"drain\"");
+	g_assert_cmpfloat(sample(text, line), ==, 1);
+	if (promtool != NULL)
+		promtool_check(promtool, text);
+	assert_documented(&e, text);
+	g_free(text);
+	serve_clear(&e);
+	if (promtool == NULL)
+		g_test_skip("promtool is not installed (Debian's prometheus package): the scrapes "
+		            "were not checked by it");
+}
+
 int
 main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
+	g_setenv(TOKEN_ENV, TOKEN, TRUE);
 	g_test_add_func("/metrics/issue-11/promtool-during-replay", test_scrape_during_replay);
+	g_test_add_func("/metrics/issue-11/operating-families", test_operating_families);
 	return g_test_run();
 }

@@ -138,6 +138,65 @@ test_adopt(void)
 	side_clear(&new);
 }
 
+/* Issue 11 (GET /metrics, the monitor's figures): the monitoring
+ * failures by stage (an unlisted stage as "other"), the role changes by
+ * caller and each kept engine's last reading of its own metrics carry over
+ * a reload; an added engine has no reading. The summary gives the numbers
+ * of nw_monitor_to_json's "roles". */
+static void
+test_adopt_metric_figures(void)
+{
+	struct side old, new;
+	uint32_t map[2] = { 1, UINT32_MAX };
+	struct nw_role_change c = { .engine = 1, .from = NARWHAL_ROLE_PREFILL,
+	                            .to = NARWHAL_ROLE_DECODE, .caller = "operator",
+	                            .reason = "operator_request", .applied = true };
+	struct nw_monitor_summary sum;
+	struct narwhal_engine_metrics r;
+	double age = -1;
+
+	side_init(&old, "[{\"id\": \"a\", \"url\": \"http://127.0.0.1:1\", \"role\": \"prefill\"},"
+	                " {\"id\": \"b\", \"url\": \"http://127.0.0.1:2\", \"role\": \"decode\"}]", 1);
+	g_assert_false(nw_monitor_engine_reading(old.m, 0, &r, &age));
+	nw_monitor_failed(old.m, 0, "metrics", "unreadable", true);
+	nw_monitor_failed(old.m, 1, "control_pool", "none left", false);
+	nw_monitor_failed(old.m, 1, "somewhere", "new stage", false);
+	nw_flip_history_add(&old.m->history, &c);
+	old.m->engines[0].metrics = (struct narwhal_engine_metrics){
+		.running = 3, .waiting = -1, .kv_usage = 0.25,
+	};
+	old.m->engines[0].metrics_at_ns = nw_monitor_now(old.m) - 2000000000;
+	nw_monitor_stop(old.m);
+
+	side_init(&new, "[{\"id\": \"c\", \"url\": \"http://127.0.0.1:3\", \"role\": \"prefill\"},"
+	                " {\"id\": \"a\", \"url\": \"http://127.0.0.1:1\", \"role\": \"prefill\"}]",
+	          100);
+	nw_monitor_adopt(new.m, old.m, map);
+	nw_monitor_summary(new.m, &sum);
+	g_assert_cmpuint(sum.failures[2], ==, 1);  /* metrics */
+	g_assert_cmpstr(nw_monitor_stages[2], ==, "metrics");
+	g_assert_cmpuint(sum.failures[3], ==, 1);  /* control_pool */
+	g_assert_cmpuint(sum.failures[NW_MONITOR_STAGES - 1], ==, 1);
+	g_assert_cmpstr(nw_monitor_stages[NW_MONITOR_STAGES - 1], ==, "other");
+	g_assert_cmpuint(sum.failures[0] + sum.failures[1], ==, 0);
+	/* b's change is dropped from the ring with b, but counted. */
+	g_assert_cmpuint(sum.role_changes[nw_role_caller_index("operator")][1], ==, 1);
+	g_assert_cmpuint(sum.min_prefill, ==, 1);
+	g_assert_cmpuint(sum.min_decode, ==, 1);
+	g_assert_cmpuint(sum.floors.live_decode, ==, 0);
+	g_assert_cmpuint(sum.failure_limit, ==, new.cfg->controller.monitor_failure_limit);
+	/* a's reading, two seconds old (and more by now); c has none. */
+	g_assert_true(nw_monitor_engine_reading(new.m, 1, &r, &age));
+	g_assert_cmpint(r.running, ==, 3);
+	g_assert_cmpint(r.waiting, ==, -1);
+	g_assert_cmpfloat(r.kv_usage, ==, 0.25);
+	g_assert_cmpfloat(age, >=, 2);
+	g_assert_cmpfloat(age, <, 60);
+	g_assert_false(nw_monitor_engine_reading(new.m, 0, &r, &age));
+	side_clear(&old);
+	side_clear(&new);
+}
+
 /* Issue 11: an engine in verification when the reload came has its
  * verification legs cancelled with the old monitor: the new one verifies
  * it again at once, rather than leave it out forever. The health window
@@ -181,5 +240,6 @@ main(int argc, char **argv)
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/monitor/issue-11/adopt", test_adopt);
 	g_test_add_func("/monitor/issue-11/health-adopt", test_health_adopt);
+	g_test_add_func("/monitor/issue-11/adopt-metric-figures", test_adopt_metric_figures);
 	return g_test_run();
 }

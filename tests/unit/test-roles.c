@@ -490,6 +490,49 @@ test_history_json(void)
 	nw_flip_history_clear(&h);
 }
 
+/* Issue 11 (metrics: role changes by caller and applied): the flip
+ * history counts every change by caller, an unlisted caller as "other",
+ * and the counts carry over a reload with the total, removed engines'
+ * changes included. */
+static void
+test_history_by_caller(void)
+{
+	struct nw_flip_history h, next;
+	struct nw_role_change c = change(0, S(1));
+	const uint32_t new_of_old[] = { UINT32_MAX, 0 };
+	uint32_t op = nw_role_caller_index("operator");
+	uint32_t other = nw_role_caller_index("someone");
+
+	g_assert_cmpuint(nw_role_caller_index("floor_repair"), ==, 0);
+	g_assert_cmpstr(nw_role_callers[op], ==, "operator");
+	g_assert_cmpstr(nw_role_callers[other], ==, "other");
+	g_assert_cmpuint(nw_role_caller_index(NULL), ==, other);
+	nw_flip_history_init(&h, 1);
+	nw_flip_history_add(&h, &c);              /* floor_repair, applied */
+	c.engine = 1;
+	c.caller = "operator";
+	nw_flip_history_add(&h, &c);              /* operator, applied */
+	c.applied = false;
+	c.caller = "controller";
+	nw_flip_history_add(&h, &c);              /* controller, advised */
+	c.caller = "someone";
+	nw_flip_history_add(&h, &c);
+	g_assert_cmpuint(h.by_caller[0][1], ==, 1);
+	g_assert_cmpuint(h.by_caller[0][0], ==, 0);
+	g_assert_cmpuint(h.by_caller[op][1], ==, 1);
+	g_assert_cmpuint(h.by_caller[nw_role_caller_index("controller")][0], ==, 1);
+	g_assert_cmpuint(h.by_caller[other][0], ==, 1);
+
+	nw_flip_history_init(&next, 4);
+	nw_flip_history_adopt(&next, &h, new_of_old);
+	g_assert_cmpuint(next.total, ==, 4);
+	g_assert_cmpuint(next.by_caller[0][1], ==, 1);  /* engine 0 was removed */
+	g_assert_cmpuint(next.by_caller[op][1], ==, 1);
+	g_assert_cmpuint(next.by_caller[other][0], ==, 1);
+	nw_flip_history_clear(&h);
+	nw_flip_history_clear(&next);
+}
+
 static void
 test_role_name(void)
 {
@@ -604,6 +647,7 @@ main(int argc, char **argv)
 	g_test_add_func("/roles/history-bounded", test_history_bounded);
 	g_test_add_func("/roles/history-json", test_history_json);
 	g_test_add_func("/roles/role-name", test_role_name);
+	g_test_add_func("/roles/issue-11/history-by-caller", test_history_by_caller);
 	g_test_add_func("/roles/issue-11/guard-live-movable-pinned", test_guard_live_movable_pinned);
 	g_test_add_func("/roles/issue-11/guard-floors", test_guard_floors);
 	g_test_add_func("/roles/issue-11/guard-dwell", test_guard_dwell);
