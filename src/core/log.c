@@ -222,8 +222,12 @@ submit(const GString *line)
 	} else {
 		g_string_append_len(w.pending, line->str, (gssize)line->len);
 	}
-	if (w.idle)
+	/* One wake-up a batch: lines handed over before the writer runs ride
+	 * along without another signal. */
+	if (w.idle) {
+		w.idle = false;
 		g_cond_signal(&w.wake);
+	}
 	g_mutex_unlock(&w.lock);
 }
 
@@ -248,8 +252,8 @@ writer_main(gpointer unused)
 		while (w.pending->len == 0 && w.dropped_now == 0 && !w.stop) {
 			w.idle = true;
 			g_cond_wait(&w.wake, &w.lock);
-			w.idle = false;
 		}
+		w.idle = false;
 		if (w.pending->len == 0 && w.dropped_now == 0)
 			break; /* stopping, and nothing left */
 		batch = w.pending;
@@ -357,7 +361,8 @@ nw_log_writer_stop(void)
 	thread = w.thread;
 	if (!done) {
 		/* The stream is stalled; the process is ending: leave the writer
-		 * blocked rather than hang on it. Lines still pending are lost. */
+		 * blocked rather than hang on it (it ends on its own if the stream
+		 * moves). Lines handed over from now on are written in place. */
 		w.thread = NULL;
 		g_mutex_unlock(&w.lock);
 		g_thread_unref(thread);
