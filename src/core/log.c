@@ -1,8 +1,9 @@
+#define _GNU_SOURCE /* SCHED_BATCH */
 #include "build-config.h"
 
 #include "core/log.h"
 
-#include <inttypes.h>
+#include <sched.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -65,17 +66,61 @@ nw_log_enabled(narwhal_log_level level)
 	return (gint)level >= g_atomic_int_get(&threshold);
 }
 
+/* Formatting runs on the loop for every access line, so it avoids printf
+ * and strftime (bench/obs/README.md). */
+
+static void
+append_uint(GString *line, uint64_t v, int min_digits)
+{
+	char buf[24];
+	int i = sizeof buf;
+
+	do {
+		buf[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0 || (int)sizeof buf - i < min_digits);
+	g_string_append_len(line, buf + i, (gssize)sizeof buf - i);
+}
+
+static void
+append_int(GString *line, int64_t v)
+{
+	if (v < 0) {
+		g_string_append_c(line, '-');
+		append_uint(line, -(uint64_t)v, 1);
+	} else {
+		append_uint(line, (uint64_t)v, 1);
+	}
+}
+
+/* "2026-12-01T19:44:05.042Z"; the part up to the second is kept per thread
+ * and redone once a second. */
 static void
 append_timestamp(GString *line)
 {
+	static __thread time_t cached_sec = (time_t)-1;
+	static __thread char cached[24];
 	struct timespec ts;
-	struct tm tm;
-	char buf[32];
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-	g_string_append_printf(line, "%s.%03ldZ", buf, ts.tv_nsec / 1000000);
+	if (ts.tv_sec != cached_sec) {
+		struct tm tm;
+
+		gmtime_r(&ts.tv_sec, &tm);
+		strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S.", &tm);
+		cached_sec = ts.tv_sec;
+	}
+	g_string_append(line, cached);
+	append_uint(line, (uint64_t)(ts.tv_nsec / 1000000), 3);
+	g_string_append_c(line, 'Z');
+}
+
+/* Bytes that go into a JSON string as they are; 0x80 and up need the UTF-8
+ * check of the slow path. */
+static inline bool
+json_plain(unsigned char c)
+{
+	return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
 }
 
 /* A JSON string. Bytes that are not UTF-8 (a path from a client may hold
@@ -84,38 +129,50 @@ static void
 append_json_string(GString *line, const char *s)
 {
 	g_autofree char *valid = NULL;
+	size_t run = 0;
 
-	if (!g_utf8_validate(s, -1, NULL))
-		s = valid = g_utf8_make_valid(s, -1);
+	while (json_plain((unsigned char)s[run]))
+		run++;
 	g_string_append_c(line, '"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"': g_string_append(line, "\\\""); break;
-		case '\\': g_string_append(line, "\\\\"); break;
-		case '\n': g_string_append(line, "\\n"); break;
-		case '\r': g_string_append(line, "\\r"); break;
-		case '\t': g_string_append(line, "\\t"); break;
-		default:
-			if (*p < 0x20 || *p == 0x7f)
-				g_string_append_printf(line, "\\u%04x", *p);
-			else
-				g_string_append_c(line, (char)*p);
+	g_string_append_len(line, s, (gssize)run);
+	if (s[run] != '\0') {
+		if (!g_utf8_validate(s + run, -1, NULL)) {
+			s = valid = g_utf8_make_valid(s + run, -1);
+			run = 0;
+		}
+		for (const unsigned char *p = (const unsigned char *)s + run; *p; p++) {
+			switch (*p) {
+			case '"': g_string_append(line, "\\\""); break;
+			case '\\': g_string_append(line, "\\\\"); break;
+			case '\n': g_string_append(line, "\\n"); break;
+			case '\r': g_string_append(line, "\\r"); break;
+			case '\t': g_string_append(line, "\\t"); break;
+			default:
+				if (*p < 0x20 || *p == 0x7f) {
+					g_string_append(line, "\\u00");
+					g_string_append_c(line, "0123456789abcdef"[*p >> 4]);
+					g_string_append_c(line, "0123456789abcdef"[*p & 15]);
+				} else {
+					g_string_append_c(line, (char)*p);
+				}
+			}
 		}
 	}
 	g_string_append_c(line, '"');
 }
 
 /* Text values go bare unless a reader could misread them: empty, or holding
- * a space, a quote, '=' or a control byte; those are quoted as JSON. */
+ * a space, a quote, '=', a control byte or a byte past ASCII; those are
+ * quoted as JSON. */
 static void
 append_text_value(GString *line, const char *s)
 {
-	bool bare = *s != '\0';
+	size_t run = 0;
 
-	for (const unsigned char *p = (const unsigned char *)s; bare && *p; p++)
-		bare = *p > ' ' && *p != '"' && *p != '=' && *p != 0x7f && *p < 0x80;
-	if (bare)
-		g_string_append(line, s);
+	while (json_plain((unsigned char)s[run]) && s[run] != ' ' && s[run] != '=')
+		run++;
+	if (run > 0 && s[run] == '\0')
+		g_string_append_len(line, s, (gssize)run);
 	else
 		append_json_string(line, s);
 }
@@ -124,15 +181,19 @@ static void
 line_begin(struct nw_log_line *l, nw_log_format fmt, narwhal_log_level level, const char *event)
 {
 	l->format = fmt;
-	l->text = g_string_sized_new(256);
+	l->text = g_string_sized_new(384);
 	if (l->format == NW_LOG_FORMAT_JSON) {
 		g_string_append(l->text, "{\"ts\":\"");
 		append_timestamp(l->text);
-		g_string_append_printf(l->text, "\",\"level\":\"%s\",\"event\":", level_names[level]);
+		g_string_append(l->text, "\",\"level\":\"");
+		g_string_append(l->text, level_names[level]);
+		g_string_append(l->text, "\",\"event\":");
 		append_json_string(l->text, event);
 	} else {
 		append_timestamp(l->text);
-		g_string_append_printf(l->text, " %s ", level_names[level]);
+		g_string_append_c(l->text, ' ');
+		g_string_append(l->text, level_names[level]);
+		g_string_append_c(l->text, ' ');
 		append_text_value(l->text, event);
 	}
 }
@@ -143,16 +204,15 @@ nw_log_line_begin(struct nw_log_line *l, narwhal_log_level level, const char *ev
 	line_begin(l, (nw_log_format)g_atomic_int_get(&format), level, event);
 }
 
+/* Keys are Narwhal's own identifiers: nothing to escape. */
 static void
 append_key(struct nw_log_line *l, const char *key)
 {
-	if (l->format == NW_LOG_FORMAT_JSON) {
-		g_string_append_c(l->text, ',');
-		append_json_string(l->text, key);
-		g_string_append_c(l->text, ':');
-	} else {
-		g_string_append_printf(l->text, " %s=", key);
-	}
+	bool json = l->format == NW_LOG_FORMAT_JSON;
+
+	g_string_append(l->text, json ? ",\"" : " ");
+	g_string_append(l->text, key);
+	g_string_append(l->text, json ? "\":" : "=");
 }
 
 void
@@ -169,18 +229,32 @@ void
 nw_log_line_int(struct nw_log_line *l, const char *key, int64_t value)
 {
 	append_key(l, key);
-	g_string_append_printf(l->text, "%" PRId64, value);
+	append_int(l->text, value);
 }
 
+/* Six decimals (as "%.6f", rounding aside), from the value in millionths. */
 void
 nw_log_line_real(struct nw_log_line *l, const char *key, double value)
 {
-	char buf[G_ASCII_DTOSTR_BUF_SIZE];
+	int64_t millionths;
 
 	if (!isfinite(value))
 		return;
 	append_key(l, key);
-	g_string_append(l->text, g_ascii_formatd(buf, sizeof buf, "%.6f", value));
+	if (fabs(value) >= 1e12) {
+		char buf[G_ASCII_DTOSTR_BUF_SIZE];
+
+		g_string_append(l->text, g_ascii_formatd(buf, sizeof buf, "%.6f", value));
+		return;
+	}
+	millionths = llround(value * 1e6);
+	if (millionths < 0) {
+		g_string_append_c(l->text, '-');
+		millionths = -millionths;
+	}
+	append_uint(l->text, (uint64_t)(millionths / 1000000), 1);
+	g_string_append_c(l->text, '.');
+	append_uint(l->text, (uint64_t)(millionths % 1000000), 6);
 }
 
 void
@@ -243,6 +317,12 @@ nw_log_line_end(struct nw_log_line *l)
 static gpointer
 writer_main(gpointer unused)
 {
+	/* A batch thread does not preempt the loop when woken: it runs when the
+	 * loop waits for events (or on another core), so lines handed over in
+	 * one loop iteration go out in one write. */
+	struct sched_param param = { 0 };
+
+	sched_setscheduler(0, SCHED_BATCH, &param);
 	g_mutex_lock(&w.lock);
 	for (;;) {
 		GString *batch;
