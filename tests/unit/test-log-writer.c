@@ -133,27 +133,37 @@ flood_main(gpointer data)
 	return NULL;
 }
 
-/* Reads what the pipe holds (non-blocking read end) into text until needle
- * shows up or the deadline passes. */
-static bool
-drain_until(int fd, GString *text, const char *needle, gint64 deadline)
+/* A reader that lets the stream move: reads the pipe (non-blocking read
+ * end) into text until the needle shows up or the deadline passes. */
+struct reader {
+	int fd;
+	GString *text;
+	const char *needle;
+	gint64 deadline;
+	bool found;
+};
+
+static gpointer
+reader_main(gpointer data)
 {
+	struct reader *rd = data;
 	char buf[65536];
 
-	while (strstr(text->str, needle) == NULL) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		gint64 left_ms = (deadline - g_get_monotonic_time()) / 1000;
+	while (strstr(rd->text->str, rd->needle) == NULL) {
+		struct pollfd p = { .fd = rd->fd, .events = POLLIN };
+		gint64 left_ms = (rd->deadline - g_get_monotonic_time()) / 1000;
 		ssize_t n;
 
 		if (left_ms <= 0)
-			return false;
+			return NULL;
 		if (poll(&p, 1, (int)MIN(left_ms, 100)) <= 0)
 			continue;
-		n = read(fd, buf, sizeof buf);
+		n = read(rd->fd, buf, sizeof buf);
 		if (n > 0)
-			g_string_append_len(text, buf, n);
+			g_string_append_len(rd->text, buf, n);
 	}
-	return true;
+	rd->found = true;
+	return NULL;
 }
 
 /* Issue 11, access log ("never blocks the loop"): with a stream nobody
@@ -171,7 +181,8 @@ test_stalled_stream_drops_and_counts(void)
 	guint reports;
 	int fds[2], prev = -1;
 	char final_line[32];
-	GThread *flood;
+	struct reader rd;
+	GThread *flood, *reader;
 	FILE *stream;
 	GArray *seq;
 
@@ -190,11 +201,17 @@ test_stalled_stream_drops_and_counts(void)
 	g_thread_join(flood);
 	g_assert_cmpuint(nw_log_dropped_lines(), >, before);
 
-	/* Let the stream move: the report comes once the writer can. */
-	g_assert_true(drain_until(fds[0], text, "log_lines_dropped", deadline));
+	/* Let the stream move: the report comes once the writer can. Once
+	 * everything is written there is room again, and a new line goes
+	 * through. */
+	rd = (struct reader){ .fd = fds[0], .text = text, .needle = "\"event\":\"final\"",
+	                      .deadline = deadline };
+	reader = g_thread_new("reader", reader_main, &rd);
+	g_assert_true(nw_log_flush());
 	g_snprintf(final_line, sizeof final_line, "%d", N);
 	nw_log(NARWHAL_LOG_INFO, "final", "n", final_line, NULL);
-	g_assert_true(drain_until(fds[0], text, "\"event\":\"final\"", deadline));
+	g_thread_join(reader);
+	g_assert_true(rd.found);
 	g_assert_true(g_str_has_suffix(text->str, "}\n"));
 
 	seq = parse_lines(text->str, &reported, &reports);
