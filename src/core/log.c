@@ -3,8 +3,8 @@
 
 #include "core/log.h"
 
-#include <sched.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

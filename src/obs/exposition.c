@@ -185,7 +185,7 @@ nw_exposition_render(const struct nw_exposition_sources *src)
 	write_engines(out, src);
 	nw_plugin_metrics_foreach(src->plugin_metrics, write_plugin_metric, out);
 	nw_prom_family(out, "narwhal_log_dropped_lines_total", "counter",
-	               "Log lines dropped because stderr fell behind (docs/metrics.md, \"Access log\").");
+	               "Log lines dropped because stderr fell behind (docs/metrics.md, Access log).");
 	nw_prom_sample(out, "narwhal_log_dropped_lines_total", NULL, (double)nw_log_dropped_lines());
 	return out;
 }
