@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <glib.h>
 
+#include "core/access-log.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/process.h"
@@ -83,6 +84,9 @@ run(const char *file)
 		g_ptr_array_unref(problems);
 		return EXIT_CONFIG;
 	}
+	/* From here the loop never waits on stderr (docs/deployment.md, "Logs"). */
+	nw_log_writer_start(NW_LOG_PENDING_CAP);
+	nw_access_log_setup(cfg->log.access);
 	for (guint i = 0; problems && i < problems->len; i++) {
 		char *line = nw_config_error_format(file, g_ptr_array_index(problems, i));
 
@@ -96,12 +100,14 @@ run(const char *file)
 	d = nw_daemon_new(cfg, &error);
 	if (d == NULL) {
 		nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error", error->message, NULL);
+		nw_log_writer_stop();
 		fprintf(stderr, "narwhal: %s\n", error->message);
 		g_error_free(error);
 		return EXIT_CONFIG;
 	}
 	status = nw_daemon_run(d);
 	nw_daemon_free(d); /* logs "stopped" */
+	nw_log_writer_stop();
 	return status;
 }
 

@@ -47,16 +47,17 @@ nwb_cleanup() {
 # later. There is a small race with other programs; the callers check
 # that their server started.
 nwb_free_port() {
-	used=$(awk 'FNR > 1 { split($2, a, ":"); print a[2] }' \
-		/proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u | tr '\n' ' ')
 	low=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 	seed=$$$(date +%N 2>/dev/null | cut -c1-6)
-	awk -v used=" $used" -v seed="$seed" -v low="${low:-32768}" 'BEGIN {
+	# The ports in use go through a pipe, not an argument: a busy machine
+	# has more sockets than an argument list holds.
+	awk 'FNR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		awk -v seed="$seed" -v low="${low:-32768}" '{ used[$1] = 1 } END {
 		srand(seed % 2147483647)
 		lo = 10000; hi = low > 12000 ? low : 32768
 		for (i = 0; i < 1000; i++) {
 			p = lo + int(rand() * (hi - lo))
-			if (index(used, sprintf(" %04X ", p)) == 0) { print p; exit }
+			if (!(sprintf("%04X", p) in used)) { print p; exit }
 		}
 		exit 1
 	}'

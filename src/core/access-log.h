@@ -2,7 +2,8 @@
  * The access log (docs/metrics.md, "Access log"): one structured line per
  * client request once its answer is decided and sent, written through the
  * log's writer so it never blocks the loop. Never a prompt, a completion or
- * an API key. log.access switches it.
+ * an API key. log.access switches it. A field without a value (NULL, -1,
+ * NAN) is left out of the line.
  */
 #ifndef NW_ACCESS_LOG_H
 #define NW_ACCESS_LOG_H

@@ -190,6 +190,8 @@ static const struct nw_field config_fields[] = {
 	  .valid = "one of \"debug\", \"info\", \"warning\", \"error\"" },
 	{ CFG("log.format", NW_FT_ENUM, log.format), .def = NW_LOG_FORMAT_JSON,
 	  .names = log_format_names, .valid = "one of \"json\", \"text\"" },
+	/* Beyond the spec: the access log (docs/metrics.md, "Access log"). */
+	{ CFG("log.access", NW_FT_BOOL, log.access), .def = true, .valid = "true or false" },
 
 	/* slo: the spec prices against these targets without fixing defaults */
 	{ CFG("slo.ttft_s", NW_FT_DOUBLE, slo.ttft_s), .def = 1.0, SECONDS_POS },

@@ -84,6 +84,7 @@ struct nw_config {
 	struct {
 		char *level;  /* debug, info, warning, error */
 		nw_log_format format;
+		bool access; /* the access log (beyond the spec) */
 	} log;
 
 	struct {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "control/health.h"
+#include "core/log.h"
 #include "obs/prom.h"
 #include "serve/counters.h"
 
@@ -625,5 +626,8 @@ nw_exposition_render(const struct nw_exposition_sources *src)
 	write_request_path(out, src);
 	write_engines(out, src);
 	nw_plugin_metrics_foreach(src->plugin_metrics, write_plugin_metric, out);
+	nw_prom_family(out, "narwhal_log_dropped_lines_total", "counter",
+	               "Log lines dropped because stderr fell behind (docs/metrics.md, Access log).");
+	nw_prom_sample(out, "narwhal_log_dropped_lines_total", NULL, (double)nw_log_dropped_lines());
 	return out;
 }

@@ -220,6 +220,7 @@ static const struct default_case default_cases[] = {
 	{ "narwhal", "admin.allow_remote", "false" },
 	{ "narwhal", "log.level", "\"info\"" },
 	{ "narwhal", "log.format", "\"json\"" },
+	{ "narwhal", "log.access", "true" },
 	{ "narwhal", "slo.ttft_s", "1.0" },
 	{ "narwhal", "slo.tpot_s", "0.1" },
 	{ "4.1", "serving.admission", "\"predictive\"" },
@@ -383,6 +384,9 @@ static const struct range_case range_cases[] = {
 	{ "narwhal", "log.level", "\"INFO\"", false, "not a valid choice" },
 	{ "narwhal", "log.format", "\"text\"", true, NULL },
 	{ "narwhal", "log.format", "\"yaml\"", false, "\"yaml\" is not a valid choice" },
+	/* Issue 11, access log: log.access switches it. */
+	{ "narwhal", "log.access", "false", true, NULL },
+	{ "narwhal", "log.access", "\"off\"", false, "wrong type" },
 	SECS_POS("narwhal", "slo.ttft_s"),
 	SECS_POS("narwhal", "slo.tpot_s"),
 
@@ -1228,7 +1232,7 @@ test_struct_members(void)
 {
 	char *doc = make_doc(
 		"{\"server\": {\"host\": \"::1\", \"port\": 9001, \"client_timeout_s\": 11},"
-		" \"log\": {\"level\": \"debug\", \"format\": \"text\"},"
+		" \"log\": {\"level\": \"debug\", \"format\": \"text\", \"access\": false},"
 		" \"slo\": {\"ttft_s\": 1.5, \"tpot_s\": 0.05},"
 		" \"serving\": {\"admission\": \"open\", \"admission_margin\": 0.07, \"max_connections\": 301,"
 		"  \"queue_capacity\": 302, \"queue_timeout_s\": 3.5, \"prefill_concurrency\": 303,"
@@ -1277,6 +1281,7 @@ test_struct_members(void)
 	g_assert_cmpfloat(c->server.client_timeout_s, ==, 11);
 	g_assert_cmpstr(c->log.level, ==, "debug");
 	g_assert_cmpint(c->log.format, ==, NW_LOG_FORMAT_TEXT);
+	g_assert_false(c->log.access);
 	g_assert_cmpfloat(c->slo.ttft_s, ==, 1.5);
 	g_assert_cmpfloat(c->slo.tpot_s, ==, 0.05);
 	g_assert_cmpint(c->serving.admission, ==, NW_ADMISSION_OPEN);

@@ -1,7 +1,11 @@
 /* Structured log lines: JSON and text formats, escaping, thresholds. */
 #include "build-config.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "core/log.h"
 
@@ -100,6 +104,49 @@ test_level_names(void)
 	g_assert_false(nw_log_setup("loud", NW_LOG_FORMAT_JSON));
 }
 
+static void
+emit_numbers(void)
+{
+	struct nw_log_line l;
+
+	nw_log_line_begin(&l, NARWHAL_LOG_DEBUG, "numbers");
+	nw_log_line_int(&l, "zero", 0);
+	nw_log_line_int(&l, "neg", -42);
+	nw_log_line_int(&l, "min", INT64_MIN);
+	nw_log_line_int(&l, "max", INT64_MAX);
+	nw_log_line_real(&l, "small", 0.0000004);
+	nw_log_line_real(&l, "round", 2.0000005);
+	nw_log_line_real(&l, "negr", -1.25);
+	nw_log_line_real(&l, "huge", 1e13);
+	nw_log_line_real(&l, "nan", NAN);
+	nw_log_line_real(&l, "inf", INFINITY);
+	nw_log_line_bool(&l, "yes", true);
+	nw_log_line_end(&l);
+}
+
+/* The access log's numbers (issue 11, access log) are written by hand
+ * rather than by printf: whole numbers in full, reals with six decimals
+ * rounded, and a real that is not finite left out. Written whatever the
+ * threshold. */
+static void
+test_line_numbers(void)
+{
+	g_autofree char *out = capture(NW_LOG_FORMAT_TEXT, "error", emit_numbers);
+	g_autofree char *json = capture(NW_LOG_FORMAT_JSON, "error", emit_numbers);
+	json_t *doc = json_loads(json, 0, NULL);
+
+	g_assert_nonnull(strstr(out, " debug numbers zero=0 neg=-42 min=-9223372036854775808"
+	                             " max=9223372036854775807 small=0.000000 round=2.000001"
+	                             " negr=-1.250000 huge=10000000000000.000000 yes=true\n"));
+	g_assert_nonnull(doc);
+	g_assert_true(json_integer_value(json_object_get(doc, "min")) == INT64_MIN);
+	g_assert_cmpfloat(json_real_value(json_object_get(doc, "negr")), ==, -1.25);
+	g_assert_null(json_object_get(doc, "nan"));
+	g_assert_null(json_object_get(doc, "inf"));
+	g_assert_true(json_is_true(json_object_get(doc, "yes")));
+	json_decref(doc);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -109,5 +156,6 @@ main(int argc, char **argv)
 	g_test_add_func("/log/text-format", test_text_format);
 	g_test_add_func("/log/threshold", test_threshold);
 	g_test_add_func("/log/level-names", test_level_names);
+	g_test_add_func("/log/line-numbers", test_line_numbers);
 	return g_test_run();
 }
