@@ -8,6 +8,7 @@
 #include "build-config.h"
 
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -68,11 +69,17 @@ static int
 run(const char *file)
 {
 	GPtrArray *problems = NULL;
-	struct nw_config *cfg = nw_config_load_file(file, &problems);
+	struct nw_config *cfg;
 	struct nw_daemon *d;
 	GError *error = NULL;
 	int status;
 
+	/* A reload asked for while starting (`systemctl reload` right after
+	 * the start) must not end the process, SIGHUP's default: the start
+	 * reads the file anyway. The daemon takes SIGHUP over once it runs
+	 * (docs/deployment.md, "Signals"). */
+	signal(SIGHUP, SIG_IGN);
+	cfg = nw_config_load_file(file, &problems);
 	if (cfg == NULL) {
 		print_problems(file, problems, FALSE);
 		g_ptr_array_unref(problems);

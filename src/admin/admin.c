@@ -16,6 +16,10 @@
 /* Admin bodies are a role at most; anything longer is not ours. */
 #define ADMIN_MAX_BODY 4096
 
+/* How much of a path or method a call's log line and history entry keep
+ * (in characters): any caller, token or not, chooses them. */
+#define ADMIN_PATH_SHOWN 256
+
 /* The listener serves a few operators, never clients. */
 #define ADMIN_CONNECTIONS 16
 #define ADMIN_TIMEOUT_S 10
@@ -70,6 +74,22 @@ peer_address(struct MHD_Connection *conn, char *out, size_t size)
 		g_strlcpy(out, "unknown", size);
 }
 
+/* A path or method as the log and the history show it: valid UTF-8 (both
+ * are JSON; MHD hands over the path %-decoded) and at most
+ * ADMIN_PATH_SHOWN characters, so a caller cannot grow either by the size
+ * of its request line (transfer full). */
+static char *
+shown(const char *text)
+{
+	g_autofree char *valid = g_utf8_make_valid(text, -1);
+	g_autofree char *head = NULL;
+
+	if (g_utf8_strlen(valid, -1) <= ADMIN_PATH_SHOWN)
+		return g_steal_pointer(&valid);
+	head = g_utf8_substring(valid, 0, ADMIN_PATH_SHOWN);
+	return g_strconcat(head, "...", NULL);
+}
+
 static void
 count_call(struct nw_admin *a, const char *result)
 {
@@ -90,13 +110,14 @@ record(struct admin_call *c, unsigned status, const char *result)
 	struct nw_admin *a = c->a;
 	g_autoptr(GDateTime) now = g_date_time_new_now_utc();
 	g_autofree char *at = g_date_time_format_iso8601(now);
+	g_autofree char *path = shown(c->url), *method = shown(c->method);
 	char peer[64], code[8];
 
 	count_call(a, result);
 	peer_address(c->conn, peer, sizeof peer);
 	g_snprintf(code, sizeof code, "%u", status);
 	nw_log(status < 400 ? NARWHAL_LOG_INFO : NARWHAL_LOG_WARNING, "admin_call", "method",
-	       c->method, "path", c->url, "status", code, "result", result, "peer", peer,
+	       method, "path", path, "status", code, "result", result, "peer", peer,
 	       c->engine != NULL ? "engine" : NULL, c->engine, NULL);
 	/* A read that was answered changes nothing: logged, but kept out of
 	 * the history so a polling dashboard cannot push the actions out. */
@@ -104,7 +125,7 @@ record(struct admin_call *c, unsigned status, const char *result)
 		return;
 	g_queue_push_tail(&a->history,
 	                  json_pack("{s:s, s:s, s:s, s:s?, s:i, s:s, s:s}", "at", at, "method",
-	                            c->method, "path", c->url, "engine", c->engine, "status",
+	                            method, "path", path, "engine", c->engine, "status",
 	                            (int)status, "result", result, "peer", peer));
 	if (g_queue_get_length(&a->history) > a->capacity)
 		json_decref(g_queue_pop_head(&a->history));
@@ -198,7 +219,8 @@ parse_role_body(struct admin_call *c, const GString *body, narwhal_role *role,
 	*role = 0;
 	if (body->len == 0)
 		return true;
-	doc = json_loadb(body->str, body->len, 0, &jerr);
+	/* A key given twice is ambiguous: refused, not the last one taken. */
+	doc = json_loadb(body->str, body->len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!json_is_object(doc)) {
 		msg = doc == NULL ? g_strdup_printf("the body is not JSON (%s): an object such as "
 		                                    "{\"role\": \"decode\"}, or no body", jerr.text)
@@ -466,6 +488,7 @@ nw_admin_start(struct nw_daemon *d, GError **error)
 		.max_pending = ADMIN_CONNECTIONS,
 	};
 	const char *token;
+	g_autofree char *stripped = NULL;
 	struct nw_admin *a;
 	GError *local = NULL;
 	char port[8];
@@ -475,8 +498,11 @@ nw_admin_start(struct nw_daemon *d, GError **error)
 		       "no admin API: admin.token_env is null (docs/admin.md)", NULL);
 		return NULL;
 	}
+	/* Blanks around the token (a secret file's line end) are not part of
+	 * it, as with server.api_keys_env's keys. */
 	token = g_getenv(cfg->admin.token_env);
-	if (token == NULL || *token == '\0') {
+	stripped = token != NULL ? g_strstrip(g_strdup(token)) : NULL;
+	if (stripped == NULL || *stripped == '\0') {
 		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
 		            "admin.token_env: the environment variable %s is %s: set it to the admin "
 		            "API's bearer token, or set admin.token_env to null to run without the "
@@ -485,7 +511,7 @@ nw_admin_start(struct nw_daemon *d, GError **error)
 	}
 	a = g_new0(struct nw_admin, 1);
 	a->daemon = d;
-	a->token = g_strdup(token);
+	a->token = g_steal_pointer(&stripped);
 	a->capacity = MAX(cfg->controller.flip_history, 1u);
 	g_queue_init(&a->history);
 	/* Present from the start, so that a rate can be taken of them. */

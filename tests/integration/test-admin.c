@@ -510,6 +510,118 @@ test_no_token_no_listener(void)
 	serve_clear(&e);
 }
 
+/* issue 11, admin API "every call is logged and recorded": a caller, with
+ * the token or without, may send any bytes in the path. The call is still
+ * recorded, as valid UTF-8 (log lines and the state are JSON) and cut to
+ * a bounded length, so a caller without the token cannot make the log or
+ * the clients' /narwhal/state grow by the size of its request line. */
+static void
+test_hostile_paths(void)
+{
+	struct serve_env e;
+	struct sim_reply r;
+	g_autofree char *many = g_strnfill(8000, 'a'), *long_path = NULL, *log = NULL;
+	g_auto(GStrv) lines = NULL;
+	json_t *doc, *history, *entry;
+	size_t i;
+
+	if (!start(&e, "20", NULL))
+		return;
+	admin_call_as(&e, NULL, "GET", "/admin/%FF%FE", NULL, &r);
+	serve_assert_error(&r, 401, "invalid_admin_token");
+	sim_reply_clear(&r);
+	admin_call(&e, "POST", "/admin/engines/%C3%28/drain", NULL, &r);
+	serve_assert_error(&r, 404, "engine_not_found");
+	sim_reply_clear(&r);
+	long_path = g_strconcat("/admin/", many, NULL);
+	admin_call_as(&e, "wrong", "GET", long_path, NULL, &r);
+	serve_assert_error(&r, 401, "invalid_admin_token");
+	sim_reply_clear(&r);
+
+	doc = state(&e);
+	history = json_object_get(doc, "operator_history");
+	g_assert_cmpint(json_integer_value(json_object_get(history, "total")), ==, 3);
+	g_assert_cmpuint(json_array_size(json_object_get(history, "entries")), ==, 3);
+	json_array_foreach(json_object_get(history, "entries"), i, entry) {
+		const char *path = json_string_value(json_object_get(entry, "path"));
+
+		g_assert_nonnull(path);
+		g_assert_true(g_str_has_prefix(path, "/admin/"));
+		g_assert_cmpuint(strlen(path), <=, 1024);
+	}
+	json_decref(doc);
+
+	/* Every log line is one JSON object, and none carries the long path. */
+	g_assert_true(serve_wait_log(&e, "\"status\":\"401\"", 1000));
+	log = serve_log(&e);
+	lines = g_strsplit(log, "\n", -1);
+	for (char **l = lines; *l != NULL; l++) {
+		json_t *line;
+
+		if (**l == '\0')
+			continue;
+		line = json_loads(*l, 0, NULL);
+		if (line == NULL)
+			fail(&e, "a log line is not JSON");
+		json_decref(line);
+		g_assert_cmpuint(strlen(*l), <, 2048);
+	}
+	serve_clear(&e);
+}
+
+/* issue 11, admin API: a body that names "role" twice is ambiguous (which
+ * one applies?): 400 invalid_json, nothing moves. */
+static void
+test_duplicate_role(void)
+{
+	struct serve_env e;
+	char *code = NULL;
+
+	if (!start(&e, "20", NULL))
+		return;
+	g_assert_cmpint(engine_action(&e, "sim-2", "role",
+	                              "{\"role\": \"prefill\", \"role\": \"decode\"}", &code),
+	                ==, 400);
+	g_assert_cmpstr(code, ==, "invalid_json");
+	g_free(code);
+	g_assert_cmpint(engine_action(&e, "sim-2", "pin",
+	                              "{\"role\": \"decode\", \"role\": \"prefill\"}", &code),
+	                ==, 400);
+	g_assert_cmpstr(code, ==, "invalid_json");
+	g_free(code);
+	g_assert_false(engine_flag(&e, "sim-2", "pinned"));
+	serve_clear(&e);
+}
+
+/* issue 11, admin API "a bearer token read from an environment variable":
+ * a token with the line end or spaces a secret file or `kubectl create
+ * secret --from-file` leaves around it is the token without them (as
+ * server.api_keys_env's keys are); one of blanks only is empty. */
+static void
+test_token_trimmed(void)
+{
+	struct serve_env e;
+	struct sim_reply r;
+	const char *const padded[] = { TOKEN_ENV, " " TOKEN "\n", NULL };
+	const char *const blank[] = { TOKEN_ENV, " \n", NULL };
+	g_autofree char *cfg = config_with(NULL), *log = NULL;
+
+	if (!start(&e, "20", NULL))
+		return;
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 5000), ==, 0);
+	g_assert_true(serve_start_daemon(&e, cfg, padded));
+	admin_call(&e, "GET", "/admin/state", NULL, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
+
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 5000), ==, 0);
+	g_assert_false(serve_start_daemon(&e, cfg, blank));
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 5000), ==, 1);
+	log = serve_log(&e);
+	g_assert_nonnull(strstr(log, TOKEN_ENV " is empty"));
+	serve_clear(&e);
+}
+
 /* --- routes and bodies ----------------------------------------------------- */
 
 /* issue 11, admin API errors: unknown engine 404, bad JSON 400, a wrong
@@ -905,6 +1017,9 @@ main(int argc, char **argv)
 	g_test_add_func("/admin/issue-11/remote-bind", test_remote_bind);
 	g_test_add_func("/admin/issue-11/no-token-no-listener", test_no_token_no_listener);
 	g_test_add_func("/admin/issue-11/errors", test_errors);
+	g_test_add_func("/admin/issue-11/hostile-paths", test_hostile_paths);
+	g_test_add_func("/admin/issue-11/duplicate-role", test_duplicate_role);
+	g_test_add_func("/admin/issue-11/token-trimmed", test_token_trimmed);
 	g_test_add_func("/admin/issue-11/drain-under-load", test_drain_under_load);
 	g_test_add_func("/admin/issue-11/pin-and-role", test_pin_and_role);
 	g_test_add_func("/admin/issue-11/role-dwell", test_role_dwell);

@@ -418,6 +418,59 @@ test_reload_many(void)
 	serve_clear(&e);
 }
 
+/* Issue 11 (reload on SIGHUP; `systemctl reload` may come as soon as the
+ * process exists): a SIGHUP while Narwhal is still starting must not end
+ * it (the default action of SIGHUP). Each start gets one once it loads
+ * its plugins; it comes up and stops with status 0. Bounded: 5 starts. */
+static void
+test_reload_while_starting(void)
+{
+	struct serve_env e;
+
+	if (!start_three(&e))
+		return;
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	for (unsigned k = 0; k < 5; k++) {
+		g_autoptr(GSubprocessLauncher) l =
+			g_subprocess_launcher_new(G_SUBPROCESS_FLAGS_STDOUT_SILENCE);
+		g_autoptr(GSubprocess) p = NULL;
+		GError *error = NULL;
+
+		g_unlink(e.log_path);
+		g_subprocess_launcher_set_stderr_file_path(l, e.log_path);
+		p = g_subprocess_launcher_spawn(l, &error, g_getenv("NARWHAL_BIN"), "--config",
+		                                e.config_path, NULL);
+		g_assert_no_error(error);
+		/* Once its dialect plugin is mapped it is past its configuration
+		 * and building its daemon: the SIGHUP comes while it starts. */
+		{
+			g_autofree char *maps = g_strdup_printf("/proc/%s/maps",
+			                                        g_subprocess_get_identifier(p));
+			gboolean loaded = FALSE;
+
+			for (gint64 end = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+			     !loaded && g_get_monotonic_time() < end;) {
+				g_autofree char *text = NULL;
+
+				loaded = g_file_get_contents(maps, &text, NULL, NULL) &&
+				         strstr(text, "dialect-vllm") != NULL;
+			}
+		}
+		g_subprocess_send_signal(p, SIGHUP);
+		/* Up, or gone (then the wait below says how). */
+		for (gint64 end = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+		     g_get_monotonic_time() < end && g_subprocess_get_identifier(p) != NULL &&
+		     count_in_log(&e, "\"event\":\"listening\"") == 0;)
+			g_usleep(2000);
+		g_subprocess_send_signal(p, SIGTERM);
+		g_assert_true(g_subprocess_wait(p, NULL, &error));
+		g_assert_no_error(error);
+		g_assert_false(g_subprocess_get_if_signaled(p));
+		g_assert_cmpint(g_subprocess_get_exit_status(p), ==, 0);
+	}
+	serve_clear(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -426,5 +479,6 @@ main(int argc, char **argv)
 	g_test_add_func("/reload/issue-11/invalid-file", test_reload_invalid);
 	g_test_add_func("/reload/issue-11/port-refused", test_reload_port_refused);
 	g_test_add_func("/reload/issue-11/many", test_reload_many);
+	g_test_add_func("/reload/issue-11/while-starting", test_reload_while_starting);
 	return g_test_run();
 }
