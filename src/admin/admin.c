@@ -36,6 +36,10 @@ struct nw_admin {
 	GQueue history;
 	uint32_t capacity;
 	uint64_t total;
+	/* Calls without the right token: counted apart, so a caller without
+	 * the token cannot push the operators' actions out of the history. */
+	uint64_t unauthorized;
+	char *unauthorized_at, *unauthorized_peer; /* the last one */
 	/* Calls by result: a bounded set of static codes (the last slot
 	 * takes any beyond it as "other"). */
 	struct {
@@ -123,6 +127,14 @@ record(struct admin_call *c, unsigned status, const char *result)
 	 * the history so a polling dashboard cannot push the actions out. */
 	if (strcmp(c->method, "GET") == 0 && status < 400)
 		return;
+	if (status == MHD_HTTP_UNAUTHORIZED) {
+		a->unauthorized++;
+		g_free(a->unauthorized_at);
+		g_free(a->unauthorized_peer);
+		a->unauthorized_at = g_steal_pointer(&at);
+		a->unauthorized_peer = g_strdup(peer);
+		return;
+	}
 	g_queue_push_tail(&a->history,
 	                  json_pack("{s:s, s:s, s:s, s:s?, s:i, s:s, s:s}", "at", at, "method",
 	                            method, "path", path, "engine", c->engine, "status",
@@ -551,9 +563,11 @@ nw_admin_history_json(const struct nw_admin *a, bool operator)
 			json_object_del(e, "peer");
 		json_array_append_new(entries, e);
 	}
-	return json_pack("{s:b, s:I, s:I, s:o}", "enabled", 1, "capacity",
+	return json_pack("{s:b, s:I, s:I, s:o, s:{s:I, s:s*, s:s*}}", "enabled", 1, "capacity",
 	                 (json_int_t)a->capacity, "total", (json_int_t)a->total, "entries",
-	                 entries);
+	                 entries, "unauthorized", "count", (json_int_t)a->unauthorized, "last_at",
+	                 a->unauthorized_at, "last_peer",
+	                 operator ? a->unauthorized_peer : NULL);
 }
 
 void
@@ -576,6 +590,8 @@ nw_admin_free(struct nw_admin *a)
 		return;
 	nw_http_server_stop(a->http);
 	g_queue_clear_full(&a->history, history_entry_free);
+	g_free(a->unauthorized_at);
+	g_free(a->unauthorized_peer);
 	if (a->token != NULL)
 		memset(a->token, 0, strlen(a->token));
 	g_free(a->token);
