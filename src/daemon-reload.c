@@ -11,6 +11,7 @@
 
 #include <string.h>
 
+#include "core/access-log.h"
 #include "core/log.h"
 #include "daemon.h"
 
@@ -328,6 +329,7 @@ reload(struct nw_daemon *d, json_t **summary, GError **error)
 			json_decref(s);
 	}
 	nw_log_setup(g->cfg->log.level, g->cfg->log.format);
+	nw_access_log_setup(g->cfg->log.access);
 	ok = TRUE;
 	goto out;
 
