@@ -360,6 +360,132 @@ test_api_keys(void)
 	serve_clear(&e);
 }
 
+/* The access lines of narwhal's log so far, parsed, in order (owned). */
+static GPtrArray *
+access_lines(struct serve_env *e)
+{
+	g_autofree char *log = serve_log(e);
+	g_auto(GStrv) lines = g_strsplit(log, "\n", -1);
+	GPtrArray *out = g_ptr_array_new_with_free_func((GDestroyNotify)json_decref);
+
+	for (char **l = lines; *l != NULL; l++) {
+		json_t *line;
+
+		if (strstr(*l, "\"event\":\"access\"") == NULL)
+			continue;
+		line = json_loads(*l, 0, NULL);
+		g_assert_nonnull(line); /* one valid JSON object a line */
+		g_ptr_array_add(out, line);
+	}
+	return out;
+}
+
+static gboolean
+wait_access_lines(struct serve_env *e, guint n, guint timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+	while (g_get_monotonic_time() < deadline) {
+		g_autoptr(GPtrArray) lines = access_lines(e);
+
+		if (lines->len >= n)
+			return TRUE;
+		g_usleep(10000);
+	}
+	return FALSE;
+}
+
+/* Issue 11, "Access log: one structured line per request (id, route,
+ * model, status or error code, prompt and output tokens, TTFT, TPOT, total
+ * time, engines and attempts), never a prompt or an API key, switchable"
+ * (docs/metrics.md, "Access log"). */
+static void
+test_access_log(void)
+{
+	const char *env[] = { "NW_TEST_CLIENT_KEYS", "sk-access-secret-77", NULL };
+	const char *key[] = { "Authorization: Bearer sk-access-secret-77", NULL };
+	const char *cfg = "{\"server\":{\"api_keys_env\":\"NW_TEST_CLIENT_KEYS\"},"
+	                  "\"log\":{\"access\":true}}";
+	struct serve_env e;
+	struct sim_reply r;
+	g_autofree char *plain = NULL, *stream = NULL, *log = NULL, *rid = NULL;
+	g_autoptr(GPtrArray) lines = NULL;
+	json_t *ok, *sse, *refused;
+
+	g_test_summary("/serve/issue-11/access-log: one access line per request with its fields, "
+	               "never the prompt or the key; off writes none (test-access-log checks it "
+	               "is written whatever log.level says)");
+	if (!serve_start(&e, sim_fast, "pd", NULL))
+		return;
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	g_assert_true(serve_start_daemon(&e, cfg, env));
+	g_assert_true(serve_wait_all_available(&e, 10000));
+	plain = g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"PROMPT-NEVER-LOGGED zebra\","
+	                        "\"max_tokens\":6}", e.model);
+	stream = g_strdup_printf("{\"model\":\"%s\",\"prompt\":\"PROMPT-NEVER-LOGGED okapi\","
+	                         "\"max_tokens\":6,\"stream\":true}", e.model);
+	serve_post(&e, "/v1/completions", plain, key, 10000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	rid = sim_reply_header(&r, "X-Request-Id");
+	sim_reply_clear(&r);
+	serve_post(&e, "/v1/completions", stream, key, 10000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
+	serve_post(&e, "/v1/completions", plain, NULL, 10000, &r);
+	g_assert_cmpint(r.status, ==, 401);
+	sim_reply_clear(&r);
+	g_assert_true(wait_access_lines(&e, 3, 5000));
+
+	lines = access_lines(&e);
+	g_assert_cmpuint(lines->len, ==, 3);
+	ok = g_ptr_array_index(lines, 0);
+	sse = g_ptr_array_index(lines, 1);
+	refused = g_ptr_array_index(lines, 2);
+	g_assert_nonnull(rid);
+	g_assert_cmpstr(json_string_value(json_object_get(ok, "request_id")), ==, rid);
+	g_assert_cmpstr(json_string_value(json_object_get(ok, "route")), ==, "/v1/completions");
+	g_assert_cmpstr(json_string_value(json_object_get(ok, "model")), ==, e.model);
+	g_assert_true(json_is_false(json_object_get(ok, "stream")));
+	g_assert_cmpint(json_integer_value(json_object_get(ok, "status")), ==, 200);
+	g_assert_null(json_object_get(ok, "error_code"));
+	g_assert_cmpint(json_integer_value(json_object_get(ok, "prompt_tokens")), >, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(ok, "output_tokens")), ==, 6);
+	g_assert_cmpfloat(json_number_value(json_object_get(ok, "total_s")), >, 0);
+	g_assert_nonnull(json_string_value(json_object_get(ok, "prefill_engine")));
+	g_assert_nonnull(json_string_value(json_object_get(ok, "decode_engine")));
+	g_assert_cmpint(json_integer_value(json_object_get(ok, "attempts")), ==, 1);
+
+	g_assert_true(json_is_true(json_object_get(sse, "stream")));
+	g_assert_cmpfloat(json_number_value(json_object_get(sse, "ttft_s")), >, 0);
+	g_assert_cmpfloat(json_number_value(json_object_get(sse, "tpot_s")), >, 0);
+	g_assert_cmpfloat(json_number_value(json_object_get(sse, "ttft_s")), <=,
+	                  json_number_value(json_object_get(sse, "total_s")));
+
+	g_assert_cmpint(json_integer_value(json_object_get(refused, "status")), ==, 401);
+	g_assert_cmpstr(json_string_value(json_object_get(refused, "error_code")), ==,
+	                "invalid_api_key");
+	g_assert_cmpint(json_integer_value(json_object_get(refused, "attempts")), ==, 0);
+	g_assert_null(json_object_get(refused, "prefill_engine"));
+
+	log = serve_log(&e);
+	g_assert_null(strstr(log, "PROMPT-NEVER-LOGGED"));
+	g_assert_null(strstr(log, "sk-access-secret-77"));
+
+	/* Switched off: no access line at all. */
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	g_assert_true(serve_start_daemon(&e, "{\"log\":{\"access\":false}}", NULL));
+	g_assert_true(serve_wait_all_available(&e, 10000));
+	g_clear_pointer(&plain, g_free);
+	plain = completion_body(&e, NULL);
+	serve_post(&e, "/v1/completions", plain, NULL, 10000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
+	g_ptr_array_unref(lines);
+	lines = access_lines(&e);
+	g_assert_cmpuint(lines->len, ==, 0);
+	serve_clear(&e);
+}
+
 static void
 test_sizing(void)
 {
@@ -432,6 +558,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.2/413-at-400-bytes", test_too_large);
 	g_test_add_func("/serve/spec-4.2/413-chunked-body", test_too_large_chunked);
 	g_test_add_func("/serve/api-keys/401", test_api_keys);
+	g_test_add_func("/serve/issue-11/access-log", test_access_log);
 	g_test_add_func("/serve/http/header-limit", test_header_limit);
 	g_test_add_func("/serve/spec-6/sizing-fallback", test_sizing);
 	return g_test_run();
