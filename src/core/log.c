@@ -39,7 +39,8 @@ static struct {
 	guint64 submitted;   /* lines handed over or dropped, ever */
 	guint64 written;     /* of those, the ones written or reported */
 	guint64 dropped_total;
-	bool idle;           /* the writer waits on `wake` */
+	bool idle;           /* the writer waits on `wake` for a first line */
+	bool hurry;          /* a flush waits: no lingering */
 	bool stop;
 } w;
 
@@ -47,6 +48,13 @@ static struct {
 #define FLUSH_WAIT_US (2 * G_USEC_PER_SEC)
 /* A writer's buffer larger than this is given back after its batch. */
 #define KEEP_BUFFER_BYTES (64 * 1024)
+/* After a write the writer lingers this long, or until this many bytes
+ * wait, before it takes the next batch: under load the loop wakes it a few
+ * dozen times a second rather than once per loop iteration, each wake-up a
+ * context switch on the loop's core (bench/obs/README.md). A line is still
+ * out within LINGER_US of being logged. */
+#define LINGER_US (20 * 1000)
+#define LINGER_BYTES (256 * 1024)
 
 bool
 nw_log_level_parse(const char *name, narwhal_log_level *out)
@@ -296,9 +304,10 @@ submit(const GString *line)
 	} else {
 		g_string_append_len(w.pending, line->str, (gssize)line->len);
 	}
-	/* One wake-up a batch: lines handed over before the writer runs ride
-	 * along without another signal. */
-	if (w.idle) {
+	/* One wake-up a batch: lines handed over before the writer runs, or
+	 * while it lingers, ride along without another signal, unless they
+	 * fill LINGER_BYTES. */
+	if (w.idle || (w.pending->len >= LINGER_BYTES && w.pending->len - line->len < LINGER_BYTES)) {
 		w.idle = false;
 		g_cond_signal(&w.wake);
 	}
@@ -336,6 +345,7 @@ writer_main(gpointer unused)
 		w.idle = false;
 		if (w.pending->len == 0 && w.dropped_now == 0)
 			break; /* stopping, and nothing left */
+		w.hurry = false; /* this batch holds every line a flush waits for */
 		batch = w.pending;
 		w.pending = w.spare;
 		w.spare = NULL;
@@ -370,6 +380,13 @@ writer_main(gpointer unused)
 		w.inflight = 0;
 		w.written = upto;
 		g_cond_broadcast(&w.written_cond);
+		{
+			gint64 until = g_get_monotonic_time() + LINGER_US;
+
+			while (!w.stop && !w.hurry && w.pending->len < LINGER_BYTES &&
+			       g_cond_wait_until(&w.wake, &w.lock, until))
+				;
+		}
 	}
 	g_mutex_unlock(&w.lock);
 	return NULL;
@@ -383,6 +400,10 @@ flush_locked(void)
 	gint64 deadline = g_get_monotonic_time() + FLUSH_WAIT_US;
 	guint64 target = w.submitted;
 
+	if (w.thread != NULL && w.written < target) {
+		w.hurry = true; /* cut a linger short */
+		g_cond_signal(&w.wake);
+	}
 	while (w.thread != NULL && w.written < target) {
 		if (!g_cond_wait_until(&w.written_cond, &w.lock, deadline))
 			return w.written >= target;
