@@ -123,9 +123,10 @@ record(struct admin_call *c, unsigned status, const char *result)
 	nw_log(status < 400 ? NARWHAL_LOG_INFO : NARWHAL_LOG_WARNING, "admin_call", "method",
 	       method, "path", path, "status", code, "result", result, "peer", peer,
 	       c->engine != NULL ? "engine" : NULL, c->engine, NULL);
-	/* A read that was answered changes nothing: logged, but kept out of
-	 * the history so a polling dashboard cannot push the actions out. */
-	if (strcmp(c->method, "GET") == 0 && status < 400)
+	/* A read that was answered (GET or HEAD) changes nothing: logged, but
+	 * kept out of the history so a polling dashboard cannot push the
+	 * actions out. */
+	if ((strcmp(c->method, "GET") == 0 || strcmp(c->method, "HEAD") == 0) && status < 400)
 		return;
 	if (status == MHD_HTTP_UNAUTHORIZED) {
 		a->unauthorized++;
