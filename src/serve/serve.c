@@ -452,6 +452,8 @@ nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url
 
 			s->metrics->counters.requests_models++;
 			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
+			nw_serve_metrics_outcome(s->metrics, NW_METRIC_ROUTE_MODELS, err.status,
+			                         nw_outcome_code_index(err.code));
 			return respond(conn, &err, NULL, NULL, "1");
 		}
 		return route_models(s, conn);
