@@ -348,10 +348,8 @@ nw_daemon_reload(struct nw_daemon *d, json_t **summary, GError **error)
 {
 	GError *local = NULL;
 
-	if (reload(d, summary, &local)) {
-		d->loaded_unix_us = g_get_real_time();
+	if (reload(d, summary, &local))
 		return TRUE;
-	}
 	/* Counted by result for the metrics (docs/metrics.md). */
 	if (g_error_matches(local, G_FILE_ERROR, G_FILE_ERROR_INVAL))
 		d->reloads_failed++;
