@@ -297,7 +297,9 @@ reload(struct nw_daemon *d, json_t **summary, GError **error)
 		ok = refuse(error, G_FILE_ERROR_PERM, file, problems, NULL);
 		goto out_cfg;
 	}
-	if (nw_config_error_count(problems) > 0 || !nw_daemon_check_plugins(cfg, problems)) {
+	/* A configuration loaded has no error; its plugins are checked as
+	 * --check-config does. */
+	if (!nw_daemon_check_plugins(cfg, problems)) {
 		ok = refuse(error, G_FILE_ERROR_INVAL, file, problems, NULL);
 		goto out_cfg;
 	}
