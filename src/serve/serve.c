@@ -247,32 +247,19 @@ respond(struct MHD_Connection *conn, const struct nw_client_error *err, const ch
 {
 	json_t *body = nw_http_error_body(err->type, err->code, err->param[0] ? err->param : NULL,
 	                                  err->message);
-	char *text = json_dumps(body, JSON_COMPACT);
-	struct MHD_Response *resp;
-	enum MHD_Result ret;
+	const char *const headers[] = {
+		"X-Request-Id", request_id,
+		MHD_HTTP_HEADER_ALLOW, allow,
+		MHD_HTTP_HEADER_RETRY_AFTER, retry_after,
+		MHD_HTTP_HEADER_WWW_AUTHENTICATE, err->status == 401 ? "Bearer" : NULL,
+		/* Stopping: the client takes its next request elsewhere. */
+		MHD_HTTP_HEADER_CONNECTION,
+		g_strcmp0(err->code, "shutting_down") == 0 ? "close" : NULL,
+		NULL,
+	};
+	enum MHD_Result ret = nw_http_respond_json_with(conn, err->status, body, headers);
 
 	json_decref(body);
-	if (text == NULL)
-		return MHD_NO;
-	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	if (resp == NULL) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (request_id != NULL)
-		MHD_add_response_header(resp, "X-Request-Id", request_id);
-	if (allow != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-	if (retry_after != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
-	if (err->status == 401)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	/* Stopping: the client takes its next request elsewhere. */
-	if (g_strcmp0(err->code, "shutting_down") == 0)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	ret = MHD_queue_response(conn, err->status, resp);
-	MHD_destroy_response(resp);
 	return ret;
 }
 
