@@ -111,7 +111,8 @@ nw_serve_retained(const struct nw_serve *s)
 void
 nw_serve_set_draining(struct nw_serve *s)
 {
-	s->draining = true;
+	if (s->stop == NW_SERVE_RUNNING)
+		s->stop = NW_SERVE_DRAINING;
 }
 
 void
@@ -389,8 +390,8 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	 * finishing on older serves too. */
 	for (const struct nw_serve *g = s; g != NULL; g = g->older)
 		held += g->retained;
-	if (held >= s->ceiling || s->stopping || s->draining) {
-		bool stopping = s->stopping || s->draining;
+	if (held >= s->ceiling || s->stop != NW_SERVE_RUNNING) {
+		bool stopping = s->stop != NW_SERVE_RUNNING;
 
 		s->metrics->counters.refused_before_body++;
 		if (stopping)
@@ -434,7 +435,7 @@ nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url
 	if (strcmp(url, PATH_MODELS) == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 			return nw_serve_method_not_allowed(s, conn, url, method, "GET, HEAD");
-		if (s->draining || s->stopping) {
+		if (s->stop != NW_SERVE_RUNNING) {
 			struct nw_client_error err;
 
 			s->metrics->counters.requests_models++;
@@ -466,7 +467,7 @@ nw_serve_shutdown(struct nw_serve *s)
 {
 	GList *l, *next;
 
-	s->stopping = true;
+	s->stop = NW_SERVE_STOPPING;
 	for (l = s->requests.head; l != NULL; l = next) {
 		next = l->next;
 		nw_request_shutdown(l->data);
