@@ -48,10 +48,9 @@ struct nw_daemon {
 	guint overlap_tick;                    /* while generations overlap */
 	unsigned reloads;
 	/* Reloads not applied (docs/metrics.md): an invalid file, or one
-	 * refused (a field that needs a restart, or Narwhal stopping); when
-	 * the configuration in force was loaded (wall clock). */
+	 * refused (a field that needs a restart, or Narwhal stopping). When
+	 * the configuration in force was read is its own loaded_unix_us. */
 	uint64_t reloads_failed, reloads_refused;
-	int64_t loaded_unix_us;
 	struct nw_admin *admin;                /* the admin API's listener; NULL: none */
 	guint sigterm, sigint, sighup;
 	/* Stopping (a signal's drain, then the end). */

@@ -297,7 +297,9 @@ reload(struct nw_daemon *d, json_t **summary, GError **error)
 		ok = refuse(error, G_FILE_ERROR_PERM, file, problems, NULL);
 		goto out_cfg;
 	}
-	if (nw_config_error_count(problems) > 0 || !nw_daemon_check_plugins(cfg, problems)) {
+	/* A configuration loaded has no error; its plugins are checked as
+	 * --check-config does. */
+	if (!nw_daemon_check_plugins(cfg, problems)) {
 		ok = refuse(error, G_FILE_ERROR_INVAL, file, problems, NULL);
 		goto out_cfg;
 	}
@@ -348,10 +350,8 @@ nw_daemon_reload(struct nw_daemon *d, json_t **summary, GError **error)
 {
 	GError *local = NULL;
 
-	if (reload(d, summary, &local)) {
-		d->loaded_unix_us = g_get_real_time();
+	if (reload(d, summary, &local))
 		return TRUE;
-	}
 	/* Counted by result for the metrics (docs/metrics.md). */
 	if (g_error_matches(local, G_FILE_ERROR, G_FILE_ERROR_INVAL))
 		d->reloads_failed++;

@@ -142,7 +142,7 @@ daemon_figures(struct nw_daemon *d, GArray *admin, struct nw_exposition_daemon *
 		.superseded_requests = d->gen->older ? nw_generation_retained(d->gen->older) : 0,
 		.reloads_applied = d->reloads, .reloads_failed = d->reloads_failed,
 		.reloads_refused = d->reloads_refused,
-		.loaded_unix_s = (double)d->loaded_unix_us / 1e6,
+		.loaded_unix_s = (double)d->gen->cfg->loaded_unix_us / 1e6,
 	};
 	for (const struct nw_generation *g = d->gen->older; g != NULL; g = g->older)
 		out->superseded++;

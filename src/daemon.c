@@ -208,7 +208,6 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 
 	d->config_file = g_strdup(cfg->source);
 	d->started_us = g_get_monotonic_time();
-	d->loaded_unix_us = g_get_real_time();
 	d->loop = g_main_loop_new(NULL, FALSE);
 	d->plugin_metrics = nw_plugin_metrics_new();
 

@@ -4,7 +4,6 @@
 
 #include <gio/gio.h>
 #include <netdb.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -123,9 +122,10 @@ record(struct admin_call *c, unsigned status, const char *result)
 	nw_log(status < 400 ? NARWHAL_LOG_INFO : NARWHAL_LOG_WARNING, "admin_call", "method",
 	       method, "path", path, "status", code, "result", result, "peer", peer,
 	       c->engine != NULL ? "engine" : NULL, c->engine, NULL);
-	/* A read that was answered changes nothing: logged, but kept out of
-	 * the history so a polling dashboard cannot push the actions out. */
-	if (strcmp(c->method, "GET") == 0 && status < 400)
+	/* A read that was answered (GET or HEAD) changes nothing: logged, but
+	 * kept out of the history so a polling dashboard cannot push the
+	 * actions out. */
+	if ((strcmp(c->method, "GET") == 0 || strcmp(c->method, "HEAD") == 0) && status < 400)
 		return;
 	if (status == MHD_HTTP_UNAUTHORIZED) {
 		a->unauthorized++;
@@ -149,27 +149,17 @@ static enum MHD_Result
 reply(struct admin_call *c, unsigned status, json_t *body, const char *result,
       const char *allow)
 {
-	char *text = json_dumps(body, JSON_COMPACT);
-	struct MHD_Response *resp;
+	const char *const headers[] = {
+		MHD_HTTP_HEADER_ALLOW, allow,
+		/* RFC 6750: a missing or wrong token names the scheme it wants. */
+		MHD_HTTP_HEADER_WWW_AUTHENTICATE, status == MHD_HTTP_UNAUTHORIZED ? "Bearer" : NULL,
+		NULL,
+	};
 	enum MHD_Result ret;
 
-	json_decref(body);
 	record(c, status, result);
-	if (text == NULL)
-		return MHD_NO;
-	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	if (resp == NULL) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (allow != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-	/* RFC 6750: a missing or wrong token names the scheme it wants. */
-	if (status == MHD_HTTP_UNAUTHORIZED)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	ret = MHD_queue_response(c->conn, status, resp);
-	MHD_destroy_response(resp);
+	ret = body != NULL ? nw_http_respond_json_with(c->conn, status, body, headers) : MHD_NO;
+	json_decref(body);
 	return ret;
 }
 

@@ -31,8 +31,10 @@ uint16_t nw_admin_port(const struct nw_admin *a);
 
 /* The operator history, oldest first (transfer full): {"enabled",
  * "capacity", "total", "entries": [{"at", "method", "path", "engine",
- * "status", "result"[, "peer"]}]}; the caller's peer address only for
- * operators. a may be NULL (no listener): {"enabled": false, ...}. */
+ * "status", "result"[, "peer"]}], "unauthorized": {"count"[, "last_at"]
+ * [, "last_peer"]}} (docs/state.md); the callers' addresses only for
+ * operators. a may be NULL (no listener): {"enabled": false, "entries":
+ * []}. */
 json_t *nw_admin_history_json(const struct nw_admin *a, bool operator);
 
 /* Calls answered by result ("ok" or the error code answered; static

@@ -734,7 +734,7 @@ nw_config_load_file(const char *file, GPtrArray **problems)
 	g_string_free(buf, TRUE);
 	cfg = loader_end(&ld, problems);
 	if (cfg != NULL)
-		cfg->loaded_unix_us = g_get_real_time(); /* /narwhal/state, docs/state.md */
+		cfg->loaded_unix_us = g_get_real_time(); /* docs/state.md, docs/metrics.md */
 	return cfg;
 }
 

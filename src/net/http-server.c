@@ -789,7 +789,8 @@ nw_http_server_stop(struct nw_http_server *srv)
 }
 
 enum MHD_Result
-nw_http_respond_json(struct MHD_Connection *conn, unsigned status, const json_t *body)
+nw_http_respond_json_with(struct MHD_Connection *conn, unsigned status, const json_t *body,
+                          const char *const *headers)
 {
 	char *text = json_dumps(body, JSON_COMPACT);
 	struct MHD_Response *resp;
@@ -805,9 +806,19 @@ nw_http_respond_json(struct MHD_Connection *conn, unsigned status, const json_t 
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	for (size_t i = 0; headers != NULL && headers[i] != NULL; i += 2) {
+		if (headers[i + 1] != NULL)
+			MHD_add_response_header(resp, headers[i], headers[i + 1]);
+	}
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+enum MHD_Result
+nw_http_respond_json(struct MHD_Connection *conn, unsigned status, const json_t *body)
+{
+	return nw_http_respond_json_with(conn, status, body, NULL);
 }
 
 json_t *

@@ -134,6 +134,10 @@ void nw_http_server_stop(struct nw_http_server *srv);
 /* Queue a JSON response (body borrowed) with the given status. */
 enum MHD_Result nw_http_respond_json(struct MHD_Connection *conn, unsigned status,
                                      const json_t *body);
+/* The same with more headers: name, value pairs ended by a NULL name; a
+ * pair whose value is NULL is left out. */
+enum MHD_Result nw_http_respond_json_with(struct MHD_Connection *conn, unsigned status,
+                                          const json_t *body, const char *const *headers);
 
 /* Queue the OpenAI-style error envelope:
  * {"error":{"message":..., "type":..., "param":..., "code":...}}

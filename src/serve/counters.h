@@ -1,8 +1,8 @@
 /*
- * Data-plane counters, one uint64 per outcome, for the metrics route of a
- * later issue; GET /narwhal/health shows them now as "counters". The list
- * below is the one place a counter is named: the struct and the JSON come
- * from it (docs/api.md lists the names).
+ * Data-plane counters, one uint64 per outcome: GET /narwhal/health shows
+ * them as "counters" and GET /metrics as narwhal_<name>_total
+ * (docs/metrics.md). The list below is the one place a counter is named:
+ * the struct and the JSON come from it (docs/api.md lists the names).
  */
 #ifndef NW_SERVE_COUNTERS_H
 #define NW_SERVE_COUNTERS_H

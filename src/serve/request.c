@@ -703,7 +703,7 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 	if (kind == NW_FAIL_NO_ENGINE)
 		set_retry_after(r, s->fleet->retry_after_s);
 	if (!streaming && nw_fail_retryable(kind) &&
-	    r->attempt + 1 < s->cfg->serving.max_attempts && !s->stopping) {
+	    r->attempt + 1 < s->cfg->serving.max_attempts && s->stop != NW_SERVE_STOPPING) {
 		if (nw_retry_budget_take(&s->budget)) {
 			retry(r, blamed_engine(r, kind));
 			return;

@@ -53,8 +53,10 @@ struct nw_serve {
 	GQueue requests;                 /* every live request */
 	uint32_t allocated;              /* requests not freed yet (a streamed
 	                                  * answer may outlive MHD's completion) */
-	bool stopping;
-	bool draining;                   /* a stop signal's drain: refuse new work */
+	/* A stop (docs/deployment.md, "Stopping: the drain"): draining
+	 * refuses new requests; stopping also ends those in flight and
+	 * retries none. It only moves forward. */
+	enum { NW_SERVE_RUNNING, NW_SERVE_DRAINING, NW_SERVE_STOPPING } stop;
 	struct nw_serve *older;          /* a superseded serve still finishing
 	                                  * (a reload): the gauges sum over it */
 

@@ -111,7 +111,8 @@ nw_serve_retained(const struct nw_serve *s)
 void
 nw_serve_set_draining(struct nw_serve *s)
 {
-	s->draining = true;
+	if (s->stop == NW_SERVE_RUNNING)
+		s->stop = NW_SERVE_DRAINING;
 }
 
 void
@@ -247,32 +248,19 @@ respond(struct MHD_Connection *conn, const struct nw_client_error *err, const ch
 {
 	json_t *body = nw_http_error_body(err->type, err->code, err->param[0] ? err->param : NULL,
 	                                  err->message);
-	char *text = json_dumps(body, JSON_COMPACT);
-	struct MHD_Response *resp;
-	enum MHD_Result ret;
+	const char *const headers[] = {
+		"X-Request-Id", request_id,
+		MHD_HTTP_HEADER_ALLOW, allow,
+		MHD_HTTP_HEADER_RETRY_AFTER, retry_after,
+		MHD_HTTP_HEADER_WWW_AUTHENTICATE, err->status == 401 ? "Bearer" : NULL,
+		/* Stopping: the client takes its next request elsewhere. */
+		MHD_HTTP_HEADER_CONNECTION,
+		g_strcmp0(err->code, "shutting_down") == 0 ? "close" : NULL,
+		NULL,
+	};
+	enum MHD_Result ret = nw_http_respond_json_with(conn, err->status, body, headers);
 
 	json_decref(body);
-	if (text == NULL)
-		return MHD_NO;
-	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	if (resp == NULL) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	if (request_id != NULL)
-		MHD_add_response_header(resp, "X-Request-Id", request_id);
-	if (allow != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-	if (retry_after != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
-	if (err->status == 401)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	/* Stopping: the client takes its next request elsewhere. */
-	if (g_strcmp0(err->code, "shutting_down") == 0)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	ret = MHD_queue_response(conn, err->status, resp);
-	MHD_destroy_response(resp);
 	return ret;
 }
 
@@ -402,8 +390,8 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 	 * finishing on older serves too. */
 	for (const struct nw_serve *g = s; g != NULL; g = g->older)
 		held += g->retained;
-	if (held >= s->ceiling || s->stopping || s->draining) {
-		bool stopping = s->stopping || s->draining;
+	if (held >= s->ceiling || s->stop != NW_SERVE_RUNNING) {
+		bool stopping = s->stop != NW_SERVE_RUNNING;
 
 		s->metrics->counters.refused_before_body++;
 		if (stopping)
@@ -447,11 +435,13 @@ nw_serve_handle(struct nw_serve *s, struct MHD_Connection *conn, const char *url
 	if (strcmp(url, PATH_MODELS) == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 			return nw_serve_method_not_allowed(s, conn, url, method, "GET, HEAD");
-		if (s->draining || s->stopping) {
+		if (s->stop != NW_SERVE_RUNNING) {
 			struct nw_client_error err;
 
 			s->metrics->counters.requests_models++;
 			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
+			nw_serve_metrics_outcome(s->metrics, NW_METRIC_ROUTE_MODELS, err.status,
+			                         nw_outcome_code_index(err.code));
 			return respond(conn, &err, NULL, NULL, "1");
 		}
 		return route_models(s, conn);
@@ -477,7 +467,7 @@ nw_serve_shutdown(struct nw_serve *s)
 {
 	GList *l, *next;
 
-	s->stopping = true;
+	s->stop = NW_SERVE_STOPPING;
 	for (l = s->requests.head; l != NULL; l = next) {
 		next = l->next;
 		nw_request_shutdown(l->data);

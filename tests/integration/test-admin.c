@@ -396,13 +396,17 @@ test_token(void)
 	admin_call(&e, "GET", "/admin/state", NULL, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	sim_reply_clear(&r);
+	/* HEAD is a read too (docs/admin.md, "The record"). */
+	admin_call(&e, "HEAD", "/admin/state", NULL, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	sim_reply_clear(&r);
 
 	admin_call(&e, "POST", "/admin/engines/sim-0/undrain", NULL, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	sim_reply_clear(&r);
 
-	/* Every call is logged; every call but an answered read or one
-	 * without the right token is recorded; those are counted apart, so a
+	/* Every call is logged; every call but an answered read (GET or
+	 * HEAD) or one without the right token is recorded; those are counted apart, so a
 	 * caller without the token cannot push the actions out of the
 	 * history. The clients' copy has no caller addresses. */
 	g_assert_true(serve_wait_log(&e, "\"path\":\"/admin/state\",\"status\":\"200\"", 1000));

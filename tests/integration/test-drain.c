@@ -144,7 +144,7 @@ test_drain_50_streams(void)
 	g_autofree char *body = NULL;
 	g_autoptr(GString) got = g_string_new(NULL);
 	g_autofree char *log = NULL;
-	int ready_fd, post_fd, fd;
+	int ready_fd, post_fd, models_fd, fd;
 	gint64 t0;
 	unsigned done = 0;
 
@@ -156,15 +156,18 @@ test_drain_50_streams(void)
 		a[i] = serve_post_async(&e, "/v1/completions", body, 60000);
 	g_assert_true(wait_counter(&e, "retained", STREAMS));
 
-	/* Two keep-alive connections, opened while serving. */
+	/* Three keep-alive connections, opened while serving. */
 	ready_fd = raw_connect(e.port);
 	post_fd = raw_connect(e.port);
+	models_fd = raw_connect(e.port);
 	g_assert_cmpint(ready_fd, >=, 0);
 	g_assert_cmpint(post_fd, >=, 0);
+	g_assert_cmpint(models_fd, >=, 0);
 	raw_exchange(ready_fd, "GET", "/narwhal/health/ready", NULL, got);
 	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 200"));
 	g_assert_nonnull(strstr(got->str, "{\"ready\":true}"));
 	raw_exchange(post_fd, "GET", "/narwhal/health/ready", NULL, got);
+	raw_exchange(models_fd, "GET", "/narwhal/health/ready", NULL, got);
 
 	t0 = g_get_monotonic_time();
 	g_subprocess_send_signal(e.daemon, SIGTERM);
@@ -178,12 +181,24 @@ test_drain_50_streams(void)
 	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 503"));
 	g_assert_nonnull(strstr(got->str, "\"code\":\"shutting_down\""));
 	g_assert_nonnull(g_strstr_len(got->str, -1, "Retry-After: 1\r\n"));
+	raw_exchange(models_fd, "GET", "/v1/models", NULL, got);
+	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 503"));
+	g_assert_nonnull(strstr(got->str, "\"code\":\"shutting_down\""));
+	/* Both refusals are counted by their final answer (docs/metrics.md,
+	 * narwhal_requests_total), and /metrics still answers. */
+	raw_exchange(ready_fd, "GET", "/metrics", NULL, got);
+	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 200"));
+	g_assert_nonnull(strstr(got->str, "narwhal_requests_total{route=\"completions\","
+	                                  "status=\"503\",code=\"shutting_down\"} 1\n"));
+	g_assert_nonnull(strstr(got->str, "narwhal_requests_total{route=\"models\","
+	                                  "status=\"503\",code=\"shutting_down\"} 1\n"));
 	/* A new connection is refused. */
 	fd = raw_connect(e.port);
 	g_assert_cmpint(fd, ==, -1);
 	g_assert_cmpint(errno, ==, ECONNREFUSED);
 	close(ready_fd);
 	close(post_fd);
+	close(models_fd);
 
 	for (unsigned i = 0; i < STREAMS; i++) {
 		struct sim_reply r;
