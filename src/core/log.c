@@ -48,13 +48,17 @@ static struct {
 #define FLUSH_WAIT_US (2 * G_USEC_PER_SEC)
 /* A writer's buffer larger than this is given back after its batch. */
 #define KEEP_BUFFER_BYTES (64 * 1024)
-/* After a write the writer lingers this long, or until this many bytes
- * wait, before it takes the next batch: under load the loop wakes it a few
- * dozen times a second rather than once per loop iteration, each wake-up a
- * context switch on the loop's core (bench/obs/README.md). A line is still
- * out within LINGER_US of being logged. */
+/* Under load, after a write the writer lingers LINGER_US, or until
+ * LINGER_BYTES wait, before it takes the next batch: the loop then wakes it
+ * a few dozen times a second rather than once per loop iteration, each
+ * wake-up a context switch on the loop's core (bench/obs/README.md), and a
+ * line is out within LINGER_US of being logged. Under load means at least
+ * LINGER_MIN_LINES lines a LINGER_WINDOW_US, judged once a window; below
+ * that every line goes out as soon as the writer runs. */
 #define LINGER_US (20 * 1000)
 #define LINGER_BYTES (256 * 1024)
+#define LINGER_WINDOW_US (100 * 1000)
+#define LINGER_MIN_LINES 200
 
 bool
 nw_log_level_parse(const char *name, narwhal_log_level *out)
@@ -330,9 +334,13 @@ writer_main(gpointer unused)
 	 * loop waits for events (or on another core), so lines handed over in
 	 * one loop iteration go out in one write. */
 	struct sched_param param = { 0 };
+	gint64 window_start = g_get_monotonic_time();
+	guint64 window_from = 0;
+	bool loaded = false;
 
 	sched_setscheduler(0, SCHED_BATCH, &param);
 	g_mutex_lock(&w.lock);
+	window_from = w.written;
 	for (;;) {
 		GString *batch;
 		guint64 dropped, upto;
@@ -381,9 +389,16 @@ writer_main(gpointer unused)
 		w.written = upto;
 		g_cond_broadcast(&w.written_cond);
 		{
-			gint64 until = g_get_monotonic_time() + LINGER_US;
+			gint64 now = g_get_monotonic_time(), until = now + LINGER_US;
 
-			while (!w.stop && !w.hurry && w.pending->len < LINGER_BYTES &&
+			if (now - window_start >= LINGER_WINDOW_US) {
+				/* The window's rate, however long it was. */
+				loaded = (double)(upto - window_from) * LINGER_WINDOW_US >=
+				         (double)LINGER_MIN_LINES * (double)(now - window_start);
+				window_start = now;
+				window_from = upto;
+			}
+			while (loaded && !w.stop && !w.hurry && w.pending->len < LINGER_BYTES &&
 			       g_cond_wait_until(&w.wake, &w.lock, until))
 				;
 		}
