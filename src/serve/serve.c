@@ -162,8 +162,12 @@ nw_serve_counters_to_json(const struct nw_serve *s)
 void
 nw_serve_gauges(const struct nw_serve *s, struct nw_serve_gauges *g)
 {
-	g->prefill_waiting = nw_wait_line_length(&s->prefill_line);
-	g->decode_waiting = nw_wait_line_length(&s->decode_line);
+	/* Requests wait on every generation's lines during a reload's overlap. */
+	g->prefill_waiting = g->decode_waiting = 0;
+	for (const struct nw_serve *o = s; o != NULL; o = o->older) {
+		g->prefill_waiting += nw_wait_line_length(&o->prefill_line);
+		g->decode_waiting += nw_wait_line_length(&o->decode_line);
+	}
 	g->prefill_slots = s->cfg->serving.prefill_concurrency;
 	g->decode_slots = s->cfg->serving.decode_concurrency;
 	g->retry_budget = s->cfg->serving.retry_budget;
