@@ -99,6 +99,9 @@ demo() {
 		--max-requests 60 --slo-ttft 1 --slo-tpot 0.1 2>/dev/null || true
 	echo "bootstrap: still running; try"
 	echo "  curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"llama3-8b-h100\", \"prompt\": \"Hello\", \"max_tokens\": 8}'"
+	echo "  curl -s http://127.0.0.1:8000/narwhal/state     # everything the router knows"
+	echo "  curl -s http://127.0.0.1:8000/metrics           # Prometheus text format"
+	echo "  kill -HUP $router                               # reload the configuration"
 	echo "bootstrap: Ctrl-C stops the fleet and the router"
 	wait $router
 }
