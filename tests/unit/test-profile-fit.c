@@ -98,8 +98,9 @@ test_decode_exact(void)
 
 /* What narwhal-profile would measure of one preset, with 5% log-normal
  * noise on every measurement, in seconds:
- *  - prefill: one prompt a step, PREFILL_LENGTHS lengths log-spaced from
- *    16 tokens to the model's limit, each measured PREFILL_REPEATS times;
+ *  - prefill: one prompt a step, PREFILL_LENGTHS lengths from 16 tokens
+ *    to the model's limit (prefill_length), each measured PREFILL_REPEATS
+ *    times;
  *  - decode: a grid of batch sizes below decode_batch_split (so one of
  *    the simulator's two regimes is measured) by resident KV tokens
  *    log-spaced up to the KV cache, where the batch can hold them (16 to
@@ -355,9 +356,9 @@ test_refuse_two_lengths(void)
 	assert_prefill_refused(NULL, 3);
 }
 
-/* profile-fit.h: a fit that is not finite is refused. Lengths that differ
- * by one part in 1e9 are three lengths, but the system they give is
- * singular in double precision. */
+/* docs/profiles.md, "Fitting": a numerically singular system is refused.
+ * Lengths that differ by one part in 1e9 are three lengths, but the
+ * system they give is singular in double precision. */
 static void
 test_refuse_singular_prefill(void)
 {
@@ -369,8 +370,9 @@ test_refuse_singular_prefill(void)
 	assert_prefill_refused(s, G_N_ELEMENTS(s));
 }
 
-/* Brief for issue 12's fits: a measurement that is not a finite positive
- * time (NaN, infinity, zero, negative) is refused, not fitted around. */
+/* docs/profiles.md, "Fitting": a measurement that is not a finite time
+ * above zero (NaN, infinity, zero, negative) is refused, not fitted
+ * around. */
 static void
 test_refuse_bad_times(void)
 {
