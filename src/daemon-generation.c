@@ -466,7 +466,8 @@ mirror(struct nw_generation *newer)
 		struct narwhal_engine_view *ov = &of->engines[j];
 
 		if (map[j] == UINT32_MAX) {
-			ov->flags = (ov->flags & NARWHAL_ENGINE_PINNED) | NARWHAL_ENGINE_DRAINING;
+			ov->flags = (ov->flags & (NARWHAL_ENGINE_PINNED | NARWHAL_ENGINE_PROFILED)) |
+			            NARWHAL_ENGINE_DRAINING;
 			continue;
 		}
 		/* its own profile stays: the estimators answer from its store */

@@ -2,7 +2,6 @@
 
 #include "core/profile.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -151,8 +150,11 @@ nw_profile_store_save(const struct nw_profile_store *s, const char *file, GError
 	free(text);
 	/* GLib writes a temporary file beside it (file.XXXXXX), fsyncs it
 	 * (CONSISTENT) and renames it over file, so a reader sees the old
-	 * store or the new one, never half of one; DURABLE also syncs the
-	 * directory entry. */
+	 * store or the new one, never half of one; on failure it removes the
+	 * temporary file. DURABLE also fsyncs the directory after the rename.
+	 * Plain g_file_set_contents adds ONLY_EXISTING, which skips the
+	 * fsync for a store written the first time: hence the _full form. A
+	 * symbolic link at file is replaced by the store, not followed. */
 	ok = g_file_set_contents_full(file, body, -1,
 	                              G_FILE_SET_CONTENTS_CONSISTENT | G_FILE_SET_CONTENTS_DURABLE,
 	                              0644, &e);
@@ -212,15 +214,17 @@ check_object(struct reader *r, const char *path, const json_t *v, const char *co
 		return false;
 	}
 	json_object_foreach((json_t *)v, key, val) {
-		const char *best = nw_closest(key, keys, n);
-		g_autofree char *q = nw_text_escape(key, QUOTE_MAX);
-		g_autofree char *at = sub(path, q);
+		const char *best;
+		g_autofree char *q = NULL, *at = NULL;
 		bool known = false;
 
 		for (size_t i = 0; i < n && !known; i++)
 			known = strcmp(keys[i], key) == 0;
 		if (known)
 			continue;
+		best = nw_closest(key, keys, n);
+		q = nw_text_escape(key, QUOTE_MAX);
+		at = sub(path, q);
 		if (best != NULL) {
 			problem(r, at, "unknown key: did you mean \"%s\"?", best);
 		} else {
