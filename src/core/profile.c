@@ -122,14 +122,22 @@ engine_to_json(const struct nw_engine_profile *p)
 		"max_tokens", (json_int_t)h->max_tokens, "samples", (json_int_t)h->samples);
 }
 
+/* NULL when a number is not finite (json_pack refuses NaN and infinity). */
 json_t *
 nw_profile_store_to_json(const struct nw_profile_store *s)
 {
 	g_autofree char *now = s->created_at == NULL ? utc_now() : NULL;
 	json_t *engines = json_array();
 
-	for (guint i = 0; i < s->engines->len; i++)
-		json_array_append_new(engines, engine_to_json(g_ptr_array_index(s->engines, i)));
+	for (guint i = 0; i < s->engines->len; i++) {
+		json_t *e = engine_to_json(g_ptr_array_index(s->engines, i));
+
+		if (e == NULL) {
+			json_decref(engines);
+			return NULL;
+		}
+		json_array_append_new(engines, e);
+	}
 	/* Always the version this code reads: what it writes is that format. */
 	return json_pack("{s:i, s:s, s:s, s:o}", "version", NW_PROFILE_STORE_VERSION,
 	                 "created_at", s->created_at != NULL ? s->created_at : now,
@@ -141,11 +149,20 @@ gboolean
 nw_profile_store_save(const struct nw_profile_store *s, const char *file, GError **error)
 {
 	json_t *doc = nw_profile_store_to_json(s);
-	char *text = json_dumps(doc, JSON_INDENT(2));
-	g_autofree char *body = g_strconcat(text, "\n", NULL);
+	char *text;
+	g_autofree char *body = NULL;
 	GError *e = NULL;
 	gboolean ok;
 
+	/* JSON has no NaN or infinity: json_pack fails on one, and a store
+	 * with it could not be read back anyway. */
+	if (doc == NULL) {
+		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
+		            "%s: a profile holds a number that is not finite: nothing written", file);
+		return FALSE;
+	}
+	text = json_dumps(doc, JSON_INDENT(2));
+	body = g_strconcat(text, "\n", NULL);
 	json_decref(doc);
 	free(text);
 	/* GLib writes a temporary file beside it (file.XXXXXX), fsyncs it

@@ -5,6 +5,7 @@
 
 #include <glib.h>
 #include <glib/gstdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/profile.h"
@@ -164,6 +165,31 @@ test_save_error(void)
 	nw_profile_store_free(s);
 }
 
+/* A fit that is not finite is not written (JSON cannot hold it and the
+ * loader would refuse it): the old store stays as it was. */
+static void
+test_save_not_finite(void)
+{
+	g_autofree char *dir = scratch_dir();
+	g_autofree char *file = g_build_filename(dir, "profiles.json", NULL);
+	struct nw_profile_store *s = sample_store();
+	struct nw_engine_profile *p = g_ptr_array_index(s->engines, 1);
+	g_autofree char *text = NULL;
+	GError *error = NULL;
+
+	p->decode.d1_s = NAN;
+	g_assert_true(g_file_set_contents(file, "old", -1, NULL));
+	g_assert_false(nw_profile_store_save(s, file, &error));
+	g_assert_nonnull(error);
+	g_assert_true(g_str_has_prefix(error->message, file));
+	g_assert_nonnull(strstr(error->message, "not finite"));
+	g_clear_error(&error);
+	g_assert_true(g_file_get_contents(file, &text, NULL, NULL));
+	g_assert_cmpstr(text, ==, "old");
+	nw_profile_store_free(s);
+	remove_dir(dir);
+}
+
 /* One load error: a mutation of the valid store's JSON, and the message
  * the loader must give ("file: json.path: problem: what is valid"). */
 struct load_case {
@@ -321,6 +347,7 @@ main(int argc, char **argv)
 	g_test_add_func("/profile/round-trip", test_round_trip);
 	g_test_add_func("/profile/null-hardware-and-put", test_null_hardware_and_put);
 	g_test_add_func("/profile/save-error", test_save_error);
+	g_test_add_func("/profile/save-not-finite", test_save_not_finite);
 	g_test_add_func("/profile/load-malformed", test_load_malformed);
 	for (size_t i = 0; i < G_N_ELEMENTS(load_cases); i++) {
 		g_autofree char *name = g_strdup_printf("/profile/load-error/%s", load_cases[i].name);
