@@ -127,6 +127,45 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 	return ok;
 }
 
+/* --- profiles ------------------------------------------------------------ */
+
+/* Read profiles.path, each generation afresh (so a reload sees a store
+ * narwhal-profile rewrote), and give each engine the profile of its id
+ * (docs/profiles.md, "How the router uses the store"). A missing store
+ * leaves every engine unprofiled; one that is there but invalid is an
+ * error. */
+static gboolean
+load_profiles(struct nw_generation *g, GError **error)
+{
+	const struct nw_config *cfg = g->cfg;
+	const char *file = cfg->profiles.path;
+
+	if (!g_file_test(file, G_FILE_TEST_EXISTS)) {
+		nw_log(NARWHAL_LOG_WARNING, "profiles_missing", "path", file, "hint",
+		       "no engine has a measured profile: run narwhal-profile --config with this "
+		       "configuration to write one", NULL);
+		return TRUE;
+	}
+	g->profiles = nw_profile_store_load(file, error);
+	if (g->profiles == NULL)
+		return FALSE;
+	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
+		const struct nw_engine_config *e = &cfg->fleet.engines[i];
+		const struct nw_engine_profile *p = nw_profile_store_find(g->profiles, e->id);
+
+		/* The id names the engine; an address can change (a move, a
+		 * port) while the hardware stays, so a profile measured at
+		 * another url is still used, and the operator is told. */
+		if (p != NULL && strcmp(p->url, e->url) != 0)
+			nw_log(NARWHAL_LOG_WARNING, "profile_url_mismatch", "engine", e->id, "url", e->url,
+			       "profiled_url", p->url, "hint",
+			       "the profile is used; run narwhal-profile again if this is another engine",
+			       NULL);
+		nw_fleet_set_profile(g->fleet, i, p);
+	}
+	return TRUE;
+}
+
 /* --- a generation -------------------------------------------------------- */
 
 /* What one engine of the newer fleet counts for the older generations'
@@ -204,6 +243,8 @@ nw_generation_new(struct nw_config *cfg, const struct nw_generation_shared *sh, 
 
 	g->cfg = cfg;
 	g->fleet = nw_fleet_new(cfg, nw_clock_monotonic_ns(NULL));
+	if (!load_profiles(g, error))
+		goto fail;
 	for (size_t i = 0; i < G_N_ELEMENTS(plugin_slots); i++) {
 		struct loaded_plugin *lp =
 			(struct loaded_plugin *)((char *)g + plugin_slots[i].loaded_offset);
@@ -425,10 +466,13 @@ mirror(struct nw_generation *newer)
 		struct narwhal_engine_view *ov = &of->engines[j];
 
 		if (map[j] == UINT32_MAX) {
-			ov->flags = (ov->flags & NARWHAL_ENGINE_PINNED) | NARWHAL_ENGINE_DRAINING;
+			ov->flags = (ov->flags & (NARWHAL_ENGINE_PINNED | NARWHAL_ENGINE_PROFILED)) |
+			            NARWHAL_ENGINE_DRAINING;
 			continue;
 		}
-		ov->flags = newer->fleet->engines[map[j]].flags;
+		/* its own profile stays: the estimators answer from its store */
+		ov->flags = (newer->fleet->engines[map[j]].flags & ~(uint32_t)NARWHAL_ENGINE_PROFILED) |
+		            (ov->flags & NARWHAL_ENGINE_PROFILED);
 		ov->role = newer->fleet->engines[map[j]].role;
 		ov->role_since_ns = newer->fleet->engines[map[j]].role_since_ns;
 	}
@@ -502,6 +546,7 @@ nw_generation_free(struct nw_generation *g)
 	loaded_plugin_clear(&g->placement);
 	loaded_plugin_clear(&g->controller);
 	nw_fleet_free(g->fleet);
+	nw_profile_store_free(g->profiles);
 	nw_config_free(g->cfg);
 	carry_free(g);
 	g_free(g);

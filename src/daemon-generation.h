@@ -32,6 +32,7 @@
 #include "core/fleet-dialects.h"
 #include "core/host.h"
 #include "core/plugin-loader.h"
+#include "core/profile.h"
 #include "net/http-server.h"
 #include "net/upstream.h"
 #include "serve/serve.h"
@@ -58,6 +59,7 @@ struct nw_generation {
 	unsigned number;                   /* 0 at start, +1 a reload */
 	struct nw_config *cfg;             /* owned */
 	struct nw_fleet *fleet;
+	struct nw_profile_store *profiles; /* profiles.path as read; NULL: no store */
 	struct loaded_plugin admission, placement, controller;
 	struct nw_fleet_dialects *dialects;
 	char **api_keys;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/estimate.h"
 #include "core/log.h"
 #include "core/plugin-loader.h"
 
@@ -42,6 +43,7 @@ nw_fleet_new(const struct nw_config *cfg, int64_t now_ns)
 
 	fleet->engines = g_new0(struct narwhal_engine_view, MAX(n, 1));
 	fleet->stats = g_new0(struct nw_engine_stats, MAX(n, 1));
+	fleet->profiles = g_new0(const struct nw_engine_profile *, MAX(n, 1));
 	fleet->model = g_strdup(cfg->fleet.model);
 	fleet->max_model_len = -1;
 	fleet->retry_after_s = 1.0;
@@ -78,8 +80,20 @@ nw_fleet_free(struct nw_fleet *fleet)
 	g_strfreev(fleet->ids);
 	g_free(fleet->engines);
 	g_free(fleet->stats);
+	g_free(fleet->profiles);
 	g_free(fleet->model);
 	g_free(fleet);
+}
+
+void
+nw_fleet_set_profile(struct nw_fleet *fleet, uint32_t i, const struct nw_engine_profile *p)
+{
+	if (i >= fleet->view.n_engines)
+		return;
+	fleet->profiles[i] = p;
+	fleet->engines[i].flags &= ~(uint32_t)NARWHAL_ENGINE_PROFILED;
+	if (p != NULL)
+		fleet->engines[i].flags |= NARWHAL_ENGINE_PROFILED;
 }
 
 /* --- metrics --------------------------------------------------------- */
@@ -184,21 +198,32 @@ svc_fleet(void *ctx)
 	return h->fleet ? &h->fleet->view : NULL;
 }
 
-/* Profiles arrive with narwhal-profile; until an engine has one, the
- * estimators say so rather than guess. */
+/* The engine's measured profile, or NULL: no fleet, no such engine, or
+ * none measured (narwhal-profile writes them; docs/profiles.md). */
+static const struct nw_engine_profile *
+profile_of(const struct nw_host *h, uint32_t engine)
+{
+	if (h->fleet == NULL || engine >= h->fleet->view.n_engines)
+		return NULL;
+	return h->fleet->profiles[engine];
+}
+
 static narwhal_estimate_status
 svc_prefill_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
 {
-	return NARWHAL_ESTIMATE_NO_PROFILE;
+	return nw_estimate_prefill_s(profile_of(ctx, engine), tokens, out);
 }
 
 static narwhal_estimate_status
 svc_decode_interval_seconds(void *ctx, uint32_t engine, uint32_t active, uint64_t kv,
                             double *out)
 {
-	return NARWHAL_ESTIMATE_NO_PROFILE;
+	return nw_estimate_decode_interval_s(profile_of(ctx, engine), active, kv, out);
 }
 
+/* The FIFO completion projection (the live prefill pool, residents and
+ * work awaiting prefill priced on the profile) comes in a later increment
+ * of issue 12; until then it says "no profile" rather than guess. */
 static narwhal_estimate_status
 svc_prefill_queue_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
 {

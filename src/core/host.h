@@ -11,6 +11,7 @@
 #include <glib.h>
 
 #include "core/config.h"
+#include "core/profile.h"
 
 /* How a real leg on an engine ended, for passive detection. */
 typedef enum nw_leg_outcome {
@@ -65,6 +66,11 @@ struct nw_fleet {
 	                                 * with the data plane's plugin_call_errors */
 	double retry_after_s;      /* what a refusal while stopped says */
 
+	/* Each engine's measured profile, which the estimator services answer
+	 * from (docs/profiles.md); NULL: none. The array is the fleet's, the
+	 * profiles are borrowed from a store that outlives the fleet. */
+	const struct nw_engine_profile **profiles;
+
 	/* Passive detection (docs/recovery.md): the data plane reports the
 	 * end of each real leg on an engine. NULL: nobody listens. */
 	void (*leg_outcome)(void *data, uint32_t engine, nw_leg_outcome outcome,
@@ -74,6 +80,9 @@ struct nw_fleet {
 
 struct nw_fleet *nw_fleet_new(const struct nw_config *cfg, int64_t now_ns);
 void nw_fleet_free(struct nw_fleet *fleet);
+/* Give engine i its profile (borrowed; NULL: none) and set or clear
+ * NARWHAL_ENGINE_PROFILED in its view to match. */
+void nw_fleet_set_profile(struct nw_fleet *fleet, uint32_t i, const struct nw_engine_profile *p);
 
 /* A clock: the daemon's monotonic clock, or a virtual one in a replay. */
 typedef int64_t (*nw_clock_fn)(void *data);

@@ -24,9 +24,10 @@ engine_extra(const struct nw_state_sources *src, uint32_t i, json_t *entry)
 	const char *by = nw_monitor_pinned_by(src->monitor, i);
 
 	json_object_update_new(entry, json_pack(
-		"{s:s, s:o, s:I, s:I, s:{s:o, s:o}, s:{s:b, s:I, s:b}}",
+		"{s:s, s:o, s:b, s:I, s:I, s:{s:o, s:o}, s:{s:b, s:I, s:b}}",
 		"dialect", ec->dialect,
 		"pinned_by", by != NULL ? json_string(by) : json_null(),
+		"profiled", (v->flags & NARWHAL_ENGINE_PROFILED) != 0,
 		"resident_kv_tokens", (json_int_t)v->resident_kv_tokens,
 		"queued_prefill", (json_int_t)v->queued_prefill,
 		"loads", "prefill", load_json(v->prefill_load), "decode", load_json(v->decode_load),
