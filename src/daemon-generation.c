@@ -142,8 +142,8 @@ load_profiles(struct nw_generation *g, GError **error)
 
 	if (!g_file_test(file, G_FILE_TEST_EXISTS)) {
 		nw_log(NARWHAL_LOG_WARNING, "profiles_missing", "path", file, "hint",
-		       "no engine has a measured profile: run narwhal-profile --config with this "
-		       "configuration to write one", NULL);
+		       "no engine has a measured profile, so the estimators answer \"no profile\" "
+		       "(docs/profiles.md says how the store is made)", NULL);
 		return TRUE;
 	}
 	g->profiles = nw_profile_store_load(file, error);

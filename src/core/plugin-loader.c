@@ -193,6 +193,38 @@ path_hint(narwhal_plugin_kind kind)
 	return NULL;
 }
 
+static gint
+compare_names(gconstpointer a, gconstpointer b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names of the plugins of this kind a directory holds (files
+ * "<kind>-<name>.so"), comma-separated, for a not-found message; "none"
+ * when it holds none (transfer full). */
+static char *
+plugins_in(const char *dir, narwhal_plugin_kind kind)
+{
+	g_autofree char *prefix = g_strdup_printf("%s-", nw_plugin_kind_name(kind));
+	g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+	GDir *d = g_dir_open(dir, 0, NULL);
+	const char *entry;
+
+	while (d != NULL && (entry = g_dir_read_name(d)) != NULL) {
+		if (g_str_has_prefix(entry, prefix) && g_str_has_suffix(entry, ".so") &&
+		    strlen(entry) > strlen(prefix) + 3)
+			g_ptr_array_add(names, g_strndup(entry + strlen(prefix),
+			                                 strlen(entry) - strlen(prefix) - 3));
+	}
+	if (d != NULL)
+		g_dir_close(d);
+	if (names->len == 0)
+		return g_strdup("none");
+	g_ptr_array_sort(names, compare_names);
+	g_ptr_array_add(names, NULL);
+	return g_strjoinv(", ", (char **)names->pdata);
+}
+
 static void
 refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
                  const char *name)
@@ -200,6 +232,7 @@ refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
 	g_autofree char *dir = g_path_get_dirname(file);
 	const char *kind_name = nw_plugin_kind_name(kind);
 	const char *path_key = path_hint(kind);
+	g_autofree char *there = NULL;
 
 	if (name == NULL && path_key != NULL) {
 		/* The configuration named the file itself. */
@@ -208,18 +241,24 @@ refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
 		            "(directory %s), found no such file: correct %s, or remove it "
 		            "and set plugins.dir to find the plugin by name",
 		            file, kind_name, dir, path_key);
-	} else if (path_key != NULL) {
+		return;
+	}
+	/* Say what the directory does hold: a name from the specification
+	 * that this build does not ship is then plain to see. */
+	there = plugins_in(dir, kind);
+	if (path_key != NULL) {
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
 		            "%s: plugin file not found: expected %s plugin \"%s\" in directory "
-		            "%s, found no such file: install the plugin there, set plugins.dir "
-		            "to the directory that holds it, or give its file with %s",
-		            file, kind_name, name, dir, path_key);
+		            "%s, found no such file (the %s plugins there: %s): choose one of "
+		            "those, install the plugin there, set plugins.dir to the directory "
+		            "that holds it, or give its file with %s",
+		            file, kind_name, name, dir, kind_name, there, path_key);
 	} else {
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
 		            "%s: plugin file not found: expected %s plugin \"%s\" in directory "
-		            "%s, found no such file: install the plugin there, or set "
-		            "plugins.dir to the directory that holds it",
-		            file, kind_name, name ? name : "", dir);
+		            "%s, found no such file (the %s plugins there: %s): install the "
+		            "plugin there, or set plugins.dir to the directory that holds it",
+		            file, kind_name, name ? name : "", dir, kind_name, there);
 	}
 }
 

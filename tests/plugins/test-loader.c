@@ -181,7 +181,27 @@ test_not_found(void)
 	assert_contains(error->message, dir);
 	assert_contains(error->message, "plugins.dir");
 	assert_contains(error->message, "plugins.admission.path");
+	assert_contains(error->message, "the admission plugins there: none");
 	g_clear_error(&error);
+
+	/* The message names the plugins of that kind the directory holds, in
+	 * order, so a name this build does not ship is plain to see. */
+	{
+		g_autofree char *zeta = g_build_filename(dir, "admission-zeta.so", NULL);
+		g_autofree char *alpha = g_build_filename(dir, "admission-alpha.so", NULL);
+		g_autofree char *other = g_build_filename(dir, "placement-beta.so", NULL);
+
+		g_assert_true(g_file_set_contents(zeta, "", 0, NULL));
+		g_assert_true(g_file_set_contents(alpha, "", 0, NULL));
+		g_assert_true(g_file_set_contents(other, "", 0, NULL));
+		p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "missing", file, &error);
+		g_assert_null(p);
+		assert_contains(error->message, "the admission plugins there: alpha, zeta):");
+		g_clear_error(&error);
+		g_unlink(zeta);
+		g_unlink(alpha);
+		g_unlink(other);
+	}
 
 	/* Dialects are found by name only: no path to suggest. */
 	g_free(file);
