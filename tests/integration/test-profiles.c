@@ -152,7 +152,7 @@ test_missing_store(void)
 	line = strstr(e.p.log->str, "\"event\":\"profiles_missing\"");
 	g_assert_nonnull(line);
 	g_assert_nonnull(strstr(line, e.store));
-	g_assert_nonnull(strstr(line, "narwhal-profile"));
+	g_assert_nonnull(strstr(line, "docs/profiles.md"));
 	again = strstr(line + 1, "\"event\":\"profiles_missing\"");
 	g_assert_null(again);
 	g_assert_cmpint(harness_stop(&e.p, SIGTERM, 10000), ==, 0);
