@@ -75,16 +75,6 @@ fleet_dialects(const struct nw_config *cfg)
 	return names;
 }
 
-static void
-add_problem(GPtrArray *problems, const char *path, const char *message)
-{
-	struct nw_config_error *e = g_new0(struct nw_config_error, 1);
-
-	e->path = g_strdup(path);
-	e->message = g_strdup(message);
-	g_ptr_array_add(problems, e);
-}
-
 gboolean
 nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 {
@@ -100,7 +90,7 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 			loaded_plugin_clear(&lp);
 			continue;
 		}
-		add_problem(problems, plugin_slots[i].config_path, error->message);
+		nw_config_error_add(problems, false, plugin_slots[i].config_path, error->message);
 		g_error_free(error);
 		ok = FALSE;
 	}
@@ -117,7 +107,7 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 				continue;
 			}
 			/* The message starts with plugins.dialects.<name>. */
-			add_problem(problems, NULL, error->message);
+			nw_config_error_add(problems, false, NULL, error->message);
 			g_error_free(error);
 			ok = FALSE;
 		}

@@ -52,16 +52,6 @@ value_text(const json_t *v)
 	return out;
 }
 
-static void
-add_problem(GPtrArray *problems, const char *path, char *message)
-{
-	struct nw_config_error *e = g_new0(struct nw_config_error, 1);
-
-	e->path = g_strdup(path);
-	e->message = message;
-	g_ptr_array_add(problems, e);
-}
-
 /* Returns the number of fields refused. */
 static guint
 check_restart_fields(json_t *running, json_t *next, GPtrArray *problems)
@@ -70,16 +60,16 @@ check_restart_fields(json_t *running, json_t *next, GPtrArray *problems)
 
 	for (size_t i = 0; i < G_N_ELEMENTS(restart_fields); i++) {
 		json_t *a = path_get(running, restart_fields[i]), *b = path_get(next, restart_fields[i]);
-		g_autofree char *was = NULL, *now = NULL;
+		g_autofree char *was = NULL, *now = NULL, *message = NULL;
 
 		if ((a == NULL && b == NULL) || (a != NULL && b != NULL && json_equal(a, b)))
 			continue;
 		was = value_text(a);
 		now = value_text(b);
-		add_problem(problems, restart_fields[i],
-		            g_strdup_printf("cannot change without a restart (running: %s, file: %s): "
-		                            "restore the running value to reload, or restart Narwhal",
-		                            was, now));
+		message = g_strdup_printf("cannot change without a restart (running: %s, file: %s): "
+		                          "restore the running value to reload, or restart Narwhal",
+		                          was, now);
+		nw_config_error_add(problems, false, restart_fields[i], message);
 		refused++;
 	}
 	return refused;

@@ -35,19 +35,28 @@ error_free(gpointer p)
 static void add_problem(struct loader *ld, bool warning, const char *path, const char *fmt, ...)
 	G_GNUC_PRINTF(4, 5);
 
+void
+nw_config_error_add(GPtrArray *problems, bool warning, const char *path, const char *message)
+{
+	struct nw_config_error *e = g_new0(struct nw_config_error, 1);
+
+	e->path = g_strdup(path);
+	e->message = g_strdup(message);
+	e->warning = warning;
+	g_ptr_array_add(problems, e);
+}
+
 static void
 add_problem(struct loader *ld, bool warning, const char *path, const char *fmt, ...)
 {
-	struct nw_config_error *e = g_new0(struct nw_config_error, 1);
+	g_autofree char *message = NULL;
 	va_list ap;
 
 	va_start(ap, fmt);
-	e->message = g_strdup_vprintf(fmt, ap);
+	message = g_strdup_vprintf(fmt, ap);
 	va_end(ap);
-	e->path = g_strdup(path);
-	e->warning = warning;
+	nw_config_error_add(ld->problems, warning, path, message);
 	ld->n_errors += !warning;
-	g_ptr_array_add(ld->problems, e);
 }
 
 /* Record that the value at path was refused (see usable()). */

@@ -237,6 +237,12 @@ json_t *nw_config_to_json(const struct nw_config *cfg);
 uint32_t nw_config_control_connections(const struct nw_config *cfg);
 uint32_t nw_config_admission_limit(const struct nw_config *cfg);
 
+/* Append a problem of the caller's own (a plugin that will not load, a
+ * field a reload cannot change) to a problems array; path may be NULL.
+ * The strings are copied. */
+void nw_config_error_add(GPtrArray *problems, bool warning, const char *path,
+                         const char *message);
+
 /* Number of problems that are errors, not warnings (problems may be NULL). */
 guint nw_config_error_count(const GPtrArray *problems);
 
