@@ -29,6 +29,19 @@ sim_bin(void)
 	return g_build_filename(dir, "narwhal-sim", NULL);
 }
 
+const char *
+sim_replay_bin(void)
+{
+	static char *bin;
+	const char *env = g_getenv("NARWHAL_REPLAY_BIN");
+
+	if (env && *env)
+		return env;
+	if (bin == NULL)
+		bin = g_test_build_filename(G_TEST_BUILT, "..", "narwhal-replay", NULL);
+	return bin;
+}
+
 static char *
 read_file(const char *path)
 {

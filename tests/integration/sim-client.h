@@ -26,6 +26,9 @@ struct sim_proc {
 
 /* The narwhal-sim binary: $NARWHAL_SIM_BIN, else next to $NARWHAL_BIN. */
 char *sim_bin(void);
+/* The narwhal-replay binary: $NARWHAL_REPLAY_BIN, else beside the tests'
+ * build directory (kept, not freed). */
+const char *sim_replay_bin(void);
 
 /* Start narwhal-sim --base-port 0 with extra arguments (NULL-terminated)
  * and wait (bounded) for its fleet line and admin port. */

@@ -29,19 +29,6 @@
 
 static const char *const sim_args[] = { "--engines", "2", "--time-scale", "2", NULL };
 
-static const char *
-replay_bin(void)
-{
-	static char *bin;
-	const char *env = g_getenv("NARWHAL_REPLAY_BIN");
-
-	if (env && *env)
-		return env;
-	if (bin == NULL)
-		bin = g_test_build_filename(G_TEST_BUILT, "..", "narwhal-replay", NULL);
-	return bin;
-}
-
 static char *
 scrape(struct serve_env *e)
 {
@@ -220,7 +207,7 @@ test_scrape_during_replay(void)
 	               "consistent request-path figures");
 	if (!serve_start(&e, sim_args, "pd", NULL))
 		return;
-	if (!g_file_test(replay_bin(), G_FILE_TEST_IS_EXECUTABLE)) {
+	if (!g_file_test(sim_replay_bin(), G_FILE_TEST_IS_EXECUTABLE)) {
 		serve_clear(&e);
 		g_test_skip("narwhal-replay is not built");
 		return;
@@ -235,7 +222,7 @@ test_scrape_during_replay(void)
 	/* Bounded in count and time: at most 60 streams over 3 s. */
 	url = g_strdup_printf("http://127.0.0.1:%u", e.port);
 	replay = g_subprocess_new(G_SUBPROCESS_FLAGS_STDOUT_SILENCE |
-	                          G_SUBPROCESS_FLAGS_STDERR_SILENCE, &error, replay_bin(),
+	                          G_SUBPROCESS_FLAGS_STDERR_SILENCE, &error, sim_replay_bin(),
 	                          "--url", url, "--model", e.model, "--synthetic",
 	                          "rate=20,input=uniform:20:80,output=uniform:16:48,duration=3",
 	                          "--max-requests", "60", "--timeout", "20", "--quiet", NULL);

@@ -52,18 +52,7 @@ static const char base_config[] =
 static char *
 config_with(const char *extra)
 {
-	json_t *cfg = sim_json(base_config);
-	char *text;
-
-	if (extra != NULL) {
-		json_t *more = sim_json(extra);
-
-		serve_json_merge(cfg, more);
-		json_decref(more);
-	}
-	text = json_dumps(cfg, JSON_COMPACT);
-	json_decref(cfg);
-	return text;
+	return serve_json_merged_text(base_config, extra);
 }
 
 static gboolean

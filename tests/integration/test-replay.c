@@ -23,6 +23,7 @@
 #include <gio/gio.h>
 #include <glib/gstdio.h>
 
+#include "integration/sim-client.h"
 #include "net/http-server.h"
 #include "net/loop.h"
 #include "net/upstream.h"
@@ -365,19 +366,6 @@ on_exit_cb(GObject *src, GAsyncResult *res, gpointer data)
 	o->done = true;
 }
 
-static const char *
-replay_bin(void)
-{
-	static char *bin;
-	const char *env = g_getenv("NARWHAL_REPLAY_BIN");
-
-	if (env && *env)
-		return env;
-	if (bin == NULL)
-		bin = g_test_build_filename(G_TEST_BUILT, "..", "narwhal-replay", NULL);
-	return bin;
-}
-
 static gboolean
 wake_up(gpointer data)
 {
@@ -400,7 +388,7 @@ replay(struct outcome *o, const char *first, ...)
 	va_list ap;
 
 	memset(o, 0, sizeof *o);
-	g_ptr_array_add(argv, g_strdup(replay_bin()));
+	g_ptr_array_add(argv, g_strdup(sim_replay_bin()));
 	va_start(ap, first);
 	for (const char *a = first; a != NULL; a = va_arg(ap, const char *))
 		g_ptr_array_add(argv, g_strdup(a));
@@ -825,7 +813,7 @@ test_against_sim(void)
 	const char *u;
 
 	if (sim == NULL) { /* built next to narwhal-replay, when it is built */
-		g_autofree char *dir = g_path_get_dirname(replay_bin());
+		g_autofree char *dir = g_path_get_dirname(sim_replay_bin());
 
 		sim = g_build_filename(dir, "narwhal-sim", NULL);
 	}

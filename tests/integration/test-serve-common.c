@@ -40,6 +40,23 @@ serve_json_merge(json_t *dst, json_t *src)
 	}
 }
 
+char *
+serve_json_merged_text(const char *base, const char *extra)
+{
+	json_t *cfg = sim_json(base);
+	char *text;
+
+	if (extra != NULL) {
+		json_t *more = sim_json(extra);
+
+		serve_json_merge(cfg, more);
+		json_decref(more);
+	}
+	text = json_dumps(cfg, JSON_COMPACT);
+	json_decref(cfg);
+	return text;
+}
+
 static json_t *
 build_config(struct serve_env *e, const char *roles, const char *config_json)
 {
