@@ -156,7 +156,7 @@ cell_no=0
 cell() { # run mode c target
 	r=$1 mode=$2 c=$3 t=$4
 	eval "u=\$url_$t; pid=\$pid_$t"
-	if [ "$mode" = ns ]; then script=completions.lua tokens=$ns_tokens; else script=stream.lua tokens=$sse_tokens; fi
+	nwb_mode_load "$mode"
 	cell_no=$((cell_no + 1))
 	tag=run$r-$mode-c$c-$t
 	sleep "$pause"
@@ -189,24 +189,8 @@ cell() { # run mode c target
 
 # --- warm-up (not recorded), then the runs; the order of the targets
 # rotates from run to run so that no target always goes first.
-for t in $targets; do
-	eval "u=\$url_$t"
-	for m in $modes; do
-		if [ "$m" = ns ]; then script=completions.lua tokens=$ns_tokens; else script=stream.lua tokens=$sse_tokens; fi
-		MAX_TOKENS=$tokens timeout $((warmup + 30)) taskset -c "$load_cpu" \
-			wrk -t1 -c64 -d"${warmup}s" -s "$router/$script" "$u/v1/completions" >/dev/null 2>&1 || true
-	done
-done
-for r in $(seq "$runs"); do
-	order=$(echo $targets | awk -v k=$(((r - 1) % ntargets)) '{ for (i = 0; i < NF; i++) printf "%s ", $((i + k) % NF + 1) }')
-	for m in $modes; do
-		for c in $concs; do
-			for t in $order; do
-				cell "$r" "$m" "$c" "$t"
-			done
-		done
-	done
-done
+nwb_warm_up "$router"
+nwb_run_cells
 
 # --- what each target wrote: access lines, and lines its writer dropped.
 notes=

@@ -166,3 +166,43 @@ nwb_wrk_us() {
 		printf "%.1f\n", n * f
 	}'
 }
+
+# The wrk script and max_tokens of a mode: sets script and tokens. Reads
+# ns_tokens and sse_tokens.
+nwb_mode_load() {
+	if [ "$1" = ns ]; then script=completions.lua tokens=$ns_tokens; else script=stream.lua tokens=$sse_tokens; fi
+}
+
+# Warm every target up, not recorded: each mode for $warmup seconds at
+# c=64, wrk on $load_cpu with the scripts of folder $1. Reads targets,
+# modes, ns_tokens, sse_tokens, warmup, load_cpu and url_<target> (a dash
+# in a target's name is an underscore in its variable).
+nwb_warm_up() {
+	for t in $targets; do
+		v=$(echo "$t" | tr - _)
+		eval "u=\$url_$v"
+		for m in $modes; do
+			nwb_mode_load "$m"
+			MAX_TOKENS=$tokens timeout $((warmup + 30)) taskset -c "$load_cpu" \
+				wrk -t1 -c64 -d"${warmup}s" -s "$1/$script" "$u/v1/completions" >/dev/null 2>&1 || true
+		done
+	done
+}
+
+# Every run: the modes, then the concurrencies, then the targets in an
+# order that rotates from run to run so that no target always goes first;
+# calls the script's own `cell RUN MODE CONC TARGET`. Reads runs, modes,
+# concs and targets.
+nwb_run_cells() {
+	n=$(echo $targets | wc -w)
+	for r in $(seq "$runs"); do
+		order=$(echo $targets | awk -v k=$(((r - 1) % n)) '{ for (i = 0; i < NF; i++) printf "%s ", $((i + k) % NF + 1) }')
+		for m in $modes; do
+			for c in $concs; do
+				for t in $order; do
+					cell "$r" "$m" "$c" "$t"
+				done
+			done
+		done
+	done
+}

@@ -219,7 +219,7 @@ cell() { # run mode c target
 	r=$1 mode=$2 c=$3 t=$4
 	v=$(echo "$t" | tr - _)
 	eval "u=\$url_$v; pids=\$pids_$v"
-	if [ "$mode" = ns ]; then script=completions.lua tokens=$ns_tokens; else script=stream.lua tokens=$sse_tokens; fi
+	nwb_mode_load "$mode"
 	cell_no=$((cell_no + 1))
 	tag=run$r-$mode-c$c-$t
 	note=
@@ -293,29 +293,12 @@ cell() { # run mode c target
 }
 
 # --- warm-up (not recorded): every target, every mode, c=64.
-for t in $targets; do
-	v=$(echo "$t" | tr - _)
-	eval "u=\$url_$v"
-	for m in $modes; do
-		if [ "$m" = ns ]; then script=completions.lua tokens=$ns_tokens; else script=stream.lua tokens=$sse_tokens; fi
-		MAX_TOKENS=$tokens timeout $((warmup + 30)) taskset -c "$load_cpu" \
-			wrk -t1 -c64 -d"${warmup}s" -s "$here/$script" "$u/v1/completions" >/dev/null 2>&1 || true
-	done
-done
+nwb_warm_up "$here"
 echo "warm-up done ($(($(nwb_now) - start)) s)"
 
 # --- the runs: modes, then concurrency, then the targets in an order that
 # rotates from run to run so that no target always goes first.
-for r in $(seq "$runs"); do
-	order=$(echo $targets | awk -v k=$(((r - 1) % ntargets)) '{ for (i = 0; i < NF; i++) printf "%s ", $((i + k) % NF + 1) }')
-	for m in $modes; do
-		for c in $concs; do
-			for t in $order; do
-				cell "$r" "$m" "$c" "$t"
-			done
-		done
-	done
-done
+nwb_run_cells
 
 for t in $targets; do
 	v=$(echo "$t" | tr - _)
