@@ -46,10 +46,10 @@ struct nw_daemon {
 	 * still finish requests (gen->older...). */
 	struct nw_generation *gen;
 	guint overlap_tick;                    /* while generations overlap */
-	unsigned reloads;
 	/* Reloads not applied (docs/metrics.md): an invalid file, or one
-	 * refused (a field that needs a restart, or Narwhal stopping). When
-	 * the configuration in force was read is its own loaded_unix_us. */
+	 * refused (a field that needs a restart, or Narwhal stopping). Those
+	 * applied are gen->number; when the configuration in force was read
+	 * is its own loaded_unix_us. */
 	uint64_t reloads_failed, reloads_refused;
 	struct nw_admin *admin;                /* the admin API's listener; NULL: none */
 	guint sigterm, sigint, sighup;

@@ -311,7 +311,6 @@ reload(struct nw_daemon *d, json_t **summary, GError **error)
 	}
 	nw_generation_adopt(g, d->gen, added, removed);
 	nw_daemon_generation_switch(d, g);
-	d->reloads++;
 	{
 		json_t *s = log_applied(d, running, next, added, removed);
 

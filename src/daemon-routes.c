@@ -140,7 +140,7 @@ daemon_figures(struct nw_daemon *d, GArray *admin, struct nw_exposition_daemon *
 		.draining = d->state != NW_DAEMON_SERVING,
 		.generation = d->gen->number,
 		.superseded_requests = d->gen->older ? nw_generation_retained(d->gen->older) : 0,
-		.reloads_applied = d->reloads, .reloads_failed = d->reloads_failed,
+		.reloads_applied = d->gen->number, .reloads_failed = d->reloads_failed,
 		.reloads_refused = d->reloads_refused,
 		.loaded_unix_s = (double)d->gen->cfg->loaded_unix_us / 1e6,
 	};

@@ -303,10 +303,12 @@ void
 nw_daemon_free(struct nw_daemon *d)
 {
 	bool ran;
+	unsigned reloads;
 
 	if (d == NULL)
 		return;
 	ran = d->http != NULL;
+	reloads = d->gen != NULL ? d->gen->number : 0; /* one generation a reload */
 	if (d->sigterm)
 		g_source_remove(d->sigterm);
 	if (d->sigint)
@@ -341,7 +343,7 @@ nw_daemon_free(struct nw_daemon *d)
 		/* Of the requests held at the signal: finished, and ended. */
 		g_snprintf(n, sizeof n, "%u", d->drain_in_flight - MIN(d->ended, d->drain_in_flight));
 		g_snprintf(e, sizeof e, "%u", d->ended);
-		g_snprintf(r, sizeof r, "%u", d->reloads);
+		g_snprintf(r, sizeof r, "%u", reloads);
 		nw_log(NARWHAL_LOG_INFO, "stopped", "finished", n, "ended", e, "reloads", r, NULL);
 	}
 	g_free(d->config_file);

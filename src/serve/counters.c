@@ -54,6 +54,16 @@ nw_outcome_code_index(const char *code)
 	return (uint32_t)(hit - nw_outcome_codes);
 }
 
+uint32_t
+nw_outcome_code_none(void)
+{
+	static uint32_t none = UINT32_MAX;
+
+	if (none == UINT32_MAX)
+		none = nw_outcome_code_index(NULL);
+	return none;
+}
+
 const unsigned nw_outcome_statuses[NW_OUTCOME_N_STATUSES] = {
 	0, 200, 400, 401, 404, 405, 413, 415, 429, 499, 500, 501, 502, 503, 504,
 };

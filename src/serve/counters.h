@@ -93,6 +93,9 @@ extern const char *const nw_outcome_codes[NW_OUTCOME_N_CODES];
 /* The index of code in nw_outcome_codes: NULL is "none", an unknown code
  * "other". */
 uint32_t nw_outcome_code_index(const char *code);
+/* The index of "none" (served in full), looked up once: every request
+ * starts with it. */
+uint32_t nw_outcome_code_none(void);
 
 /* The statuses an answer can have, and "other". 499 is the nginx
  * convention for a client that left before its answer. */

@@ -115,7 +115,7 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	r->last_chunk_us = -1;
 	r->stall_until_us = -1;
 	r->gap_us = (int64_t)(s->cfg->engine.decode_read_timeout_s * 1e6);
-	r->answer_code = nw_outcome_code_index(NULL);
+	r->answer_code = nw_outcome_code_none();
 	r->queued_us = r->first_token_us = r->prefill_end_us = -1;
 	r->queue_s = NAN;
 	r->usage_prompt = r->usage_completion = -1;
@@ -789,7 +789,7 @@ record_end(struct nw_request *r)
 	double total = (double)(now - r->arrival_us) / 1e6, ttft = NAN, tpot = NAN;
 	unsigned status = streamed ? 200 : r->resp_status;
 
-	if (!r->ok && r->answer_code == nw_outcome_code_index(NULL)) {
+	if (!r->ok && r->answer_code == nw_outcome_code_none()) {
 		/* No answer chose a code: the client left before it. */
 		r->answer_code = nw_outcome_code_index("client_disconnected");
 		if (!streamed)

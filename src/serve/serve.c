@@ -347,7 +347,7 @@ route_models(struct nw_serve *s, struct MHD_Connection *conn)
 
 	s->metrics->counters.requests_models++;
 	nw_serve_metrics_outcome(s->metrics, NW_METRIC_ROUTE_MODELS, MHD_HTTP_OK,
-	                         nw_outcome_code_index(NULL));
+	                         nw_outcome_code_none());
 	if (s->fleet->max_model_len > 0)
 		json_object_set_new(model, "max_model_len", json_integer(s->fleet->max_model_len));
 	body = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
