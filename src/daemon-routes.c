@@ -98,11 +98,11 @@ route_ready(struct nw_daemon *d, struct MHD_Connection *conn)
 	enum MHD_Result ret;
 
 	if (reason == NULL) {
-		json_t *health = nw_monitor_to_json(nw_daemon_monitor(d), false);
+		struct nw_monitor_summary health;
 
-		if (strcmp(json_string_value(json_object_get(health, "status")), "unavailable") == 0)
+		nw_monitor_summary(nw_daemon_monitor(d), &health);
+		if (strcmp(health.status, "unavailable") == 0)
 			reason = "unavailable";
-		json_decref(health);
 	}
 	body = reason ? json_pack("{s:b, s:s}", "ready", 0, "reason", reason)
 	              : json_pack("{s:b}", "ready", 1);
