@@ -460,9 +460,7 @@ mirror(struct nw_generation *newer)
 			            NARWHAL_ENGINE_DRAINING;
 			continue;
 		}
-		/* its own profile stays: the estimators answer from its store */
-		ov->flags = (newer->fleet->engines[map[j]].flags & ~(uint32_t)NARWHAL_ENGINE_PROFILED) |
-		            (ov->flags & NARWHAL_ENGINE_PROFILED);
+		ov->flags = nw_engine_flags_follow(ov->flags, newer->fleet->engines[map[j]].flags);
 		ov->role = newer->fleet->engines[map[j]].role;
 		ov->role_since_ns = newer->fleet->engines[map[j]].role_since_ns;
 	}

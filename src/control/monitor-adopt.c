@@ -49,9 +49,7 @@ nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old, const uint3
 		e->drain_reported = o->drain_reported;
 		v->role = ov->role;
 		v->role_since_ns = ov->role_since_ns;
-		/* the profile is this generation's, read from its store */
-		v->flags = (ov->flags & ~(uint32_t)NARWHAL_ENGINE_PROFILED) |
-		           (v->flags & NARWHAL_ENGINE_PROFILED);
+		v->flags = nw_engine_flags_follow(v->flags, ov->flags);
 		v->prefill_load = ov->prefill_load;
 		v->decode_load = ov->decode_load;
 	}

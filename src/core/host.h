@@ -78,6 +78,16 @@ struct nw_fleet {
 	void *leg_outcome_data;
 };
 
+/* An engine's flags taken over from another generation's view of the same
+ * engine (a reload, docs/deployment.md): the monitor's verdict (available,
+ * draining, quarantined, pinned) comes from `from`; NARWHAL_ENGINE_PROFILED
+ * stays `own`, since each generation answers from its own profile store. */
+static inline uint32_t
+nw_engine_flags_follow(uint32_t own, uint32_t from)
+{
+	return (from & ~(uint32_t)NARWHAL_ENGINE_PROFILED) | (own & NARWHAL_ENGINE_PROFILED);
+}
+
 struct nw_fleet *nw_fleet_new(const struct nw_config *cfg, int64_t now_ns);
 void nw_fleet_free(struct nw_fleet *fleet);
 /* Give engine i its profile (borrowed; NULL: none) and set or clear
