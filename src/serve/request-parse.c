@@ -756,6 +756,12 @@ nw_request_route_for_path(const char *path, narwhal_route *route)
 	return true;
 }
 
+const char *
+nw_request_path_for_route(narwhal_route route)
+{
+	return route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? "/v1/chat/completions" : "/v1/completions";
+}
+
 int
 nw_request_parse(narwhal_route route, const char *content_type, const char *data, size_t len,
                  const struct nw_parse_limits *lim, struct nw_client_request *out,

@@ -82,6 +82,8 @@ void nw_client_request_clear(struct nw_client_request *r);
 /* The route served at path ("/v1/completions", "/v1/chat/completions"), or
  * false for any other path. */
 bool nw_request_route_for_path(const char *path, narwhal_route *route);
+/* The path of a completion route, the inverse of the above. */
+const char *nw_request_path_for_route(narwhal_route route);
 
 /* Fill err. type follows status (server_error for 5xx, else
  * invalid_request_error); param may be NULL. The message is cut to fit and

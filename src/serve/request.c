@@ -810,8 +810,7 @@ record_end(struct nw_request *r)
 	if (nw_access_log_enabled()) {
 		struct nw_access_record rec = {
 			.request_id = r->id,
-			.route = r->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? "/v1/chat/completions"
-			                                                    : "/v1/completions",
+			.route = nw_request_path_for_route(r->route),
 			.model = r->parsed.model,
 			.stream = r->parsed.stream,
 			.status = (int)status,
