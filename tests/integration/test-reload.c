@@ -19,15 +19,12 @@
 static void
 write_config(struct serve_env *e, const char *engines, const char *extra)
 {
-	json_t *cfg = json_pack("{s:{s:s, s:i}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s, s:[]}}",
-	                        "server", "host", "127.0.0.1", "port", 0,
-	                        "log", "level", "info",
-	                        "serving", "admission", "open",
-	                        "controller", "policy", "static",
-	                        "fleet", "model", e->model, "engines");
+	json_t *cfg = serve_base_config();
 	json_t *all = json_object_get(e->sim.fleet, "engines");
-	json_t *list = json_object_get(json_object_get(cfg, "fleet"), "engines");
+	json_t *list = json_array();
 	g_auto(GStrv) picks = g_strsplit(engines, ",", -1);
+
+	json_object_set_new(cfg, "fleet", json_pack("{s:s, s:o}", "model", e->model, "engines", list));
 
 	for (char **p = picks; *p != NULL; p++) {
 		json_t *en = json_deep_copy(json_array_get(all, (size_t)(**p - '0')));

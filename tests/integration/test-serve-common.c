@@ -57,16 +57,24 @@ serve_json_merged_text(const char *base, const char *extra)
 	return text;
 }
 
+json_t *
+serve_base_config(void)
+{
+	return json_pack("{s:{s:s, s:i}, s:{s:s}, s:{s:s}, s:{s:s}}",
+	                 "server", "host", "127.0.0.1", "port", 0,
+	                 "log", "level", "info",
+	                 "serving", "admission", "open",
+	                 "controller", "policy", "static");
+}
+
 static json_t *
 build_config(struct serve_env *e, const char *roles, const char *config_json)
 {
-	json_t *cfg = json_pack("{s:{s:s, s:i}, s:{s:s}, s:{s:s}, s:{s:s}, s:O}",
-	                        "server", "host", "127.0.0.1", "port", 0,
-	                        "log", "level", "info",
-	                        "serving", "admission", "open",
-	                        "controller", "policy", "static",
-	                        "fleet", e->sim.fleet);
-	json_t *engines = json_object_get(json_object_get(cfg, "fleet"), "engines");
+	json_t *cfg = serve_base_config();
+	json_t *engines;
+
+	json_object_set(cfg, "fleet", e->sim.fleet);
+	engines = json_object_get(json_object_get(cfg, "fleet"), "engines");
 
 	if (roles != NULL) {
 		json_t *copy = json_deep_copy(engines);

@@ -46,6 +46,10 @@ void serve_post(struct serve_env *e, const char *path, const char *body,
 /* The counters of GET /narwhal/health (owned). */
 /* Merge src into dst, objects recursively (a config over another). */
 void serve_json_merge(json_t *dst, json_t *src);
+/* The settings every serve test starts from, without the fleet: loopback
+ * on an ephemeral port, info logs, open admission, the static controller
+ * (owned). */
+json_t *serve_base_config(void);
 /* The JSON object text base with extra (an object text, or NULL) merged
  * over it, compact (owned string). */
 char *serve_json_merged_text(const char *base, const char *extra);
