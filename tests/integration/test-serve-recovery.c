@@ -193,7 +193,7 @@ test_stream_keeps_engine_connection(void)
 	struct serve_env e;
 	struct sim_reply r;
 	g_autofree char *body = NULL;
-	unsigned n;
+	unsigned n, before;
 
 	g_test_summary("/serve/spec-4.3/stream-keeps-engine-connection: ten sequential streams "
 	               "through one engine reuse its connection instead of opening ten");
@@ -204,6 +204,10 @@ test_stream_keeps_engine_connection(void)
 	if (!serve_start(&e, args, NULL, NULL))
 		return;
 	body = serve_completion_body(&e, 3, TRUE);
+	/* Sockets to that port already there: closed connections of an
+	 * earlier process that listened on the same ephemeral port may still
+	 * wait out TIME_WAIT. */
+	before = sockets_to_port(e.sim.ports[0]);
 	for (int i = 0; i < 10; i++) {
 		GPtrArray *events;
 
@@ -219,9 +223,10 @@ test_stream_keeps_engine_connection(void)
 	/* Streams, sizing calls and probes may use a few connections; one per
 	 * stream would leave ten or more here. */
 	n = sockets_to_port(e.sim.ports[0]);
-	g_test_message("%u sockets to the engine after 10 streams", n);
+	n = n > before ? n - before : 0;
+	g_test_message("%u new sockets to the engine after 10 streams (%u before)", n, before);
 	if (n >= 6)
-		g_error("%u sockets to the engine after 10 streams", n);
+		g_error("%u new sockets to the engine after 10 streams", n);
 	serve_clear(&e);
 }
 
