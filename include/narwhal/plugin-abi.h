@@ -225,8 +225,29 @@ struct narwhal_host {
 	 * plugin call returns). */
 	const struct narwhal_fleet_view *(*fleet)(void *host_ctx);
 
-	/* Profile estimators (architecture section 6). Each returns a
-	 * NARWHAL_ESTIMATE_* value and writes *out only on NARWHAL_ESTIMATE_OK. */
+	/* Profile estimators (architecture section 6; docs/profiles.md). Each
+	 * returns a NARWHAL_ESTIMATE_* value and writes *out only on
+	 * NARWHAL_ESTIMATE_OK; an input outside what the engine's profile
+	 * measured is OUT_OF_DOMAIN, never an extrapolation.
+	 *
+	 * prefill_seconds: the engine's own time to prefill one prompt of
+	 * prompt_tokens on an idle engine (the quadratic form, spec 7.7). A
+	 * count sized by engine.chars_per_token is priced the same way.
+	 *
+	 * decode_interval_seconds: the token interval with active_requests
+	 * decoding and resident_kv_tokens held between them, times the
+	 * engine's bounded live correction (controller.reactive.
+	 * decode_correction_*, spec 7.7).
+	 *
+	 * prefill_queue_seconds: seconds from now until a prompt of
+	 * prompt_tokens placed on this engine now would have finished its
+	 * prefill and handed off: the FIFO projection (role-control document,
+	 * "Prefill queue projections") behind the prefill work resident on and
+	 * waiting for the engine and its share of admitted work not yet placed
+	 * on the live prefill pool, then its own prefill and, when measured,
+	 * the handoff. An engine with resident decode work is outside the
+	 * single-phase region the profiles measured (spec 4.1): OUT_OF_DOMAIN
+	 * until that work drains. */
 	narwhal_estimate_status (*prefill_seconds)(void *host_ctx, uint32_t engine,
 	                                           uint64_t prompt_tokens, double *out);
 	narwhal_estimate_status (*decode_interval_seconds)(void *host_ctx, uint32_t engine,
