@@ -12,6 +12,15 @@ struct canned {
 	struct nw_mock_estimate_call last;
 };
 
+/* One engine's script and record for one estimator. */
+struct per_engine {
+	gboolean scripted;
+	narwhal_estimate_status status;
+	double value;
+	guint calls;
+	struct nw_mock_estimate_call last;
+};
+
 struct nw_mock_host {
 	/* First, so a host_ctx pointer is also the table's owner. */
 	struct narwhal_host table;
@@ -23,6 +32,7 @@ struct nw_mock_host {
 	const struct narwhal_fleet_view *fleet;
 	guint fleet_reads;
 	struct canned estimates[NW_MOCK_N_ESTIMATORS];
+	GArray *engines[NW_MOCK_N_ESTIMATORS]; /* struct per_engine, by engine index */
 };
 
 static const char *const level_names[] = { "debug", "info", "warning", "error" };
@@ -83,20 +93,37 @@ mock_fleet(void *host_ctx)
 	return mh->fleet;
 }
 
+/* The engine's slot, grown as needed (new slots are zeroed: unscripted). */
+static struct per_engine *
+engine_slot(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine)
+{
+	GArray *a = mh->engines[which];
+
+	g_assert_cmpuint(engine, <, 1u << 20); /* a test fleet, not a stray index */
+	if (engine >= a->len)
+		g_array_set_size(a, engine + 1);
+	return &g_array_index(a, struct per_engine, engine);
+}
+
 static narwhal_estimate_status
 answer(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine, uint64_t tokens,
        uint32_t active, double *out)
 {
 	struct canned *c = &mh->estimates[which];
+	struct per_engine *pe = engine_slot(mh, which, engine);
+	narwhal_estimate_status status = pe->scripted ? pe->status : c->status;
+	double value = pe->scripted ? pe->value : c->value;
 
 	c->calls++;
 	c->last.engine = engine;
 	c->last.tokens = tokens;
 	c->last.active_requests = active;
+	pe->calls++;
+	pe->last = c->last;
 	/* Like the real estimators: *out is written only on OK. */
-	if (c->status == NARWHAL_ESTIMATE_OK)
-		*out = c->value;
-	return c->status;
+	if (status == NARWHAL_ESTIMATE_OK)
+		*out = value;
+	return status;
 }
 
 static narwhal_estimate_status
@@ -141,8 +168,10 @@ nw_mock_host_new(void)
 	mh->logs = g_ptr_array_new_with_free_func(g_free);
 	mh->counters = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	mh->gauges = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
+	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++) {
 		mh->estimates[i].status = NARWHAL_ESTIMATE_NO_PROFILE;
+		mh->engines[i] = g_array_new(FALSE, TRUE, sizeof(struct per_engine));
+	}
 	return mh;
 }
 
@@ -154,6 +183,8 @@ nw_mock_host_free(struct nw_mock_host *mh)
 	g_ptr_array_unref(mh->logs);
 	g_hash_table_unref(mh->counters);
 	g_hash_table_unref(mh->gauges);
+	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
+		g_array_unref(mh->engines[i]);
 	g_free(mh);
 }
 
@@ -272,4 +303,46 @@ nw_mock_host_last_estimate(const struct nw_mock_host *mh, nw_mock_estimator whic
 {
 	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
 	return &mh->estimates[which].last;
+}
+
+void
+nw_mock_host_set_engine_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
+                                 uint32_t engine, narwhal_estimate_status status, double value)
+{
+	struct per_engine *pe;
+
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	pe = engine_slot(mh, which, engine);
+	pe->scripted = TRUE;
+	pe->status = status;
+	pe->value = value;
+}
+
+void
+nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh)
+{
+	for (guint w = 0; w < NW_MOCK_N_ESTIMATORS; w++) {
+		for (guint i = 0; i < mh->engines[w]->len; i++)
+			g_array_index(mh->engines[w], struct per_engine, i).scripted = FALSE;
+	}
+}
+
+guint
+nw_mock_host_estimate_calls_for(const struct nw_mock_host *mh, nw_mock_estimator which,
+                                uint32_t engine)
+{
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	if (engine >= mh->engines[which]->len)
+		return 0;
+	return g_array_index(mh->engines[which], struct per_engine, engine).calls;
+}
+
+const struct nw_mock_estimate_call *
+nw_mock_host_last_estimate_for(const struct nw_mock_host *mh, nw_mock_estimator which,
+                               uint32_t engine)
+{
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	if (nw_mock_host_estimate_calls_for(mh, which, engine) == 0)
+		return NULL;
+	return &g_array_index(mh->engines[which], struct per_engine, engine).last;
 }

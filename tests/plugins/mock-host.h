@@ -3,7 +3,8 @@
  * isolation tests: a virtual clock the test sets and advances, every log line
  * kept for inspection, counters and gauges in a table, a fleet view the test
  * supplies, and estimators that answer with canned values (NO_PROFILE until
- * told otherwise) while remembering what they were asked.
+ * told otherwise), for every engine or scripted per engine, while
+ * remembering what they were asked.
  *
  * Pass nw_mock_host_table(mh) wherever a plugin wants a struct narwhal_host.
  */
@@ -66,5 +67,19 @@ void nw_mock_host_set_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
 guint nw_mock_host_estimate_calls(const struct nw_mock_host *mh, nw_mock_estimator which);
 const struct nw_mock_estimate_call *nw_mock_host_last_estimate(const struct nw_mock_host *mh,
                                                                nw_mock_estimator which);
+
+/* Scripted answer for one engine: overrides the canned answer for every
+ * engine, until nw_mock_host_clear_engine_estimates. */
+void nw_mock_host_set_engine_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
+                                      uint32_t engine, narwhal_estimate_status status,
+                                      double value);
+void nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh);
+/* Calls of one estimator about one engine, and the last of them (NULL when
+ * it was never asked about that engine). */
+guint nw_mock_host_estimate_calls_for(const struct nw_mock_host *mh, nw_mock_estimator which,
+                                      uint32_t engine);
+const struct nw_mock_estimate_call *nw_mock_host_last_estimate_for(const struct nw_mock_host *mh,
+                                                                   nw_mock_estimator which,
+                                                                   uint32_t engine);
 
 #endif /* NW_TEST_MOCK_HOST_H */
