@@ -35,20 +35,59 @@ loaded_plugin_clear(struct loaded_plugin *lp)
 	memset(lp, 0, sizeof *lp);
 }
 
+/* The controller the spec names by default comes with a later version:
+ * until then its absence is told as such, with the alternative. */
+#define REACTIVE_MISSING \
+	"\"reactive\" is not available in this build yet: set \"controller\": " \
+	"{\"policy\": \"static\"}"
+
+/* The plugin's config as handed to create(): the admission plugin's also
+ * carries serving.admission_margin as "admission_margin" unless it sets
+ * its own (docs/configuration.md, "Plugins"); transfer full. */
+static json_t *
+plugin_config(const struct nw_config *cfg, const struct plugin_slot *slot,
+              const struct nw_plugin_config *pc)
+{
+	json_t *config;
+
+	if (slot->kind != NARWHAL_KIND_ADMISSION || !json_is_object(pc->config) ||
+	    json_object_get(pc->config, "admission_margin") != NULL)
+		return json_incref(pc->config);
+	config = json_copy(pc->config);
+	json_object_set_new(config, "admission_margin", json_real(cfg->serving.admission_margin));
+	return config;
+}
+
+/* Load and create the slot's plugin. On failure *where is the
+ * configuration path at fault, for the message. */
 static gboolean
 load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct nw_fleet *fleet,
-            struct nw_plugin_metrics *metrics, struct loaded_plugin *out, GError **error)
+            struct nw_plugin_metrics *metrics, struct loaded_plugin *out, const char **where,
+            GError **error)
 {
 	const struct nw_plugin_config *pc =
 		(const struct nw_plugin_config *)((const char *)cfg + slot->config_offset);
 	g_autofree char *file = nw_plugin_resolve(slot->kind, pc->name, pc->path, cfg->plugins.dir);
 	struct loaded_plugin lp = { 0 };
+	json_t *config;
 
+	*where = slot->config_path;
 	lp.plugin = nw_plugin_load(slot->kind, pc->path ? NULL : pc->name, file, error);
-	if (lp.plugin == NULL)
+	if (lp.plugin == NULL) {
+		if (slot->kind == NARWHAL_KIND_CONTROLLER && pc->path == NULL &&
+		    g_strcmp0(pc->name, "reactive") == 0 &&
+		    g_error_matches(*error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND)) {
+			g_clear_error(error);
+			g_set_error_literal(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
+			                    REACTIVE_MISSING);
+			*where = "controller.policy";
+		}
 		return FALSE;
+	}
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
-	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), pc->config, error);
+	config = plugin_config(cfg, slot, pc);
+	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);
+	json_decref(config);
 	if (lp.instance == NULL) {
 		loaded_plugin_clear(&lp);
 		return FALSE;
@@ -75,22 +114,72 @@ fleet_dialects(const struct nw_config *cfg)
 	return names;
 }
 
+/* --- profiles ------------------------------------------------------------ */
+
+/* Read profiles.path into *store and give each engine of fleet the
+ * profile of its id (docs/profiles.md, "How the router uses the store").
+ * A missing store leaves every engine unprofiled (*store NULL; a hint in
+ * the log when log_hints); one that is there but invalid is an error. */
+static gboolean
+read_profiles(const struct nw_config *cfg, struct nw_fleet *fleet, bool log_hints,
+              struct nw_profile_store **store, GError **error)
+{
+	const char *file = cfg->profiles.path;
+
+	*store = NULL;
+	if (!g_file_test(file, G_FILE_TEST_EXISTS)) {
+		if (log_hints)
+			nw_log(NARWHAL_LOG_WARNING, "profiles_missing", "path", file, "hint",
+			       "no engine has a measured profile, so the estimators answer \"no "
+			       "profile\" (docs/profiles.md says how the store is made)", NULL);
+		return TRUE;
+	}
+	*store = nw_profile_store_load(file, error);
+	if (*store == NULL)
+		return FALSE;
+	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
+		const struct nw_engine_config *e = &cfg->fleet.engines[i];
+		const struct nw_engine_profile *p = nw_profile_store_find(*store, e->id);
+
+		/* The id names the engine; an address can change (a move, a
+		 * port) while the hardware stays, so a profile measured at
+		 * another url is still used, and the operator is told. */
+		if (p != NULL && log_hints && strcmp(p->url, e->url) != 0)
+			nw_log(NARWHAL_LOG_WARNING, "profile_url_mismatch", "engine", e->id, "url", e->url,
+			       "profiled_url", p->url, "hint",
+			       "the profile is used; run narwhal-profile again if this is another engine",
+			       NULL);
+		nw_fleet_set_profile(fleet, i, p);
+	}
+	return TRUE;
+}
+
 gboolean
 nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 {
 	struct nw_fleet *fleet = nw_fleet_new(cfg, 0);
 	struct nw_plugin_metrics *metrics = nw_plugin_metrics_new();
+	struct nw_profile_store *profiles = NULL;
+	GError *store_error = NULL;
 	gboolean ok = TRUE;
 
+	/* The plugins are created as the daemon would create them: over the
+	 * fleet with its profiles (predictive admission checks them). */
+	if (!read_profiles(cfg, fleet, false, &profiles, &store_error)) {
+		nw_config_error_add(problems, false, "profiles.path", store_error->message);
+		g_error_free(store_error);
+		ok = FALSE;
+	}
 	for (size_t i = 0; i < G_N_ELEMENTS(plugin_slots); i++) {
 		struct loaded_plugin lp = { 0 };
 		GError *error = NULL;
+		const char *where;
 
-		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, &lp, &error)) {
+		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, &lp, &where, &error)) {
 			loaded_plugin_clear(&lp);
 			continue;
 		}
-		nw_config_error_add(problems, false, plugin_slots[i].config_path, error->message);
+		nw_config_error_add(problems, false, where, error->message);
 		g_error_free(error);
 		ok = FALSE;
 	}
@@ -114,46 +203,8 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 	}
 	nw_plugin_metrics_free(metrics);
 	nw_fleet_free(fleet);
+	nw_profile_store_free(profiles);
 	return ok;
-}
-
-/* --- profiles ------------------------------------------------------------ */
-
-/* Read profiles.path, each generation afresh (so a reload sees a store
- * narwhal-profile rewrote), and give each engine the profile of its id
- * (docs/profiles.md, "How the router uses the store"). A missing store
- * leaves every engine unprofiled; one that is there but invalid is an
- * error. */
-static gboolean
-load_profiles(struct nw_generation *g, GError **error)
-{
-	const struct nw_config *cfg = g->cfg;
-	const char *file = cfg->profiles.path;
-
-	if (!g_file_test(file, G_FILE_TEST_EXISTS)) {
-		nw_log(NARWHAL_LOG_WARNING, "profiles_missing", "path", file, "hint",
-		       "no engine has a measured profile, so the estimators answer \"no profile\" "
-		       "(docs/profiles.md says how the store is made)", NULL);
-		return TRUE;
-	}
-	g->profiles = nw_profile_store_load(file, error);
-	if (g->profiles == NULL)
-		return FALSE;
-	for (uint32_t i = 0; i < cfg->fleet.n_engines; i++) {
-		const struct nw_engine_config *e = &cfg->fleet.engines[i];
-		const struct nw_engine_profile *p = nw_profile_store_find(g->profiles, e->id);
-
-		/* The id names the engine; an address can change (a move, a
-		 * port) while the hardware stays, so a profile measured at
-		 * another url is still used, and the operator is told. */
-		if (p != NULL && strcmp(p->url, e->url) != 0)
-			nw_log(NARWHAL_LOG_WARNING, "profile_url_mismatch", "engine", e->id, "url", e->url,
-			       "profiled_url", p->url, "hint",
-			       "the profile is used; run narwhal-profile again if this is another engine",
-			       NULL);
-		nw_fleet_set_profile(g->fleet, i, p);
-	}
-	return TRUE;
 }
 
 /* --- a generation -------------------------------------------------------- */
@@ -233,14 +284,23 @@ nw_generation_new(struct nw_config *cfg, const struct nw_generation_shared *sh, 
 
 	g->cfg = cfg;
 	g->fleet = nw_fleet_new(cfg, nw_clock_monotonic_ns(NULL));
-	if (!load_profiles(g, error))
+	/* Each generation reads the store afresh, so a reload sees a store
+	 * narwhal-profile rewrote; the plugins see the profiles at create(). */
+	if (!read_profiles(cfg, g->fleet, true, &g->profiles, error))
 		goto fail;
 	for (size_t i = 0; i < G_N_ELEMENTS(plugin_slots); i++) {
 		struct loaded_plugin *lp =
 			(struct loaded_plugin *)((char *)g + plugin_slots[i].loaded_offset);
+		const char *where;
 
-		if (!load_plugin(cfg, &plugin_slots[i], g->fleet, sh->plugin_metrics, lp, error))
+		if (!load_plugin(cfg, &plugin_slots[i], g->fleet, sh->plugin_metrics, lp, &where,
+		                 error)) {
+			/* A field of the file, not a plugin's own message: say which. */
+			if (where != plugin_slots[i].config_path)
+				g_prefix_error(error, "%s: %s: ", cfg->source ? cfg->source : "<config>",
+				               where);
 			goto fail;
+		}
 	}
 	g->dialects = nw_fleet_dialects_load(cfg, g->fleet, sh->plugin_metrics, error);
 	if (g->dialects == NULL)

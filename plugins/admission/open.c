@@ -6,7 +6,9 @@
  * because it does not price prompts against the TTFT target.
  *
  * Config (all optional):
- *   retry_after_s  number > 0, default 1.0: Retry-After for refusals
+ *   retry_after_s     number > 0, default 1.0: Retry-After for refusals
+ *   admission_margin  accepted and ignored: the host hands every admission
+ *                     plugin serving.admission_margin, which prices TTFT
  *
  * Metrics: refusals_total (narwhal_plugin_admission_open_refusals_total).
  */
@@ -67,9 +69,11 @@ open_parse_config(const json_t *config, double *retry_after_s, char *err, size_t
 				return -EINVAL;
 			}
 			*retry_after_s = v;
+		} else if (strcmp(key, "admission_margin") == 0) {
+			/* Nothing here is priced against the TTFT budget. */
 		} else {
 			snprintf(err, err_len, "unknown key \"%s\": the open policy accepts only "
-			         "retry_after_s", key);
+			         "retry_after_s (and admission_margin, which it ignores)", key);
 			return -EINVAL;
 		}
 	}

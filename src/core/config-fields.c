@@ -373,7 +373,7 @@ static const struct nw_field config_fields[] = {
 	  .def = 0, .flags = NW_FF_MIN | NW_FF_MAX, .min = 0, .max = NW_CONFIG_COUNT_MAX,
 	  .valid = "an integer from 0 (use serving.max_connections) to 1000000" },
 	{ CFG("plugins.placement.name", NW_FT_STRING, plugins.placement.name),
-	  .def_str = "least-loaded", PLUGIN_NAME },
+	  .def_str = "slo-cost", PLUGIN_NAME },
 	{ CFG("plugins.placement.path", NW_FT_STRING, plugins.placement.path), PLUGIN_PATH },
 	{ CFG("plugins.placement.config", NW_FT_OBJECT, plugins.placement.config), PLUGIN_CONFIG },
 	{ CFG("plugins.controller.path", NW_FT_STRING, plugins.controller.path), PLUGIN_PATH },

@@ -465,8 +465,8 @@ char *
 serve_plugin_dir_new(void)
 {
 	static const char *const builtin[] = {
-		"admission-open.so", "controller-static.so", "dialect-vllm.so",
-		"placement-least-loaded.so",
+		"admission-open.so", "admission-predictive.so", "controller-static.so",
+		"dialect-vllm.so", "placement-least-loaded.so", "placement-slo-cost.so",
 	};
 	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
 	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",

@@ -71,7 +71,7 @@ mock_log(const struct mock *m, narwhal_log_level level, const char *what)
  * "fail_silent": negative errno, "caps": dialect capabilities, "decide_rc":
  * what admission decide() returns, "metrics_path": the dialect's metrics
  * path, "metrics_rc": what the dialect's parse_metrics returns instead of
- * reading}; anything else is refused by name. */
+ * reading, "admission_margin": ignored}; anything else is refused by name. */
 static int
 mock_create(const struct narwhal_host *host, const json_t *config, void **instance,
             char *err, size_t err_len)
@@ -110,6 +110,8 @@ mock_create(const struct narwhal_host *host, const json_t *config, void **instan
 			metrics_path = json_string_value(value);
 		} else if (strcmp(key, "metrics_rc") == 0 && json_is_integer(value)) {
 			metrics_rc = (int)json_integer_value(value);
+		} else if (strcmp(key, "admission_margin") == 0 && json_is_number(value)) {
+			/* the daemon hands every admission plugin this one */
 		} else if (strcmp(key, "fail") == 0 && json_is_string(value)) {
 			snprintf(err, err_len, "%s", json_string_value(value));
 			return -EINVAL;

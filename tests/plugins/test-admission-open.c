@@ -204,6 +204,25 @@ test_retry_after_config(void)
 	nw_harness_free(whole);
 }
 
+/* The daemon hands every admission plugin serving.admission_margin
+ * (docs/configuration.md); open prices nothing, so it takes and ignores it. */
+static void
+test_ignores_admission_margin(void)
+{
+	struct nw_harness *h = open_with("{\"admission_margin\": 0.5, \"retry_after_s\": 2}");
+	struct narwhal_admission_request req = request(1, 1, 0, 0);
+	struct narwhal_admission_decision out;
+
+	if (h == NULL)
+		return;
+	out = decide(h, &req);
+	g_assert_cmpint(out.verdict, ==, NARWHAL_REFUSE);
+	g_assert_cmpfloat(out.retry_after_s, ==, 2.0);
+	req = request(0, 1, 0, 0);
+	g_assert_cmpint(decide(h, &req).verdict, ==, NARWHAL_ADMIT);
+	nw_harness_free(h);
+}
+
 /* Policy only: the clock, the fleet and the estimators are never consulted. */
 static void
 test_no_host_calls(void)
@@ -270,6 +289,7 @@ main(int argc, char **argv)
 	g_test_add_func("/admission-open/queue", test_queues_at_limit);
 	g_test_add_func("/admission-open/refuse", test_refuses_when_queue_full);
 	g_test_add_func("/admission-open/retry-after", test_retry_after_config);
+	g_test_add_func("/admission-open/ignores-admission-margin", test_ignores_admission_margin);
 	g_test_add_func("/admission-open/no-host-calls", test_no_host_calls);
 	g_test_add_func("/admission-open/bad-arguments", test_bad_arguments);
 	g_test_add_func("/admission-open/config-errors", test_config_errors);

@@ -296,7 +296,7 @@ static const struct default_case default_cases[] = {
 	{ "narwhal", "plugins.admission.path", "null" },
 	{ "narwhal", "plugins.admission.config", "{}" },
 	{ "narwhal", "plugins.admission.max_inflight", "0" },
-	{ "narwhal", "plugins.placement.name", "\"least-loaded\"" },
+	{ "narwhal", "plugins.placement.name", "\"slo-cost\"" },
 	{ "narwhal", "plugins.placement.path", "null" },
 	{ "narwhal", "plugins.placement.config", "{}" },
 	{ "narwhal", "plugins.controller.path", "null" },
