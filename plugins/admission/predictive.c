@@ -169,7 +169,9 @@ list_unprofiled(const struct narwhal_fleet_view *fleet, char *buf, size_t room)
 			listed++;
 		}
 	}
-	if (listed < n)
+	if (listed == 0 && n > 0)
+		snprintf(buf, room, "%u engines", n);
+	else if (listed < n)
 		snprintf(buf + used, room - used, " and %u more", n - listed);
 	return n;
 }
