@@ -31,7 +31,6 @@
  */
 #include "build-config.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
