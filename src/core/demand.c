@@ -42,13 +42,19 @@ struct bucket {
 	uint64_t completions;
 };
 
-struct nw_demand {
-	struct nw_demand_windows w;
+/* One horizon: a ring of buckets that together span it. */
+struct horizon {
 	int64_t origin_ns;           /* bucket 0 starts here */
 	int64_t width_ns;
-	uint32_t short_buckets;      /* the short horizon's share of the buckets */
 	int64_t latest;              /* the newest bucket written; -1: none */
 	struct bucket buckets[NW_DEMAND_BUCKETS];
+};
+
+struct nw_demand {
+	struct nw_demand_windows w;
+	/* Each horizon has buckets of its own, so that each is exact whatever
+	 * the ratio of the two windows. */
+	struct horizon horizons[2];  /* nw_demand_horizon */
 	struct nw_demand_totals totals;
 
 	/* The evidence window. */
@@ -82,14 +88,16 @@ seconds_ns(double s)
 	return (int64_t)llround(s * 1e9);
 }
 
-/* The buckets start again at now (a new width). */
+/* The horizon's buckets start again at now, length_s long in all (at
+ * least a millisecond a bucket). */
 static void
-clear_buckets(struct nw_demand *d, int64_t now_ns)
+horizon_start(struct horizon *h, double length_s, int64_t now_ns)
 {
-	d->origin_ns = now_ns;
-	d->latest = -1;
+	h->width_ns = MAX(seconds_ns(length_s) / NW_DEMAND_BUCKETS, 1000000);
+	h->origin_ns = now_ns;
+	h->latest = -1;
 	for (uint32_t i = 0; i < NW_DEMAND_BUCKETS; i++)
-		d->buckets[i] = (struct bucket){ .index = -1 };
+		h->buckets[i] = (struct bucket){ .index = -1 };
 }
 
 static void
@@ -100,25 +108,14 @@ evidence_open(struct nw_demand *d, int64_t now_ns)
 	d->ev_enough_ns = -1;
 }
 
-/* The short horizon in whole buckets, 1 to all of them. */
-static void
-set_short(struct nw_demand *d)
-{
-	double n = round((double)seconds_ns(d->w.short_s) / (double)d->width_ns);
-
-	d->short_buckets = (uint32_t)CLAMP(n, 1.0, (double)NW_DEMAND_BUCKETS);
-}
-
 struct nw_demand *
 nw_demand_new(const struct nw_demand_windows *w, int64_t now_ns)
 {
 	struct nw_demand *d = g_new0(struct nw_demand, 1);
 
 	d->w = *w;
-	/* At least a millisecond a bucket, whatever the window. */
-	d->width_ns = MAX(seconds_ns(w->long_s) / NW_DEMAND_BUCKETS, 1000000);
-	set_short(d);
-	clear_buckets(d, now_ns);
+	horizon_start(&d->horizons[NW_DEMAND_SHORT], w->short_s, now_ns);
+	horizon_start(&d->horizons[NW_DEMAND_LONG], w->long_s, now_ns);
 	evidence_open(d, now_ns);
 	return d;
 }
@@ -132,17 +129,15 @@ nw_demand_free(struct nw_demand *d)
 void
 nw_demand_configure(struct nw_demand *d, const struct nw_demand_windows *w, int64_t now_ns)
 {
-	int64_t width = MAX(seconds_ns(w->long_s) / NW_DEMAND_BUCKETS, 1000000);
 	bool evidence_changed = w->evidence_span_s != d->w.evidence_span_s ||
 	                        w->evidence_max_span_s != d->w.evidence_max_span_s ||
 	                        w->evidence_min_arrivals != d->w.evidence_min_arrivals;
 
+	if (w->short_s != d->w.short_s)
+		horizon_start(&d->horizons[NW_DEMAND_SHORT], w->short_s, now_ns);
+	if (w->long_s != d->w.long_s)
+		horizon_start(&d->horizons[NW_DEMAND_LONG], w->long_s, now_ns);
 	d->w = *w;
-	if (width != d->width_ns) {
-		d->width_ns = width;
-		clear_buckets(d, now_ns);
-	}
-	set_short(d);
 	/* Evidence gathered under other rules proves nothing under these. */
 	if (evidence_changed)
 		nw_demand_evidence_reset(d, now_ns, "reconfigured");
@@ -154,45 +149,47 @@ nw_demand_windows(const struct nw_demand *d)
 	return &d->w;
 }
 
-double
-nw_demand_bucket_s(const struct nw_demand *d)
-{
-	return (double)d->width_ns / 1e9;
-}
-
 /* The bucket of the stretch holding at_ns, made current; NULL when it is
- * older than the long horizon (or than the estimates' start). */
+ * older than the horizon (or than the horizon's start). */
 static struct bucket *
-bucket_at(struct nw_demand *d, int64_t at_ns)
+bucket_at(struct horizon *h, int64_t at_ns)
 {
 	int64_t k;
 	struct bucket *b;
 
-	if (at_ns < d->origin_ns)
+	if (at_ns < h->origin_ns)
 		return NULL;
-	k = (at_ns - d->origin_ns) / d->width_ns;
-	if (k + NW_DEMAND_BUCKETS <= d->latest)
+	k = (at_ns - h->origin_ns) / h->width_ns;
+	if (k + NW_DEMAND_BUCKETS <= h->latest)
 		return NULL;
-	b = &d->buckets[k % NW_DEMAND_BUCKETS];
+	b = &h->buckets[k % NW_DEMAND_BUCKETS];
 	/* The slot holds an older stretch (never a newer one: that would be
 	 * past latest): it has left the horizon. */
 	if (b->index != k)
 		*b = (struct bucket){ .index = k };
-	d->latest = MAX(d->latest, k);
+	h->latest = MAX(h->latest, k);
 	return b;
 }
 
-/* One arrival, sized or not. */
-static struct bucket *
-arrive(struct nw_demand *d, int64_t at_ns)
+/* Both horizons' buckets at at_ns; each may be NULL. */
+static void
+buckets_at(struct nw_demand *d, int64_t at_ns, struct bucket *b[2])
 {
-	struct bucket *b = bucket_at(d, at_ns);
+	for (int h = 0; h < 2; h++)
+		b[h] = bucket_at(&d->horizons[h], at_ns);
+}
 
-	if (b != NULL)
-		b->arrivals++;
+/* One arrival, sized or not, and its buckets. */
+static void
+arrive(struct nw_demand *d, int64_t at_ns, struct bucket *b[2])
+{
+	buckets_at(d, at_ns, b);
+	for (int h = 0; h < 2; h++) {
+		if (b[h] != NULL)
+			b[h]->arrivals++;
+	}
 	if (at_ns >= d->ev_open_ns && ++d->ev_arrivals == d->w.evidence_min_arrivals)
 		d->ev_enough_ns = MAX(at_ns, d->ev_open_ns);
-	return b;
 }
 
 /* --- one offer's course ------------------------------------------------ */
@@ -201,7 +198,7 @@ void
 nw_demand_offer(struct nw_demand *d, struct nw_demand_ticket *t, int64_t at_ns,
                 uint64_t prompt_tokens, bool prompt_tokens_exact, uint32_t max_tokens)
 {
-	struct bucket *b;
+	struct bucket *b[2];
 
 	if (t->stage != STAGE_NONE)
 		return;
@@ -211,24 +208,28 @@ nw_demand_offer(struct nw_demand *d, struct nw_demand_ticket *t, int64_t at_ns,
 	d->totals.offers_unbounded += max_tokens == 0;
 	d->totals.prompt_tokens += prompt_tokens;
 	d->totals.output_requested += max_tokens;
-	b = arrive(d, at_ns);
-	if (b != NULL) {
-		b->prompt_tokens += prompt_tokens;
-		b->output_requested += max_tokens;
+	arrive(d, at_ns, b);
+	for (int h = 0; h < 2; h++) {
+		if (b[h] != NULL) {
+			b[h]->prompt_tokens += prompt_tokens;
+			b[h]->output_requested += max_tokens;
+		}
 	}
 }
 
 void
 nw_demand_refuse_unsized(struct nw_demand *d, int64_t at_ns, nw_demand_refusal why)
 {
-	struct bucket *b;
+	struct bucket *b[2];
 
 	d->totals.offers_unsized++;
 	if (why < NW_DEMAND_REFUSALS)
 		d->totals.refused[why]++;
-	b = arrive(d, at_ns);
-	if (b != NULL)
-		b->unsized++;
+	arrive(d, at_ns, b);
+	for (int h = 0; h < 2; h++) {
+		if (b[h] != NULL)
+			b[h]->unsized++;
+	}
 }
 
 void
@@ -264,7 +265,7 @@ nw_demand_end(struct nw_demand *d, struct nw_demand_ticket *t, int64_t now_ns, b
               int64_t output_tokens)
 {
 	uint64_t out = output_tokens > 0 ? (uint64_t)output_tokens : 0;
-	struct bucket *b;
+	struct bucket *b[2];
 
 	switch (t->stage) {
 	case STAGE_ADMITTED:
@@ -273,10 +274,12 @@ nw_demand_end(struct nw_demand *d, struct nw_demand_ticket *t, int64_t now_ns, b
 		else
 			d->totals.completed_failed++;
 		d->totals.output_delivered += out;
-		b = bucket_at(d, now_ns);
-		if (b != NULL) {
-			b->completions++;
-			b->output_delivered += out;
+		buckets_at(d, now_ns, b);
+		for (int h = 0; h < 2; h++) {
+			if (b[h] != NULL) {
+				b[h]->completions++;
+				b[h]->output_delivered += out;
+			}
 		}
 		break;
 	case STAGE_OFFERED:
@@ -382,15 +385,20 @@ void
 nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon h,
                    struct nw_demand_estimate *out)
 {
-	int64_t n = h == NW_DEMAND_SHORT ? d->short_buckets : NW_DEMAND_BUCKETS;
-	int64_t now = MAX(now_ns, d->origin_ns);
-	int64_t current = (now - d->origin_ns) / d->width_ns, first = current - n + 1;
-	int64_t start = MAX(d->origin_ns, d->origin_ns + first * d->width_ns);
+	const struct horizon *z = &d->horizons[h == NW_DEMAND_SHORT ? NW_DEMAND_SHORT
+	                                                            : NW_DEMAND_LONG];
+	int64_t now = MAX(now_ns, z->origin_ns);
+	int64_t current = (now - z->origin_ns) / z->width_ns;
+	int64_t first = current - NW_DEMAND_BUCKETS + 1;
+	int64_t start = MAX(z->origin_ns, z->origin_ns + first * z->width_ns);
 	double covered;
 
-	*out = (struct nw_demand_estimate){ .horizon_s = (double)(n * d->width_ns) / 1e9 };
+	*out = (struct nw_demand_estimate){
+		.horizon_s = (double)(NW_DEMAND_BUCKETS * z->width_ns) / 1e9,
+		.bucket_s = (double)z->width_ns / 1e9,
+	};
 	for (uint32_t i = 0; i < NW_DEMAND_BUCKETS; i++) {
-		const struct bucket *b = &d->buckets[i];
+		const struct bucket *b = &z->buckets[i];
 
 		if (b->index < first || b->index > current)
 			continue;
@@ -403,7 +411,7 @@ nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon 
 	}
 	/* Rates over the time the buckets cover, at least one bucket: a
 	 * just-started ledger does not turn one arrival into a burst. */
-	covered = (double)MAX(now - start, d->width_ns) / 1e9;
+	covered = (double)MAX(now - start, z->width_ns) / 1e9;
 	out->covered_s = covered;
 	out->arrivals_per_s = (double)out->arrivals / covered;
 	out->prompt_tokens_per_s = (double)out->prompt_tokens / covered;

@@ -61,15 +61,14 @@ struct nw_demand_windows {
 };
 void nw_demand_windows_from_config(const struct nw_config *cfg, struct nw_demand_windows *w);
 
-/* The long horizon is cut into this many buckets; the short horizon is the
- * newest buckets that make up its length. */
+/* Each horizon is cut into this many buckets of its own. */
 #define NW_DEMAND_BUCKETS 120
 
 struct nw_demand *nw_demand_new(const struct nw_demand_windows *w, int64_t now_ns);
 void nw_demand_free(struct nw_demand *d);
-/* New windows (a reload). A new long horizon changes the buckets' width:
- * the estimates start again from now; the totals, the evidence window and
- * the decisions are kept. */
+/* New windows (a reload). A horizon whose length changes starts again
+ * from now; the totals and the decisions are kept; new evidence rules
+ * reopen the evidence window (reason "reconfigured"). */
 void nw_demand_configure(struct nw_demand *d, const struct nw_demand_windows *w,
                          int64_t now_ns);
 
@@ -171,8 +170,8 @@ struct nw_demand_totals {
 const struct nw_demand_totals *nw_demand_totals(const struct nw_demand *d);
 
 typedef enum nw_demand_horizon {
-	NW_DEMAND_SHORT,
-	NW_DEMAND_LONG,
+	NW_DEMAND_SHORT = 0,
+	NW_DEMAND_LONG = 1,
 } nw_demand_horizon;
 
 /* A horizon's demand at now_ns: what arrived in its buckets, and rates
@@ -180,6 +179,7 @@ typedef enum nw_demand_horizon {
  * started when that is shorter, at least one bucket). */
 struct nw_demand_estimate {
 	double horizon_s;
+	double bucket_s;                 /* horizon_s / NW_DEMAND_BUCKETS */
 	double covered_s;
 	uint64_t arrivals;               /* offers, sized and unsized */
 	uint64_t unsized;                /* of which unsized: their work is unknown */
@@ -194,8 +194,6 @@ struct nw_demand_estimate {
 };
 void nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon h,
                         struct nw_demand_estimate *out);
-/* The buckets' width in seconds. */
-double nw_demand_bucket_s(const struct nw_demand *d);
 
 /* --- the arrival-evidence window (spec 7.6) ---------------------------- */
 

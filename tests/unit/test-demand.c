@@ -19,7 +19,8 @@
 #define S(x) ((int64_t)llround((x) * 1e9))
 
 /* controller.reactive's defaults: a 120 s long horizon (1 s buckets), a
- * 60 s short one, evidence after 60 s and 10 arrivals, or 120 s. */
+ * 60 s short one (0.5 s buckets), evidence after 60 s and 10 arrivals, or
+ * 120 s. */
 static const struct nw_demand_windows defaults = {
 	.long_s = 120, .short_s = 60, .evidence_span_s = 60, .evidence_max_span_s = 120,
 	.evidence_min_arrivals = 10,
@@ -106,15 +107,17 @@ check_readings(const struct nw_demand *d, const struct reading *r, const char *n
 		g_assert_cmpfloat_with_epsilon(e.output_delivered_per_s,
 		                               (double)r->output_delivered / r->covered_s, 1e-9);
 		g_assert_cmpfloat(e.horizon_s, ==, r->h == NW_DEMAND_SHORT ? 60 : 120);
+		g_assert_cmpfloat(e.bucket_s, ==, r->h == NW_DEMAND_SHORT ? 0.5 : 1);
 	}
 }
 
 #define END { 0, EV_END_OF_SCRIPT, 0, 0 }
 #define NO_MORE { -1, 0, 0, 0, 0, 0, 0, 0, 0 }
 
-/* Bucket expiry: an arrival leaves the long horizon 120 s after its
- * bucket, the short one after 60 s; the oldest bucket of a horizon ends
- * where its first whole bucket starts, so covered_s runs from there. */
+/* Bucket expiry: an arrival leaves the long horizon with its 1 s bucket
+ * 120 s on, the short one with its 0.5 s bucket 60 s on; a horizon's
+ * figures cover its whole buckets and the newest one begun, so covered_s
+ * runs from the oldest one's start. */
 static const struct event expiry_events[] = {
 	{ 0.5, EV_OFFER, 100, 10 }, { 30.5, EV_OFFER, 200, 20 }, { 90.5, EV_OFFER, 400, 40 }, END,
 };
@@ -136,7 +139,7 @@ static struct event rise_events[180 + 60 * 2 + 1];
 static const struct reading rise_readings[] = {
 	/* Buckets 61..180 of the long horizon: 59 at 1/s, 180 at 3/s. */
 	{ 180.5, NW_DEMAND_LONG, 59 + 180, 0, 59 + 180, 0, 0, 119.5, 239 / 119.5 },
-	/* Buckets 121..180 of the short one: 59 whole seconds at 3/s. */
+	/* The short one from 121.0 s: 59 whole seconds at 3/s. */
 	{ 180.5, NW_DEMAND_SHORT, 177, 0, 177, 0, 0, 59.5, 177 / 59.5 },
 	NO_MORE,
 };
@@ -387,10 +390,10 @@ test_evidence_reset(void)
 	nw_demand_free(d);
 }
 
-/* Spec 7.7, a reload: a new window_s changes the buckets (the estimates
- * start again, the totals stay); a new evidence_span_s alone moves the
- * short horizon over the same buckets; new evidence rules reopen the
- * window. */
+/* Spec 7.7, a reload: a horizon whose length changes starts again (the
+ * other goes on, the totals stay); new evidence rules reopen the window.
+ * Each horizon has buckets of its own: a short horizon far below the long
+ * one's bucket is still exact. */
 static void
 test_configure(void)
 {
@@ -409,9 +412,7 @@ test_configure(void)
 	nw_demand_configure(d, &w, S(100));
 	nw_demand_estimate(d, S(100.5), NW_DEMAND_SHORT, &e);
 	g_assert_cmpfloat(e.horizon_s, ==, 30);
-	g_assert_cmpuint(e.arrivals, ==, 29); /* buckets 71..100, the last just begun */
-	nw_demand_estimate(d, S(100.5), NW_DEMAND_LONG, &e);
-	g_assert_cmpuint(e.arrivals, ==, 100);
+	g_assert_cmpuint(e.arrivals, ==, 0);
 	nw_demand_evidence(d, S(100.5), &ev);
 	g_assert_cmpuint(ev.resets, ==, 1);
 	g_assert_cmpstr(ev.last_reset, ==, "reconfigured");
@@ -420,16 +421,36 @@ test_configure(void)
 	nw_demand_configure(d, &w, S(100.6));
 	nw_demand_evidence(d, S(100.7), &ev);
 	g_assert_cmpuint(ev.resets, ==, 1);
+	{
+		struct nw_demand_ticket t = { 0 };
+
+		nw_demand_offer(d, &t, S(100.8), 1, true, 1);
+	}
+	nw_demand_estimate(d, S(101), NW_DEMAND_SHORT, &e);
+	g_assert_cmpuint(e.arrivals, ==, 1);
+	g_assert_cmpfloat_with_epsilon(e.covered_s, 1, 1e-9);
+	nw_demand_estimate(d, S(101), NW_DEMAND_LONG, &e);
+	g_assert_cmpuint(e.arrivals, ==, 101);
 
 	w.long_s = 240;
 	nw_demand_configure(d, &w, S(101));
-	g_assert_cmpfloat(nw_demand_bucket_s(d), ==, 2);
 	nw_demand_estimate(d, S(101.5), NW_DEMAND_LONG, &e);
 	g_assert_cmpuint(e.arrivals, ==, 0);
 	g_assert_cmpfloat(e.horizon_s, ==, 240);
+	g_assert_cmpfloat(e.bucket_s, ==, 2);
 	nw_demand_estimate(d, S(101.5), NW_DEMAND_SHORT, &e);
 	g_assert_cmpfloat(e.horizon_s, ==, 30);
-	g_assert_cmpuint(nw_demand_totals(d)->offers_sized, ==, 100);
+	g_assert_cmpuint(e.arrivals, ==, 1);
+	g_assert_cmpuint(nw_demand_totals(d)->offers_sized, ==, 101);
+
+	/* Half a second against a 120 s window (spec 7.7 allows it). */
+	w = defaults;
+	w.short_s = 0.5;
+	nw_demand_configure(d, &w, S(200));
+	nw_demand_estimate(d, S(200.2), NW_DEMAND_SHORT, &e);
+	/* Whole nanoseconds a bucket: within 120 ns. */
+	g_assert_cmpfloat_with_epsilon(e.horizon_s, 0.5, 1.2e-7);
+	g_assert_cmpfloat_with_epsilon(e.bucket_s, 0.5 / NW_DEMAND_BUCKETS, 1e-9);
 	nw_demand_free(d);
 }
 
