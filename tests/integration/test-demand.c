@@ -434,11 +434,70 @@ test_demand_through_daemon(void)
 	serve_clear(&e);
 }
 
+/* Spec 5: when every candidate breaks its projected SLO the host records
+ * an unserved placement, by phase, and what the plugin priced it at. The
+ * plugin here (placement-unserved.c) says so of every placement. */
+static void
+test_unserved_placements(void)
+{
+	struct serve_env e;
+	g_autofree char *plugin = g_test_build_filename(G_TEST_BUILT, "integration", ".libs",
+	                                                "placement-unserved.so", NULL);
+	g_autofree char *cfg = g_strdup_printf(
+		"{\"controller\": {\"monitor_interval_s\": 0.1},"
+		" \"plugins\": {\"placement\": {\"name\": \"unserved-test\", \"path\": \"%s\"}}}",
+		plugin);
+	g_autofree char *metrics = NULL;
+	json_t *doc, *entry;
+	struct sim_reply r;
+	unsigned unserved = 0;
+	size_t i;
+
+	g_test_summary("spec 5: unserved placements are counted by phase in /narwhal/state and "
+	               "/metrics, with the cost and ratio the plugin priced them at");
+	/* make check builds it with the tests. */
+	g_assert_true(g_file_test(plugin, G_FILE_TEST_EXISTS));
+	if (!serve_start(&e, sim_args, "pd", cfg))
+		return;
+	if (!serve_wait_all_available(&e, WAIT_MS))
+		fail(&e, "the engines did not all become available");
+	for (i = 0; i < 2; i++) {
+		post_sized(&e, "demand-it-unserved", 10, 4, &r);
+		if (r.status != 200)
+			fail(&e, r.body->str);
+		sim_reply_clear(&r);
+	}
+	doc = state_until(&e, "demand.totals.completed.ok", 2);
+	g_assert_cmpint(int_at(doc, "placement.placed.prefill"), ==, 2);
+	g_assert_cmpint(int_at(doc, "placement.unserved.prefill"), ==, 2);
+	g_assert_cmpint(int_at(doc, "placement.placed.decode"), ==, 2);
+	g_assert_cmpint(int_at(doc, "placement.unserved.decode"), ==, 2);
+	g_assert_cmpint(int_at(doc, "placement.unserved.aggregate"), ==, 0);
+	json_array_foreach(at(doc, "demand.decisions.entries"), i, entry) {
+		if (g_strcmp0(json_string_value(json_object_get(entry, "kind")), "placement") != 0)
+			continue;
+		unserved += json_is_true(json_object_get(entry, "unserved"));
+		g_assert_cmpfloat(json_real_value(json_object_get(entry, "cost")), ==, 7.25);
+		g_assert_cmpfloat(json_real_value(json_object_get(entry, "projected_slo_ratio")), ==,
+		                  1.5);
+	}
+	g_assert_cmpuint(unserved, ==, 4);
+	json_decref(doc);
+	metrics = scrape(&e);
+	g_assert_cmpfloat(sample(metrics, "narwhal_placement_unserved_total{phase=\"prefill\"}"),
+	                  ==, 2);
+	g_assert_cmpfloat(sample(metrics, "narwhal_placement_unserved_total{phase=\"decode\"}"),
+	                  ==, 2);
+	g_assert_cmpfloat(sample(metrics, "narwhal_placements_total{phase=\"decode\"}"), ==, 2);
+	serve_clear(&e);
+}
+
 int
 main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
 	g_setenv(TOKEN_ENV, TOKEN, TRUE);
 	g_test_add_func("/demand/issue-12/through-daemon", test_demand_through_daemon);
+	g_test_add_func("/demand/spec-5/unserved-placements", test_unserved_placements);
 	return g_test_run();
 }
