@@ -331,8 +331,15 @@ nw_demand_note_admission(struct nw_demand *d, int64_t now_ns, const char *reques
 	rec->projected_ttft_s = dec->projected_ttft_s;
 	rec->budget_s = budget_s;
 	rec->retry_after_s = dec->retry_after_s;
-	if (dec->reason != NULL)
-		g_strlcpy(rec->reason, dec->reason, sizeof rec->reason);
+	/* Printable ASCII only: the plugin's bytes reach JSON and the state
+	 * must stay valid whatever they are. */
+	for (size_t i = 0; dec->reason != NULL && dec->reason[i] != '\0' &&
+	                   i < NW_DEMAND_REASON_MAX; i++) {
+		char c = dec->reason[i];
+
+		rec->reason[i] = c >= 0x20 && c < 0x7f ? c : '?';
+		rec->reason[i + 1] = '\0';
+	}
 }
 
 void

@@ -108,7 +108,8 @@ typedef enum nw_decision_kind {
 } nw_decision_kind;
 
 #define NW_DEMAND_DECISIONS 64       /* records kept */
-#define NW_DEMAND_REASON_MAX 31      /* a plugin's reason, truncated beyond */
+#define NW_DEMAND_REASON_MAX 31      /* a plugin's reason, truncated beyond; bytes
+                                      * outside printable ASCII read '?' */
 #define NW_DEMAND_ID_MAX 128         /* request ids (NW_REQUEST_ID_MAX) */
 
 struct nw_demand_decision {

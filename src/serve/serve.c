@@ -24,6 +24,9 @@
 #define PATH_CHAT "/v1/chat/completions"
 #define PATH_MODELS "/v1/models"
 
+/* The demand ledger keeps whole request ids. */
+G_STATIC_ASSERT(NW_DEMAND_ID_MAX >= NW_REQUEST_ID_MAX);
+
 struct nw_serve *
 nw_serve_new(const struct nw_serve_options *o, GError **error)
 {

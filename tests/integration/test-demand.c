@@ -8,13 +8,14 @@
  * request a 429 before its body: an unsized offer (spec 4.2). Then
  * /narwhal/state (both copies) and /metrics must agree with what was sent.
  * The ledger is written as requests end, after their answers, so every
- * reading is polled with a deadline.
+ * reading is polled with a deadline. A reload then keeps the ledger.
  */
 #include "build-config.h"
 
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -431,6 +432,32 @@ test_demand_through_daemon(void)
 	g_assert_false(isnan(sample(metrics, "narwhal_demand_tokens_per_second{horizon=\"short\","
 	                                     "work=\"prompt\"}")));
 	promtool_check(metrics);
+
+	/* A reload keeps the ledger (the daemon owns it, as the metrics): the
+	 * totals go on; a new window_s restarts the long horizon; new
+	 * evidence rules reopen the evidence window. */
+	{
+		json_t *file = json_load_file(e.config_path, 0, NULL);
+		json_t *reactive = at(file, "controller.reactive");
+
+		g_assert_nonnull(reactive);
+		json_object_set_new(reactive, "window_s", json_real(100));
+		json_object_set_new(reactive, "evidence_max_span_s", json_real(100));
+		g_assert_cmpint(json_dump_file(file, e.config_path, 0), ==, 0);
+		json_decref(file);
+	}
+	g_subprocess_send_signal(e.daemon, SIGHUP);
+	doc = state_until(&e, "demand.evidence.resets", 1);
+	g_assert_cmpstr(json_string_value(at(doc, "demand.evidence.last_reset")), ==, "reconfigured");
+	g_assert_cmpint(int_at(doc, "demand.evidence.arrivals"), ==, 0);
+	g_assert_cmpint(int_at(doc, "demand.totals.offers.sized"), ==, 4);
+	g_assert_cmpint(int_at(doc, "demand.totals.offers.unsized"), ==, 1);
+	g_assert_cmpint(int_at(doc, "demand.totals.completed.ok"), ==, 3);
+	g_assert_cmpint(int_at(doc, "placement.placed.prefill"), ==, 3);
+	g_assert_cmpint(int_at(doc, "demand.decisions.total"), ==, 9);
+	g_assert_cmpint(int_at(doc, "demand.long.arrivals"), ==, 0);
+	g_assert_cmpfloat_with_epsilon(json_real_value(at(doc, "demand.long.horizon_s")), 100, 1e-6);
+	json_decref(doc);
 	serve_clear(&e);
 }
 

@@ -458,7 +458,8 @@ test_configure(void)
 
 /* Issue 12, "what each admission and placement decision was priced on":
  * the ring keeps the last NW_DEMAND_DECISIONS, oldest first, with what the
- * plugins returned; reasons are truncated, never overrun. */
+ * plugins returned; reasons are truncated, never overrun, and kept to
+ * printable ASCII (they reach JSON). */
 static void
 test_decision_ring(void)
 {
@@ -470,7 +471,8 @@ test_decision_ring(void)
 		char id[16];
 		struct narwhal_admission_decision dec = {
 			.struct_size = sizeof dec, .verdict = NARWHAL_REFUSE, .retry_after_s = i,
-			.projected_ttft_s = 0.25 * i, .reason = i == 99 ? long_reason : "backlog",
+			.projected_ttft_s = 0.25 * i,
+			.reason = i == 99 ? long_reason : i == 98 ? "bad\tbyte\xc3" : "backlog",
 		};
 
 		g_snprintf(id, sizeof id, "req-%d", i);
@@ -489,6 +491,8 @@ test_decision_ring(void)
 	g_assert_cmpuint(rec->verdict, ==, NARWHAL_REFUSE);
 	g_assert_cmpstr(rec->reason, ==, "backlog");
 	g_assert_true(isnan(rec->cost));
+	rec = nw_demand_decision_at(d, NW_DEMAND_DECISIONS - 2);
+	g_assert_cmpstr(rec->reason, ==, "bad?byte?");
 	rec = nw_demand_decision_at(d, NW_DEMAND_DECISIONS - 1);
 	g_assert_cmpstr(rec->request_id, ==, "req-99");
 	g_assert_cmpuint(strlen(rec->reason), ==, NW_DEMAND_REASON_MAX);
