@@ -16,9 +16,10 @@
  * What an offer is: a completion request that reached sizing (a sized
  * offer: prompt tokens and max_tokens known), or one refused at the
  * connection ceiling before its body was read (an unsized offer, spec 4.2).
- * A request that never became valid (401, 413, 400 validation) is not
- * demand. Every offer counts as arrival demand, refused ones included
- * (spec 7.6). docs/state.md, "demand", says the same for operators.
+ * A request that never became valid (401, 413, 400 validation), one refused
+ * while Narwhal stops and one whose client left before it was sized are
+ * not. Every offer counts as arrival demand, refused ones included (spec
+ * 7.6). docs/state.md, "demand", says the same for operators.
  */
 #ifndef NW_CORE_DEMAND_H
 #define NW_CORE_DEMAND_H
