@@ -318,6 +318,7 @@ nw_generation_new(struct nw_config *cfg, const struct nw_generation_shared *sh, 
 	so.serving_pool = sh->serving_pool;
 	so.api_keys = g->api_keys;
 	so.metrics = sh->serve_metrics;
+	so.demand = sh->demand;
 	g->serve = nw_serve_new(&so, error);
 	if (g->serve == NULL)
 		goto fail;

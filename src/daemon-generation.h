@@ -6,8 +6,8 @@
  * has left (docs/deployment.md, "Reloading the configuration").
  *
  * What outlives generations is the daemon's (daemon-internal.h): the
- * clients' HTTP server, the engine pools, the serve's counters and the
- * plugins' metrics.
+ * clients' HTTP server, the engine pools, the serve's counters, the demand
+ * ledger and the plugins' metrics.
  *
  * While generations overlap they share what they know of the engines they
  * have in common (same id and url):
@@ -48,6 +48,7 @@ struct loaded_plugin {
 struct nw_generation_shared {
 	struct nw_plugin_metrics *plugin_metrics;
 	struct nw_serve_metrics *serve_metrics;
+	struct nw_demand *demand;
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	uint32_t control_connections;      /* the control pool's size */

@@ -38,6 +38,7 @@ struct nw_daemon {
 	/* What outlives a reload: */
 	struct nw_plugin_metrics *plugin_metrics;
 	struct nw_serve_metrics serve_metrics; /* shared by every generation */
+	struct nw_demand *demand;              /* the demand ledger, likewise */
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	uint32_t control_connections;          /* the control pool's size */

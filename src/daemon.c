@@ -67,7 +67,11 @@ void
 nw_daemon_generation_switch(struct nw_daemon *d, struct nw_generation *g)
 {
 	struct nw_generation *old = d->gen;
+	struct nw_demand_windows w;
 
+	/* The ledger goes on under the new windows (spec 7.7). */
+	nw_demand_windows_from_config(g->cfg, &w);
+	nw_demand_configure(d->demand, &w, g_get_monotonic_time() * 1000);
 	nw_generation_supersede(old);
 	nw_generation_start(g, d->http);
 	d->gen = g;
@@ -192,6 +196,7 @@ nw_daemon_shared(struct nw_daemon *d)
 {
 	return (struct nw_generation_shared){
 		.plugin_metrics = d->plugin_metrics, .serve_metrics = &d->serve_metrics,
+		.demand = d->demand,
 		.serving_pool = d->serving_pool, .control_pool = d->control_pool,
 		.control_connections = d->control_connections,
 	};
@@ -210,6 +215,12 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	d->started_us = g_get_monotonic_time();
 	d->loop = g_main_loop_new(NULL, FALSE);
 	d->plugin_metrics = nw_plugin_metrics_new();
+	{
+		struct nw_demand_windows w;
+
+		nw_demand_windows_from_config(cfg, &w);
+		d->demand = nw_demand_new(&w, g_get_monotonic_time() * 1000);
+	}
 
 	pool.tls_ca_file = cfg->engine.tls_ca_file;
 	pool.tls_no_verify = !cfg->engine.tls_verify;
@@ -336,6 +347,7 @@ nw_daemon_free(struct nw_daemon *d)
 	nw_upstream_free(d->serving_pool);
 	nw_upstream_free(d->control_pool);
 	nw_plugin_metrics_free(d->plugin_metrics);
+	nw_demand_free(d->demand);
 	g_main_loop_unref(d->loop);
 	if (ran) {
 		char n[16], e[16], r[16];

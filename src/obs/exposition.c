@@ -85,7 +85,7 @@ static const char *const call_kinds[NW_CALL_KINDS] = {
 };
 
 static void
-write_outcomes(GString *out, const struct nw_serve_metrics *m)
+write_outcomes(GString *out, const struct nw_serve_metrics *m, const struct nw_demand_totals *t)
 {
 	nw_prom_family(out, "narwhal_requests_total", "counter",
 	               "Client requests by route, status and answer code (none: served in full), "
@@ -118,6 +118,16 @@ write_outcomes(GString *out, const struct nw_serve_metrics *m)
 		                                       refusals[i].offset);
 
 		nw_prom_sample(out, "narwhal_refusals_total", labels, (double)*n);
+	}
+	/* The one reason without a data-plane counter of its own: the demand
+	 * ledger counts it. */
+	{
+		const char *labels[] = {
+			"reason", nw_demand_refusal_names[NW_DEMAND_REFUSED_UNAVAILABLE], NULL,
+		};
+
+		nw_prom_sample(out, "narwhal_refusals_total", labels,
+		               (double)t->refused[NW_DEMAND_REFUSED_UNAVAILABLE]);
 	}
 }
 
@@ -182,7 +192,7 @@ write_request_path(GString *out, const struct nw_exposition_sources *src)
 	const char *prefill[] = { "phase", "prefill", NULL }, *decode[] = { "phase", "decode", NULL };
 
 	nw_serve_gauges(src->serve, &g);
-	write_outcomes(out, m);
+	write_outcomes(out, m, nw_demand_totals(nw_serve_demand(src->serve)));
 	write_histograms(out, m);
 	nw_prom_family(out, "narwhal_phase_slots", "gauge",
 	               "Resident requests each engine may hold in a phase "
@@ -218,6 +228,105 @@ write_request_path(GString *out, const struct nw_exposition_sources *src)
 			n += src->fleet->monitor_plugin_errors;
 		nw_prom_sample(out, "narwhal_plugin_call_failures_total", labels, (double)n);
 	}
+}
+
+/* --- demand (docs/metrics.md, "Demand") ------------------------------- */
+
+/* One sample a label value. */
+static void
+write_labelled(GString *out, const char *name, const char *type, const char *help,
+               const char *key, const char *const *values, const double *v, size_t n)
+{
+	nw_prom_family(out, name, type, help);
+	for (size_t k = 0; k < n; k++) {
+		const char *labels[] = { key, values[k], NULL };
+
+		nw_prom_sample(out, name, labels, v[k]);
+	}
+}
+
+static void
+write_demand(GString *out, const struct nw_demand *d)
+{
+	static const char *const sizes[] = { "sized", "unsized" };
+	static const char *const results[] = { "ok", "failed" };
+	static const char *const work[] = { "prompt", "output_requested", "output_delivered" };
+	static const char *const horizons[] = { "short", "long" };
+	const struct nw_demand_totals *t = nw_demand_totals(d);
+	int64_t now_ns = g_get_monotonic_time() * 1000;
+	struct nw_demand_estimate est[2];
+	struct nw_demand_evidence ev;
+	double v[3];
+
+	G_STATIC_ASSERT(NW_DEMAND_PHASES <= G_N_ELEMENTS(v));
+	nw_demand_estimate(d, now_ns, NW_DEMAND_SHORT, &est[0]);
+	nw_demand_estimate(d, now_ns, NW_DEMAND_LONG, &est[1]);
+	nw_demand_evidence(d, now_ns, &ev);
+	v[0] = (double)t->offers_sized;
+	v[1] = (double)t->offers_unsized;
+	write_labelled(out, "narwhal_demand_offers_total", "counter",
+	               "Completion offers: sized (prompt tokens known) or unsized (refused at the "
+	               "connection ceiling before the body).", "size", sizes, v, 2);
+	nw_prom_family(out, "narwhal_demand_withdrawn_total", "counter",
+	               "Sized offers that ended before an admission verdict.");
+	nw_prom_sample(out, "narwhal_demand_withdrawn_total", NULL, (double)t->withdrawn);
+	v[0] = (double)t->completed_ok;
+	v[1] = (double)t->completed_failed;
+	write_labelled(out, "narwhal_demand_completions_total", "counter",
+	               "Admitted requests that ended, answered in full (ok) or not (failed).",
+	               "result", results, v, 2);
+	v[0] = (double)t->prompt_tokens;
+	v[1] = (double)t->output_requested;
+	v[2] = (double)t->output_delivered;
+	write_labelled(out, "narwhal_demand_tokens_total", "counter",
+	               "Token work: prompt tokens and max_tokens of sized offers, output tokens "
+	               "delivered by completions.", "work", work, v, 3);
+	v[0] = est[0].horizon_s;
+	v[1] = est[1].horizon_s;
+	write_labelled(out, "narwhal_demand_horizon_seconds", "gauge",
+	               "The demand estimates' horizons (controller.reactive.evidence_span_s, "
+	               "controller.reactive.window_s).", "horizon", horizons, v, 2);
+	v[0] = est[0].arrivals_per_s;
+	v[1] = est[1].arrivals_per_s;
+	write_labelled(out, "narwhal_demand_arrivals_per_second", "gauge",
+	               "Offers per second over the horizon, refused and unsized ones included.",
+	               "horizon", horizons, v, 2);
+	nw_prom_family(out, "narwhal_demand_tokens_per_second", "gauge",
+	               "Token work per second over the horizon.");
+	for (int h = 0; h < 2; h++) {
+		const double rate[] = {
+			est[h].prompt_tokens_per_s, est[h].output_requested_per_s,
+			est[h].output_delivered_per_s,
+		};
+
+		for (size_t k = 0; k < G_N_ELEMENTS(work); k++) {
+			const char *labels[] = { "horizon", horizons[h], "work", work[k], NULL };
+
+			nw_prom_sample(out, "narwhal_demand_tokens_per_second", labels, rate[k]);
+		}
+	}
+	nw_prom_family(out, "narwhal_demand_evidence_closed", "gauge",
+	               "1 while the arrival-evidence window is closed (spec 7.6).");
+	nw_prom_sample(out, "narwhal_demand_evidence_closed", NULL, ev.closed);
+	nw_prom_family(out, "narwhal_demand_evidence_arrivals", "gauge",
+	               "Offers since the arrival-evidence window opened.");
+	nw_prom_sample(out, "narwhal_demand_evidence_arrivals", NULL, (double)ev.arrivals);
+	nw_prom_family(out, "narwhal_demand_evidence_span_seconds", "gauge",
+	               "Seconds since the arrival-evidence window opened.");
+	nw_prom_sample(out, "narwhal_demand_evidence_span_seconds", NULL, ev.span_s);
+	nw_prom_family(out, "narwhal_demand_evidence_resets_total", "counter",
+	               "Times the arrival-evidence window was opened again.");
+	nw_prom_sample(out, "narwhal_demand_evidence_resets_total", NULL, (double)ev.resets);
+	for (int k = 0; k < NW_DEMAND_PHASES; k++)
+		v[k] = (double)t->placements[k];
+	write_labelled(out, "narwhal_placements_total", "counter",
+	               "Engines the placement plugin chose for a request, by phase.", "phase",
+	               nw_demand_phase_names, v, NW_DEMAND_PHASES);
+	for (int k = 0; k < NW_DEMAND_PHASES; k++)
+		v[k] = (double)t->unserved[k];
+	write_labelled(out, "narwhal_placement_unserved_total", "counter",
+	               "Placements where every candidate broke its projected SLO (spec 5), by "
+	               "phase.", "phase", nw_demand_phase_names, v, NW_DEMAND_PHASES);
 }
 
 /* --- engines ---------------------------------------------------------- */
@@ -624,6 +733,7 @@ nw_exposition_render(const struct nw_exposition_sources *src)
 		write_daemon(out, src->daemon);
 	write_serve(out, src->serve);
 	write_request_path(out, src);
+	write_demand(out, nw_serve_demand(src->serve));
 	write_engines(out, src);
 	nw_plugin_metrics_foreach(src->plugin_metrics, write_plugin_metric, out);
 	nw_prom_family(out, "narwhal_log_dropped_lines_total", "counter",

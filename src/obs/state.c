@@ -4,9 +4,10 @@
 
 #include <math.h>
 
-/* A load the monitor or controller has priced (spec 7.1), or null. */
+/* A figure that may be unknown (NaN): a load the monitor or controller
+ * has priced (spec 7.1), a plugin's projection; null when unknown. */
 static json_t *
-load_json(double v)
+finite_json(double v)
 {
 	return isfinite(v) ? json_real(v) : json_null();
 }
@@ -30,7 +31,7 @@ engine_extra(const struct nw_state_sources *src, uint32_t i, json_t *entry)
 		"profiled", (v->flags & NARWHAL_ENGINE_PROFILED) != 0,
 		"resident_kv_tokens", (json_int_t)v->resident_kv_tokens,
 		"queued_prefill", (json_int_t)v->queued_prefill,
-		"loads", "prefill", load_json(v->prefill_load), "decode", load_json(v->decode_load),
+		"loads", "prefill", finite_json(v->prefill_load), "decode", finite_json(v->decode_load),
 		"drain", "draining", draining, "residents_left", (json_int_t)residents,
 		"drained", draining && residents == 0));
 	if (src->operator)
@@ -70,12 +71,151 @@ config_json(const struct nw_state_sources *src)
 	return json_pack("{s:s, s:o}", "digest", digest, "loaded_at", loaded);
 }
 
+/* --- demand (docs/state.md, "demand") ------------------------------------ */
+
+/* One value per placement phase. */
+static json_t *
+by_phase_json(const uint64_t *n)
+{
+	json_t *o = json_object();
+
+	for (int k = 0; k < NW_DEMAND_PHASES; k++)
+		json_object_set_new(o, nw_demand_phase_names[k], json_integer((json_int_t)n[k]));
+	return o;
+}
+
+static json_t *
+totals_json(const struct nw_demand_totals *t)
+{
+	json_t *refused = json_object();
+
+	for (int k = 0; k < NW_DEMAND_REFUSALS; k++)
+		json_object_set_new(refused, nw_demand_refusal_names[k],
+		                    json_integer((json_int_t)t->refused[k]));
+	return json_pack("{s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:o, s:I, s:{s:I, s:I}, s:I}",
+	                 "offers", "sized", (json_int_t)t->offers_sized,
+	                 "unsized", (json_int_t)t->offers_unsized,
+	                 "sized_by_chars", (json_int_t)t->offers_estimated,
+	                 "without_max_tokens", (json_int_t)t->offers_unbounded,
+	                 "prompt_tokens", (json_int_t)t->prompt_tokens,
+	                 "output_tokens_requested", (json_int_t)t->output_requested,
+	                 "queued", (json_int_t)t->queued,
+	                 "admitted", (json_int_t)t->admitted,
+	                 "refused", refused,
+	                 "withdrawn", (json_int_t)t->withdrawn,
+	                 "completed", "ok", (json_int_t)t->completed_ok,
+	                 "failed", (json_int_t)t->completed_failed,
+	                 "output_tokens_delivered", (json_int_t)t->output_delivered);
+}
+
+static json_t *
+estimate_json(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon h)
+{
+	struct nw_demand_estimate e;
+
+	nw_demand_estimate(d, now_ns, h, &e);
+	return json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}",
+	                 "horizon_s", e.horizon_s, "bucket_s", e.bucket_s, "covered_s", e.covered_s,
+	                 "arrivals", (json_int_t)e.arrivals,
+	                 "unsized_arrivals", (json_int_t)e.unsized,
+	                 "prompt_tokens", (json_int_t)e.prompt_tokens,
+	                 "output_tokens_requested", (json_int_t)e.output_requested,
+	                 "output_tokens_delivered", (json_int_t)e.output_delivered,
+	                 "completions", (json_int_t)e.completions,
+	                 "arrivals_per_s", e.arrivals_per_s,
+	                 "prompt_tokens_per_s", e.prompt_tokens_per_s,
+	                 "output_tokens_requested_per_s", e.output_requested_per_s,
+	                 "output_tokens_delivered_per_s", e.output_delivered_per_s);
+}
+
+static json_t *
+evidence_json(const struct nw_demand *d, int64_t now_ns)
+{
+	const struct nw_demand_windows *w = nw_demand_windows(d);
+	struct nw_demand_evidence ev;
+
+	nw_demand_evidence(d, now_ns, &ev);
+	return json_pack("{s:f, s:I, s:b, s:s?, s:o, s:f, s:f, s:I, s:I, s:s?}",
+	                 "span_s", ev.span_s, "arrivals", (json_int_t)ev.arrivals,
+	                 "closed", ev.closed, "closed_by", ev.closed_by,
+	                 "closed_after_s", finite_json(ev.closed_after_s),
+	                 "required_span_s", w->evidence_span_s,
+	                 "max_span_s", w->evidence_max_span_s,
+	                 "min_arrivals", (json_int_t)w->evidence_min_arrivals,
+	                 "resets", (json_int_t)ev.resets, "last_reset", ev.last_reset);
+}
+
+static const char *
+verdict_name(narwhal_admission_verdict v)
+{
+	switch (v) {
+	case NARWHAL_ADMIT: return "admit";
+	case NARWHAL_ADMIT_QUEUE: return "queue";
+	case NARWHAL_REFUSE_TOO_LONG: return "too_long";
+	default: return "refuse"; /* as the host acts on it */
+	}
+}
+
+/* One priced decision. The request id is the client's choice: the
+ * operator's copy only. */
+static json_t *
+decision_json(const struct nw_demand_decision *rec, int64_t now_ns, bool operator)
+{
+	json_t *o = json_pack("{s:f, s:s, s:I, s:b}",
+	                      "age_s", (double)MAX(now_ns - rec->at_ns, 0) / 1e9,
+	                      "kind", rec->kind == NW_DECISION_ADMISSION ? "admission" : "placement",
+	                      "prompt_tokens", (json_int_t)rec->prompt_tokens,
+	                      "prompt_tokens_exact", rec->prompt_tokens_exact);
+
+	if (rec->kind == NW_DECISION_ADMISSION)
+		json_object_update_new(o, json_pack(
+			"{s:s, s:o, s:o, s:o, s:s?}",
+			"verdict", verdict_name(rec->verdict),
+			"projected_ttft_s", finite_json(rec->projected_ttft_s),
+			"budget_s", finite_json(rec->budget_s),
+			"retry_after_s", rec->verdict == NARWHAL_ADMIT || rec->verdict == NARWHAL_ADMIT_QUEUE
+			                 ? json_null() : finite_json(rec->retry_after_s),
+			"reason", rec->reason[0] ? rec->reason : NULL));
+	else
+		json_object_update_new(o, json_pack(
+			"{s:s, s:s?, s:b, s:o, s:o, s:b}",
+			"phase", rec->phase >= 1 && rec->phase <= NW_DEMAND_PHASES
+			         ? nw_demand_phase_names[rec->phase - 1] : "other",
+			"engine", rec->engine, "binding", rec->binding,
+			"cost", finite_json(rec->cost),
+			"projected_slo_ratio", finite_json(rec->projected_slo_ratio),
+			"unserved", rec->unserved));
+	if (operator)
+		json_object_set_new(o, "request_id", json_string(rec->request_id));
+	return o;
+}
+
+static json_t *
+demand_json(const struct nw_demand *d, int64_t now_ns, bool operator)
+{
+	json_t *entries = json_array();
+
+	for (uint32_t i = 0; i < nw_demand_decision_count(d); i++)
+		json_array_append_new(entries, decision_json(nw_demand_decision_at(d, i), now_ns,
+		                                             operator));
+	return json_pack("{s:o, s:o, s:o, s:o, s:{s:i, s:I, s:o}}",
+	                 "totals", totals_json(nw_demand_totals(d)),
+	                 "short", estimate_json(d, now_ns, NW_DEMAND_SHORT),
+	                 "long", estimate_json(d, now_ns, NW_DEMAND_LONG),
+	                 "evidence", evidence_json(d, now_ns),
+	                 "decisions", "capacity", NW_DEMAND_DECISIONS,
+	                 "total", (json_int_t)nw_demand_totals(d)->decisions, "entries", entries);
+}
+
 json_t *
 nw_state_to_json(const struct nw_state_sources *src)
 {
 	json_t *doc = nw_monitor_to_json(src->monitor, src->operator);
 	json_t *gauges = nw_serve_counters_to_json(src->serve);
 	json_t *engines = json_object_get(doc, "engines"), *entry;
+	const struct nw_demand *demand = nw_serve_demand(src->serve);
+	const struct nw_demand_totals *totals = nw_demand_totals(demand);
+	int64_t now_ns = g_get_monotonic_time() * 1000;
 	json_t *ops = src->operator_history != NULL
 	              ? json_deep_copy(src->operator_history)
 	              : json_pack("{s:b, s:[]}", "enabled", 0, "entries");
@@ -84,11 +224,15 @@ nw_state_to_json(const struct nw_state_sources *src)
 	json_array_foreach(engines, i, entry)
 		engine_extra(src, (uint32_t)i, entry);
 	json_object_update_new(doc, json_pack(
-		"{s:s, s:f, s:s?, s:o, s:{s:O?, s:I, s:f}, s:{s:I, s:o}, s:o, s:o, s:O}",
+		"{s:s, s:f, s:s?, s:o, s:o, s:{s:o, s:o}, s:{s:O?, s:I, s:f}, s:{s:I, s:o}, s:o, "
+		"s:o, s:O}",
 		"version", PACKAGE_VERSION,
 		"uptime_s", src->uptime_s,
 		"model", src->fleet->model,
 		"admission", admission_json(src, gauges),
+		"demand", demand_json(demand, now_ns, src->operator),
+		"placement", "placed", by_phase_json(totals->placements),
+		"unserved", by_phase_json(totals->unserved),
 		"retry_budget",
 		"credits", json_object_get(gauges, "retry_credits"),
 		"budget", (json_int_t)src->cfg->serving.retry_budget,

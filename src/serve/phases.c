@@ -211,6 +211,7 @@ admit_now(struct nw_request *r)
 {
 	r->admitted = true;
 	r->serve->metrics->counters.admitted++;
+	nw_demand_admit(r->serve->demand, &r->demand);
 	nw_phase_note_admitted(r, 0);
 	nw_phase_begin_attempt(r);
 }
@@ -222,11 +223,13 @@ enqueue(struct nw_request *r)
 
 	if (!nw_resource_wait(&s->admitted, &r->admit_wait)) {
 		s->metrics->counters.queue_full++;
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_QUEUE_FULL);
 		nw_request_refuse(r, 429, "queue_full", 1.0, "the fleet is saturated and the "
 		                  "admission queue is full: retry later");
 		return;
 	}
 	s->metrics->counters.queued++;
+	nw_demand_queue(s->demand, &r->demand);
 	nw_request_set_state(r, NW_REQ_QUEUED);
 	r->phase = NW_PT_QUEUE;
 	r->queued_us = g_get_monotonic_time();
@@ -314,12 +317,16 @@ admission(struct nw_request *r)
 	};
 	int rc;
 
+	/* Sized: an offer, demand whatever becomes of it (spec 7.6). */
+	nw_demand_offer(s->demand, &r->demand, r->arrival_us * 1000, r->prompt_tokens,
+	                r->prompt_tokens_exact, r->parsed.max_tokens_set ? r->parsed.max_tokens : 0);
 	/* Before any leg, so that a stream that cannot fit gets its 400 as an
 	 * HTTP status (issue 9), not after a 200. */
 	if (context_exceeded(r)) {
 		struct nw_client_error err;
 
 		s->metrics->counters.refused_context_length++;
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_CONTEXT_LENGTH);
 		nw_phase_context_error(r, &err);
 		answer_client_error(r, &err);
 		return;
@@ -328,6 +335,7 @@ admission(struct nw_request *r)
 	 * see its engines, so it admits nothing new until a clean pass. */
 	if (s->fleet->admission_stopped) {
 		s->metrics->counters.refused_degraded++;
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_DEGRADED);
 		nw_request_refuse(r, 503, "degraded", s->fleet->retry_after_s, "Narwhal cannot "
 		                  "currently watch its engines and admits no new work: retry after "
 		                  "the time in Retry-After");
@@ -339,10 +347,15 @@ admission(struct nw_request *r)
 	if (rc != 0) {
 		nw_serve_plugin_failed(s, "admission", s->admission->plugin->desc->name, "decide", rc,
 		                       NULL, r->id);
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_UNAVAILABLE);
 		nw_request_refuse(r, 503, "admission_unavailable", 0, "the admission policy "
 		                  "could not decide on this request: retry later");
 		return;
 	}
+	/* What it was priced on, against the budget spec 4.1 names. */
+	nw_demand_note_admission(s->demand, g_get_monotonic_time() * 1000, r->id, r->prompt_tokens,
+	                         r->prompt_tokens_exact,
+	                         s->cfg->slo.ttft_s * (1 + s->cfg->serving.admission_margin), &dec);
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
 	case NARWHAL_ADMIT_QUEUE:
@@ -355,6 +368,7 @@ admission(struct nw_request *r)
 		return;
 	case NARWHAL_REFUSE_TOO_LONG:
 		s->metrics->counters.refused_too_long++;
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_TTFT_TARGET);
 		nw_request_finish(r, false);
 		nw_request_answer_error(r, 400, "invalid_request_error", "prompt_too_long", NULL,
 		                        "the prompt cannot be served within the TTFT target even on "
@@ -363,6 +377,7 @@ admission(struct nw_request *r)
 	case NARWHAL_REFUSE:
 	default:
 		s->metrics->counters.refused_admission++;
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_ADMISSION);
 		nw_request_refuse(r, 429, "overloaded", dec.retry_after_s,
 		                  "the fleet cannot serve this request within its targets now: "
 		                  "retry after the time in Retry-After");

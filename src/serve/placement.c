@@ -108,9 +108,11 @@ collect_eligible(struct nw_request *r, narwhal_phase phase, bool exclusions, uin
 
 /* The placement plugin's choice among s->eligible[0, n), or -1 when it
  * failed or named an engine that is not eligible: logged and counted, and
- * never replaced by a choice of ours (plugin-abi.h). */
+ * never replaced by a choice of ours (plugin-abi.h). The choice and what it
+ * was priced on go to the demand ledger; binding: the request goes there
+ * (an unserved one is counted, spec 5), not just waits for a slot. */
 static int32_t
-choose(struct nw_request *r, narwhal_phase phase, uint32_t n)
+choose(struct nw_request *r, narwhal_phase phase, uint32_t n, bool binding)
 {
 	struct nw_serve *s = r->serve;
 	const struct narwhal_placement_ops *ops = &s->placement->plugin->ops.placement;
@@ -127,8 +129,12 @@ choose(struct nw_request *r, narwhal_phase phase, uint32_t n)
 	int rc = ops->place(s->placement->ctx, &req, &out);
 
 	for (uint32_t i = 0; rc == 0 && i < n; i++) {
-		if (s->eligible[i] == out.engine)
-			return (int32_t)out.engine;
+		if (s->eligible[i] != out.engine)
+			continue;
+		nw_demand_note_placement(s->demand, g_get_monotonic_time() * 1000, r->id, phase,
+		                         r->prompt_tokens, r->prompt_tokens_exact,
+		                         s->cfg->fleet.engines[out.engine].id, binding, &out);
+		return (int32_t)out.engine;
 	}
 	/* An engine that is not eligible is a bad argument back: -EINVAL. */
 	nw_serve_plugin_failed(s, "placement", s->placement->plugin->desc->name, "place",
@@ -233,12 +239,12 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 						s->eligible[m++] = i;
 				}
 			}
-			if (m > 0 && (r->queued_on = choose(r, phase, m)) >= 0)
+			if (m > 0 && (r->queued_on = choose(r, phase, m, false)) >= 0)
 				s->fleet->engines[r->queued_on].queued_prefill++;
 		}
 		return;
 	}
-	engine = choose(r, phase, n);
+	engine = choose(r, phase, n, true);
 	nw_phase_leave_line(r);
 	nw_phase_unqueue(r);
 	if (engine < 0) {

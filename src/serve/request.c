@@ -255,6 +255,7 @@ on_wake(struct nw_request *r, unsigned wake, int64_t now)
 		r->admitted = true;
 		r->phase = NW_PT_NONE;
 		r->serve->metrics->counters.admitted++;
+		nw_demand_admit(r->serve->demand, &r->demand);
 		nw_phase_note_admitted(r, now);
 		nw_phase_begin_attempt(r);
 	}
@@ -284,6 +285,7 @@ on_phase_expired(struct nw_request *r)
 		break;
 	case NW_PT_QUEUE:
 		s->metrics->counters.queue_timeouts++;
+		nw_demand_refuse(s->demand, &r->demand, NW_DEMAND_REFUSED_QUEUE_TIMEOUT);
 		nw_request_refuse(r, 429, "queue_timeout", s->cfg->serving.queue_timeout_s,
 		                  "the request waited serving.queue_timeout_s for admission: the "
 		                  "fleet is saturated, retry later");
@@ -343,6 +345,8 @@ on_timer(void *data)
 	}
 	if (r->ft_until_us >= 0 && now >= r->ft_until_us) {
 		s->metrics->counters.first_token_timeouts++;
+		/* Spec 7.6: the consolidation evidence starts again. */
+		nw_demand_evidence_reset(s->demand, now * 1000, "first_token_timeout");
 		nw_request_fail(r, NW_FAIL_FIRST_TOKEN, 0, "no token within "
 		                "engine.first_token_timeout_s of starting the decode leg");
 		return;
@@ -807,6 +811,7 @@ record_end(struct nw_request *r)
 	}
 	if (r->ok)
 		nw_histogram_observe(&m->e2e, &nw_scale_e2e, total);
+	nw_demand_end(r->serve->demand, &r->demand, now * 1000, r->ok, tokens);
 	if (nw_access_log_enabled()) {
 		struct nw_access_record rec = {
 			.request_id = r->id,

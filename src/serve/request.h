@@ -33,6 +33,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "core/demand.h"
 #include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/collect.h"
@@ -104,6 +105,7 @@ struct nw_request {
 	/* Admission. */
 	struct nw_waiter admit_wait;
 	bool admitted;                /* holds a unit of serve->admitted */
+	struct nw_demand_ticket demand; /* its offer in the demand ledger */
 
 	/* Attempts and placement. */
 	unsigned attempt;             /* 0-based */

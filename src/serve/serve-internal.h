@@ -13,6 +13,7 @@
 #include <glib.h>
 
 #include "core/config.h"
+#include "core/demand.h"
 #include "core/dialect.h"
 #include "core/host.h"
 #include "core/plugin-loader.h"
@@ -41,6 +42,8 @@ struct nw_serve {
 	struct nw_retry_budget budget;
 	struct nw_serve_metrics *metrics; /* borrowed, or own_metrics */
 	struct nw_serve_metrics *own_metrics; /* when none was lent */
+	struct nw_demand *demand;        /* borrowed, or own_demand */
+	struct nw_demand *own_demand;    /* when none was lent */
 
 	uint32_t retained;               /* completion requests held (ceiling) */
 	uint32_t ceiling;                /* max_connections + queue_capacity */

@@ -24,6 +24,9 @@
 #define PATH_CHAT "/v1/chat/completions"
 #define PATH_MODELS "/v1/models"
 
+/* The demand ledger keeps whole request ids. */
+G_STATIC_ASSERT(NW_DEMAND_ID_MAX >= NW_REQUEST_ID_MAX);
+
 struct nw_serve *
 nw_serve_new(const struct nw_serve_options *o, GError **error)
 {
@@ -39,6 +42,13 @@ nw_serve_new(const struct nw_serve_options *o, GError **error)
 	if (o->metrics == NULL)
 		s->own_metrics = g_new0(struct nw_serve_metrics, 1);
 	s->metrics = o->metrics ? o->metrics : s->own_metrics;
+	if (o->demand == NULL) {
+		struct nw_demand_windows w;
+
+		nw_demand_windows_from_config(cfg, &w);
+		s->own_demand = nw_demand_new(&w, g_get_monotonic_time() * 1000);
+	}
+	s->demand = o->demand ? o->demand : s->own_demand;
 	s->api_keys = o->api_keys ? g_strdupv(o->api_keys) : NULL;
 	s->dialects = o->dialects;
 	s->router_keys = nw_dialects_router_keys(s->dialects, n);
@@ -73,6 +83,7 @@ nw_serve_free(struct nw_serve *s)
 	g_free(s->router_keys);
 	g_strfreev(s->api_keys);
 	g_free(s->own_metrics);
+	nw_demand_free(s->own_demand);
 	g_free(s);
 }
 
@@ -177,6 +188,12 @@ const struct nw_serve_metrics *
 nw_serve_metrics(const struct nw_serve *s)
 {
 	return s->metrics;
+}
+
+const struct nw_demand *
+nw_serve_demand(const struct nw_serve *s)
+{
+	return s->demand;
 }
 
 /* --- API keys -------------------------------------------------------- */
@@ -402,6 +419,9 @@ first_call(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route route,
 			s->metrics->counters.shutdown_aborts++;
 		else
 			s->metrics->counters.ceiling_refusals++;
+		if (!stopping)
+			nw_demand_refuse_unsized(s->demand, g_get_monotonic_time() * 1000,
+			                         NW_DEMAND_REFUSED_CEILING);
 		if (stopping)
 			nw_client_error_set(&err, 503, "shutting_down", NULL, "Narwhal is shutting down");
 		else

@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "core/config.h"
+#include "core/demand.h"
 #include "core/dialect.h"
 #include "core/host.h"
 #include "core/plugin-loader.h"
@@ -32,6 +33,7 @@ struct nw_serve_options {
 	struct nw_upstream *serving_pool;          /* data-plane engine calls */
 	char **api_keys;                           /* NULL-terminated, copied; NULL: open */
 	struct nw_serve_metrics *metrics;          /* borrowed; NULL: the serve keeps its own */
+	struct nw_demand *demand;                  /* borrowed; NULL: the serve keeps its own */
 };
 
 /* NULL with error set when the serving context cannot be made. */
@@ -96,6 +98,8 @@ struct nw_serve_gauges {
 void nw_serve_gauges(const struct nw_serve *s, struct nw_serve_gauges *g);
 /* The metrics the serve records (borrowed). */
 const struct nw_serve_metrics *nw_serve_metrics(const struct nw_serve *s);
+/* The demand ledger the serve feeds (borrowed; docs/state.md, demand). */
+const struct nw_demand *nw_serve_demand(const struct nw_serve *s);
 
 /* Frees the context; call after the HTTP server has stopped. */
 void nw_serve_free(struct nw_serve *s);
