@@ -310,9 +310,10 @@ backlog_ns(struct nw_fleet *f, uint32_t i, int64_t now_ns)
 	int64_t resident = l->resident_prefill_ns, total;
 
 	/* Progress credit: the head resident has run since progress_since_ns.
-	 * Without holds nothing runs, and an amount left would be a leak:
-	 * shown, not hidden. */
-	if (l->prefill_holds > 0 && now_ns > l->progress_since_ns)
+	 * With no prefill slot taken on the engine nothing runs, and an
+	 * amount left would be a leak: shown, not hidden. */
+	if (l->prefill_holds > 0 && f->engines[i].resident_prefill > 0 &&
+	    now_ns > l->progress_since_ns)
 		resident -= MIN(now_ns - l->progress_since_ns, resident);
 	total = MAX(resident, 0) + l->queued_prefill_ns;
 	pool_refresh(f);

@@ -94,6 +94,7 @@ assert_ledger_zero(const struct nw_fleet *f)
 		g_assert_cmpuint(l->prefill_holds, ==, 0);
 		g_assert_cmpuint(l->reserved_output_tokens, ==, 0);
 		g_assert_cmpuint(f->engines[i].resident_kv_tokens, ==, 0);
+		g_assert_cmpuint(f->engines[i].resident_prefill, ==, 0);
 	}
 }
 
@@ -125,10 +126,19 @@ run(struct env *e, struct nw_price_hold *holds, const struct step *s, int64_t no
 	for (; s->op != END; s++) {
 		struct nw_price_hold *h = &holds[s->hold];
 
+		/* the data plane's slot count, beside the ledger (placement.c) */
+		if (h->where == NW_PRICE_RESIDENT && s->op != RESIDENT && s->op != DECODE &&
+		    s->op != LEAVE && s->op != ADVANCE)
+			e->f->engines[h->engine].resident_prefill--;
 		switch (s->op) {
 		case PENDING: nw_pricing_pending(e->f, h, s->tokens); break;
 		case QUEUED: nw_pricing_queued(e->f, h, s->engine); break;
-		case RESIDENT: nw_pricing_resident(e->f, h, s->engine, now); break;
+		case RESIDENT:
+			if (h->where == NW_PRICE_RESIDENT)
+				e->f->engines[h->engine].resident_prefill--;
+			nw_pricing_resident(e->f, h, s->engine, now);
+			e->f->engines[s->engine].resident_prefill++;
+			break;
 		case DONE: nw_pricing_prefill_done(e->f, h, now); break;
 		case UNPLACED: nw_pricing_unplaced(e->f, h); break;
 		case DECODE: nw_pricing_decode_enter(e->f, h, s->engine, s->tokens, s->arg); break;
@@ -193,7 +203,7 @@ test_fifo_projection(void)
 		                NARWHAL_ESTIMATE_OK);
 		g_assert_cmpfloat_with_epsilon(out, cases[i].expect_s, 1e-9);
 		for (int k = 0; k < 4; k++)
-			nw_pricing_release(e.f, &holds[k]);
+			run(&e, holds, (const struct step[]){ { RELEASE, k }, { END } }, now);
 		assert_ledger_zero(e.f);
 		env_clear(&e);
 	}
@@ -468,6 +478,7 @@ test_loads_pass(void)
 	/* 0.41 s resident on p0, 0.21 s pending: p0 0.41 + 0.105, p1 0.105 */
 	nw_pricing_pending(e.f, &h[0], 4000);
 	nw_pricing_resident(e.f, &h[0], 0, T0);
+	e.f->engines[0].resident_prefill = 1;
 	nw_pricing_pending(e.f, &h[1], 2000);
 	/* d0: 8 gaps at 0.071 s with the floor 0.021 and tpot 0.1: but the
 	 * correction moves first (0.071 / 0.021 is above the bound 2.0) */
@@ -512,6 +523,7 @@ test_loads_pass(void)
 	nw_pricing_pool_loads(e.f, &pool_p, &pool_d);
 	g_assert_cmpfloat_with_epsilon(pool_p, e.f->engines[0].prefill_load, 1e-12);
 	nw_pricing_release(e.f, &h[0]);
+	e.f->engines[0].resident_prefill = 0;
 	nw_pricing_release(e.f, &h[1]);
 	assert_ledger_zero(e.f);
 	env_clear(&e);
