@@ -430,6 +430,7 @@ lend(struct nw_generation *newer)
 		struct nw_engine_stats *st;
 		struct nw_engine_ledger *l;
 		const struct nw_engine_stats *ost = &of->stats[j];
+		uint32_t hd;
 
 		if (i == UINT32_MAX)
 			continue;
@@ -446,10 +447,11 @@ lend(struct nw_generation *newer)
 		APPLY(v->queued_prefill, now.queued_prefill, was->queued_prefill);
 		APPLY(v->resident_kv_tokens, now.resident_kv_tokens, was->resident_kv_tokens);
 		APPLY(st->legs_out, now.legs_out, was->legs_out);
-		if ((st->handoff_decodes == 0) !=
-		    (st->handoff_decodes + now.handoff_decodes - was->handoff_decodes == 0))
+		hd = st->handoff_decodes + now.handoff_decodes - was->handoff_decodes;
+		/* Whether it takes aggregate work may have changed (core/pricing.h). */
+		if ((hd == 0) != (st->handoff_decodes == 0))
 			nw_fleet_changed(newer->fleet);
-		APPLY(st->handoff_decodes, now.handoff_decodes, was->handoff_decodes);
+		st->handoff_decodes = hd;
 		APPLY(l->resident_prefill_ns, now.resident_prefill_ns, was->resident_prefill_ns);
 		APPLY(l->queued_prefill_ns, now.queued_prefill_ns, was->queued_prefill_ns);
 		APPLY(l->prefill_holds, now.prefill_holds, was->prefill_holds);

@@ -6,11 +6,13 @@
  * slots and decodes in flight show in its loads and resident KV tokens,
  * and once the traffic is over (requests that completed, were retried,
  * failed, or were cancelled while queued or decoding) the ledger is back
- * to zero: every load 0, no resident KV token, nothing queued.
+ * to zero: every load 0, no resident KV token, nothing queued, also
+ * across a reload that came while work was waiting.
  */
 #include "build-config.h"
 
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -240,6 +242,11 @@ test_loads_and_ledger(void)
 	fd = serve_raw_post(e.port, "/v1/completions", short_body, 0);
 	g_assert_cmpint(fd, >=, 0);
 	assert_state(&e, one_queued_priced, NULL, "the third request queued and priced");
+	/* A reload: the older generation's work is lent to the newer ledger
+	 * (docs/profiles.md), so the newer loads still price it. */
+	g_subprocess_send_signal(e.daemon, SIGHUP);
+	g_assert_true(serve_wait_log(&e, "\"event\":\"reload_applied\"", 10000));
+	assert_state(&e, one_queued_priced, NULL, "the queued request priced after a reload");
 	close(fd);
 	assert_state(&e, none_queued, NULL, "the cancelled request gone from the queue");
 	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"hang_before_first_token\":null}"), ==, 200);
