@@ -256,6 +256,9 @@ test_loads_and_ledger(void)
 		g_assert_cmpint(r.status, ==, 200);
 		sim_reply_clear(&r);
 	}
+	/* The older generation's slots are given back to the newer view only
+	 * when it has synced; the retry below needs sim-1's slot free. */
+	g_assert_true(serve_wait_log(&e, "\"event\":\"generation_freed\"", 10000));
 
 	/* A prefill that fails and is retried on the other engine, then one
 	 * that fails on both: the attempts give their work back. */
