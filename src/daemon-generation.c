@@ -215,6 +215,10 @@ struct lent_load {
 	uint32_t resident_prefill, resident_decode, queued_prefill;
 	uint32_t legs_out, handoff_decodes;
 	uint64_t resident_kv_tokens;
+	/* The priced work (core/pricing.h), so the newer projections see it. */
+	int64_t resident_prefill_ns, queued_prefill_ns;
+	uint32_t prefill_holds;
+	uint64_t reserved_output_tokens;
 };
 
 /* The older engine's monotonic counts as last carried over. */
@@ -262,6 +266,8 @@ struct nw_generation_carry {
 	struct lent_load *lent;     /* one per engine of this fleet */
 	struct seen_counts *seen;   /* one per engine of the older fleet */
 	uint64_t seen_plugin_errors;
+	int64_t lent_pending_ns;    /* the older pool's priced work, as last lent */
+	uint32_t lent_pending;
 };
 
 static void
@@ -454,11 +460,15 @@ load_of(const struct nw_fleet *f, uint32_t j)
 {
 	const struct narwhal_engine_view *v = &f->engines[j];
 	const struct nw_engine_stats *st = &f->stats[j];
+	const struct nw_engine_ledger *l = &f->ledger[j];
 
 	return (struct lent_load){
 		.resident_prefill = v->resident_prefill, .resident_decode = v->resident_decode,
 		.queued_prefill = v->queued_prefill, .legs_out = st->legs_out,
 		.handoff_decodes = st->handoff_decodes, .resident_kv_tokens = v->resident_kv_tokens,
+		.resident_prefill_ns = l->resident_prefill_ns,
+		.queued_prefill_ns = l->queued_prefill_ns, .prefill_holds = l->prefill_holds,
+		.reserved_output_tokens = l->reserved_output_tokens,
 	};
 }
 
@@ -479,7 +489,9 @@ lend(struct nw_generation *newer)
 		struct lent_load now, *was;
 		struct narwhal_engine_view *v;
 		struct nw_engine_stats *st;
+		struct nw_engine_ledger *l;
 		const struct nw_engine_stats *ost = &of->stats[j];
+		uint32_t hd;
 
 		if (i == UINT32_MAX)
 			continue;
@@ -487,6 +499,7 @@ lend(struct nw_generation *newer)
 		was = &c->lent[i];
 		v = &newer->fleet->engines[i];
 		st = &newer->fleet->stats[i];
+		l = &newer->fleet->ledger[i];
 		room |= now.resident_prefill < was->resident_prefill ||
 		        now.resident_decode < was->resident_decode ||
 		        now.handoff_decodes < was->handoff_decodes;
@@ -495,10 +508,25 @@ lend(struct nw_generation *newer)
 		APPLY(v->queued_prefill, now.queued_prefill, was->queued_prefill);
 		APPLY(v->resident_kv_tokens, now.resident_kv_tokens, was->resident_kv_tokens);
 		APPLY(st->legs_out, now.legs_out, was->legs_out);
-		APPLY(st->handoff_decodes, now.handoff_decodes, was->handoff_decodes);
+		hd = st->handoff_decodes + now.handoff_decodes - was->handoff_decodes;
+		/* Whether it takes aggregate work may have changed (core/pricing.h). */
+		if ((hd == 0) != (st->handoff_decodes == 0))
+			nw_fleet_changed(newer->fleet);
+		st->handoff_decodes = hd;
+		APPLY(l->resident_prefill_ns, now.resident_prefill_ns, was->resident_prefill_ns);
+		APPLY(l->queued_prefill_ns, now.queued_prefill_ns, was->queued_prefill_ns);
+		APPLY(l->prefill_holds, now.prefill_holds, was->prefill_holds);
+		APPLY(l->reserved_output_tokens, now.reserved_output_tokens,
+		      was->reserved_output_tokens);
+		/* The older work's progress counts from its own clock. */
+		l->progress_since_ns = MAX(l->progress_since_ns, of->ledger[j].progress_since_ns);
 		*was = now;
 		carry_counts(st, ost, &c->seen[j]);
 	}
+	APPLY(newer->fleet->pricing.pending_ns, of->pricing.pending_ns, c->lent_pending_ns);
+	APPLY(newer->fleet->pricing.pending, of->pricing.pending, c->lent_pending);
+	c->lent_pending_ns = of->pricing.pending_ns;
+	c->lent_pending = of->pricing.pending;
 	APPLY(newer->fleet->monitor_plugin_errors, of->monitor_plugin_errors,
 	      c->seen_plugin_errors);
 	c->seen_plugin_errors = of->monitor_plugin_errors;
@@ -526,6 +554,7 @@ mirror(struct nw_generation *newer)
 		ov->role_since_ns = newer->fleet->engines[map[j]].role_since_ns;
 	}
 	of->admission_stopped = newer->fleet->admission_stopped;
+	nw_fleet_changed(of);
 	of->leg_outcome = forward_leg_outcome;
 	of->leg_outcome_data = newer;
 }

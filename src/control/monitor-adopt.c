@@ -52,6 +52,8 @@ nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old, const uint3
 		v->flags = nw_engine_flags_follow(v->flags, ov->flags);
 		v->prefill_load = ov->prefill_load;
 		v->decode_load = ov->decode_load;
+		/* What the engine's decode showed goes on (spec 7.7). */
+		f->ledger[i].correction = old->fleet->ledger[j].correction;
 	}
 	/* Added engines: probed before placement uses them. */
 	for (uint32_t i = 0; i < m->n; i++) {
@@ -61,6 +63,7 @@ nw_monitor_adopt(struct nw_monitor *m, const struct nw_monitor *old, const uint3
 		f->engines[i].flags &= ~(uint32_t)NARWHAL_ENGINE_AVAILABLE;
 	}
 	g_free(kept);
+	nw_fleet_changed(f);
 	nw_flip_history_adopt(&m->history, &old->history, new_of_old);
 	m->start_ns = old->start_ns;
 	m->passes_before = old->passes_before + old->passes;

@@ -171,6 +171,7 @@ nw_monitor_refresh(struct nw_monitor *m)
 			       (flags & NARWHAL_ENGINE_AVAILABLE) ? NULL : "error", h->last_error, NULL);
 		v->flags = flags;
 	}
+	nw_fleet_changed(m->fleet);
 }
 
 /* Live engines of a role. */
@@ -293,6 +294,7 @@ apply_change(struct nw_monitor *m, const struct nw_role_change *c)
 	 * engine (spec 5). */
 	v->role = c->to;
 	v->role_since_ns = c->at_ns;
+	nw_fleet_changed(m->fleet);
 }
 
 static void
@@ -506,6 +508,8 @@ nw_monitor_pass(struct nw_monitor *m)
 	repair_floors(m, now);
 	for (uint32_t i = 0; i < m->n; i++)
 		nw_engine_probe_pass(&m->engines[i]);
+	/* A decode-correction window ends, and the loads are priced anew. */
+	nw_pricing_pass(m->fleet, now);
 	if (m->on_pass != NULL)
 		m->on_pass(m->on_pass_data, m, now);
 }

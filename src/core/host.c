@@ -44,6 +44,7 @@ nw_fleet_new(const struct nw_config *cfg, int64_t now_ns)
 	fleet->engines = g_new0(struct narwhal_engine_view, MAX(n, 1));
 	fleet->stats = g_new0(struct nw_engine_stats, MAX(n, 1));
 	fleet->profiles = g_new0(const struct nw_engine_profile *, MAX(n, 1));
+	fleet->ledger = g_new0(struct nw_engine_ledger, MAX(n, 1));
 	fleet->model = g_strdup(cfg->fleet.model);
 	fleet->max_model_len = -1;
 	fleet->retry_after_s = 1.0;
@@ -69,6 +70,10 @@ nw_fleet_new(const struct nw_config *cfg, int64_t now_ns)
 	fleet->view.engines = fleet->engines;
 	fleet->view.ttft_target_s = cfg->slo.ttft_s;
 	fleet->view.tpot_target_s = cfg->slo.tpot_s;
+	nw_pricing_init(fleet, cfg->controller.reactive.decode_correction_min,
+	                cfg->controller.reactive.decode_correction_max,
+	                cfg->controller.reactive.decode_correction_alpha,
+	                cfg->controller.reactive.decode_correction_min_samples);
 	return fleet;
 }
 
@@ -81,6 +86,7 @@ nw_fleet_free(struct nw_fleet *fleet)
 	g_free(fleet->engines);
 	g_free(fleet->stats);
 	g_free(fleet->profiles);
+	g_free(fleet->ledger);
 	g_free(fleet->model);
 	g_free(fleet);
 }
@@ -94,6 +100,7 @@ nw_fleet_set_profile(struct nw_fleet *fleet, uint32_t i, const struct nw_engine_
 	fleet->engines[i].flags &= ~(uint32_t)NARWHAL_ENGINE_PROFILED;
 	if (p != NULL)
 		fleet->engines[i].flags |= NARWHAL_ENGINE_PROFILED;
+	nw_pricing_profiles_changed(fleet);
 }
 
 /* --- metrics --------------------------------------------------------- */
@@ -214,20 +221,27 @@ svc_prefill_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
 	return nw_estimate_prefill_s(profile_of(ctx, engine), tokens, out);
 }
 
+/* The profile's interval times the engine's live correction (spec 7.7). */
 static narwhal_estimate_status
 svc_decode_interval_seconds(void *ctx, uint32_t engine, uint32_t active, uint64_t kv,
                             double *out)
 {
-	return nw_estimate_decode_interval_s(profile_of(ctx, engine), active, kv, out);
+	struct nw_host *h = ctx;
+
+	if (h->fleet == NULL)
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	return nw_pricing_decode_interval_s(h->fleet, engine, active, kv, out);
 }
 
-/* The FIFO completion projection (the live prefill pool, residents and
- * work awaiting prefill priced on the profile) comes in a later increment
- * of issue 12; until then it says "no profile" rather than guess. */
+/* The FIFO completion projection (core/pricing.c), at the host clock. */
 static narwhal_estimate_status
 svc_prefill_queue_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
 {
-	return NARWHAL_ESTIMATE_NO_PROFILE;
+	struct nw_host *h = ctx;
+
+	if (h->fleet == NULL)
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	return nw_pricing_prefill_queue_s(h->fleet, engine, tokens, h->clock(h->clock_data), out);
 }
 
 struct nw_host *

@@ -11,6 +11,7 @@
 #include <glib.h>
 
 #include "core/config.h"
+#include "core/pricing.h"
 #include "core/profile.h"
 
 /* How a real leg on an engine ended, for passive detection. */
@@ -71,6 +72,11 @@ struct nw_fleet {
 	 * profiles are borrowed from a store that outlives the fleet. */
 	const struct nw_engine_profile **profiles;
 
+	/* What the engines hold, priced, and their decode corrections
+	 * (core/pricing.h): one ledger per engine, and the fleet's. */
+	struct nw_engine_ledger *ledger;
+	struct nw_fleet_pricing pricing;
+
 	/* Passive detection (docs/recovery.md): the data plane reports the
 	 * end of each real leg on an engine. NULL: nobody listens. */
 	void (*leg_outcome)(void *data, uint32_t engine, nw_leg_outcome outcome,
@@ -86,6 +92,15 @@ static inline uint32_t
 nw_engine_flags_follow(uint32_t own, uint32_t from)
 {
 	return (from & ~(uint32_t)NARWHAL_ENGINE_PROFILED) | (own & NARWHAL_ENGINE_PROFILED);
+}
+
+/* An engine's flags or role changed (or, for the aggregate fallback, its
+ * handoff decodes drained or began): the pricing counts the live prefill
+ * pool again when next asked (core/pricing.h). */
+static inline void
+nw_fleet_changed(struct nw_fleet *fleet)
+{
+	fleet->pricing.epoch++;
 }
 
 struct nw_fleet *nw_fleet_new(const struct nw_config *cfg, int64_t now_ns);

@@ -40,15 +40,16 @@ on_done(void *data, const struct nw_upstream_result *res)
 	struct nw_request *r = data;
 	struct nw_serve *s = r->serve;
 	struct nw_pair_leg *p = &r->pair;
+	int64_t now;
 
 	p->call = NULL; /* freed by upstream right after this */
-	nw_leg_note_call(s, p->engine, NW_CALL_PREFILL, p->started_us);
+	now = nw_leg_note_call(s, p->engine, NW_CALL_PREFILL, p->started_us);
 	if (nw_request_decided(r))
 		return;
 	if (res->code == NW_UPSTREAM_OK && p->status >= 200 && p->status < 300) {
 		/* The engine has its KV on the way: its prefill slot is free. */
 		if (r->prefill_engine >= 0)
-			nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
+			nw_phase_prefill_done(r, now);
 		return;
 	}
 	r->fault_engine = (int32_t)p->engine;

@@ -359,6 +359,8 @@ admission(struct nw_request *r)
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
 	case NARWHAL_ADMIT_QUEUE:
+		/* Admitted or queued, its prefill is work the pool must do. */
+		nw_pricing_pending(s->fleet, &r->price, r->prompt_tokens);
 		/* The host's own limit holds whatever the policy says: either way,
 		 * run now when a unit is free, else wait in the queue. */
 		if (nw_resource_try(&s->admitted))
@@ -583,7 +585,8 @@ nw_request_on_first_token(struct nw_request *r)
 	/* TTFT is the client's: the first token a stream releases to it
 	 * (docs/metrics.md); a body answer has none. */
 	bool streamed = nw_request_streaming(r);
-	int64_t now = r->gap_us > 0 || streamed ? g_get_monotonic_time() : -1;
+	/* Read here for the decode's gap observation too (placement.c). */
+	int64_t now = g_get_monotonic_time();
 
 	r->ft_until_us = -1;
 	if (r->gap_us > 0)
@@ -594,10 +597,13 @@ nw_request_on_first_token(struct nw_request *r)
 	if (r->leg.kind == NW_LEG_AGGREGATE && r->prefill_engine >= 0) {
 		int32_t engine = r->prefill_engine;
 
-		nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
+		nw_phase_prefill_done(r, now);
 		s->fleet->engines[engine].resident_decode++;
 		r->decode_engine = engine;
+		nw_pricing_decode_enter(s->fleet, &r->price, (uint32_t)engine, r->prompt_tokens,
+		                        nw_phase_reserved_output(r));
 	}
+	nw_pricing_decode_started(s->fleet, &r->price, now * 1000);
 	nw_request_rearm(r);
 }
 
@@ -729,7 +735,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 	 * engine cannot load is still its failure (docs/recovery.md), so its
 	 * leg counts as good only once the request completes (request.c). */
 	nw_leg_release(r);
-	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
+	nw_phase_prefill_done(r, r->prefill_end_us);
 	/* The stream commits when its decode leg goes out (leg.c), not here:
 	 * the decode-slot wait after this can still end in a retry. */
 	nw_phase_place(r, NARWHAL_PHASE_DECODE);

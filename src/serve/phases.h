@@ -27,6 +27,13 @@ void nw_phase_begin_attempt(struct nw_request *r);
 bool nw_phase_streams(const struct nw_request *r);
 void nw_phase_place(struct nw_request *r, narwhal_phase phase);
 void nw_phase_release_slot(struct nw_request *r, narwhal_phase phase);
+/* The prefill on its slot completed at now_us (a handoff, an aggregate
+ * leg's first token): its priced work leaves the ledger, then the slot is
+ * released. */
+void nw_phase_prefill_done(struct nw_request *r, int64_t now_us);
+/* The output tokens a decode reserves in its engine's resident KV
+ * (docs/profiles.md): max_tokens when the client set it, else none. */
+uint64_t nw_phase_reserved_output(const struct nw_request *r);
 /* An engine answered an error status: read it with the dialect and fail
  * the attempt as its class says (retryable, context, the client's own, or
  * permanent; docs/api.md). */

@@ -142,13 +142,35 @@ choose(struct nw_request *r, narwhal_phase phase, uint32_t n, bool binding)
 	return -1;
 }
 
+uint64_t
+nw_phase_reserved_output(const struct nw_request *r)
+{
+	return r->parsed.max_tokens_set ? r->parsed.max_tokens : 0;
+}
+
 void
 nw_phase_unqueue(struct nw_request *r)
 {
 	if (r->queued_on >= 0) {
 		r->serve->fleet->engines[r->queued_on].queued_prefill--;
 		r->queued_on = -1;
+		nw_pricing_unplaced(r->serve->fleet, &r->price);
 	}
+}
+
+/* A decode that ended well shows its engine's token gaps (spec 7.7):
+ * its output tokens (the engine's usage, else the token events relayed)
+ * from the first token to the last chunk (the read-gap clock's last
+ * reading; one clock read here when that clock is off). */
+static void
+observe_decode(const struct nw_request *r)
+{
+	int64_t tokens = r->usage_completion >= 0 ? r->usage_completion : r->token_events;
+	int64_t last_us = r->last_chunk_us >= 0 ? r->last_chunk_us : g_get_monotonic_time();
+
+	if (tokens >= 2)
+		nw_pricing_decode_observe(r->serve->fleet, &r->price, last_us * 1000,
+		                          (uint64_t)tokens);
 }
 
 void
@@ -161,16 +183,29 @@ nw_phase_release_slot(struct nw_request *r, narwhal_phase phase)
 		e = &s->fleet->engines[r->decode_engine];
 		e->resident_decode--;
 		/* An aggregate leg's decode part is not a handoff decode. */
-		if (!r->aggregate)
-			s->fleet->stats[r->decode_engine].handoff_decodes--;
+		if (!r->aggregate && --s->fleet->stats[r->decode_engine].handoff_decodes == 0)
+			nw_fleet_changed(s->fleet); /* it may take aggregate work now */
+		if (r->ok)
+			observe_decode(r);
+		nw_pricing_decode_leave(s->fleet, &r->price);
 		r->decode_engine = -1;
 		nw_wait_line_kick(&s->decode_line);
 	} else {
 		e = &s->fleet->engines[r->prefill_engine];
 		e->resident_prefill--;
 		r->prefill_engine = -1;
+		/* Not completed (nw_phase_prefill_done was not called): to place
+		 * again, or released with the request. */
+		nw_pricing_unplaced(s->fleet, &r->price);
 		nw_wait_line_kick(&s->prefill_line);
 	}
+}
+
+void
+nw_phase_prefill_done(struct nw_request *r, int64_t now_us)
+{
+	nw_pricing_prefill_done(r->serve->fleet, &r->price, now_us * 1000);
+	nw_phase_release_slot(r, NARWHAL_PHASE_PREFILL);
 }
 
 void
@@ -239,8 +274,10 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 						s->eligible[m++] = i;
 				}
 			}
-			if (m > 0 && (r->queued_on = choose(r, phase, m, false)) >= 0)
+			if (m > 0 && (r->queued_on = choose(r, phase, m, false)) >= 0) {
 				s->fleet->engines[r->queued_on].queued_prefill++;
+				nw_pricing_queued(s->fleet, &r->price, (uint32_t)r->queued_on);
+			}
 		}
 		return;
 	}
@@ -255,11 +292,16 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 	}
 	if (phase == NARWHAL_PHASE_DECODE) {
 		s->fleet->engines[engine].resident_decode++;
-		s->fleet->stats[engine].handoff_decodes++;
+		if (s->fleet->stats[engine].handoff_decodes++ == 0)
+			nw_fleet_changed(s->fleet);
 		r->decode_engine = engine;
+		nw_pricing_decode_enter(s->fleet, &r->price, (uint32_t)engine, r->prompt_tokens,
+		                        nw_phase_reserved_output(r));
 	} else {
 		s->fleet->engines[engine].resident_prefill++;
 		r->prefill_engine = engine;
+		nw_pricing_resident(s->fleet, &r->price, (uint32_t)engine,
+		                    g_get_monotonic_time() * 1000);
 		/* An engine that cannot pair runs the request whole. */
 		if (phase == NARWHAL_PHASE_PREFILL && !nw_dialect_pairs(&s->dialects[engine])) {
 			r->aggregate = true;

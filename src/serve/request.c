@@ -196,6 +196,7 @@ release_all(struct nw_request *r)
 	const struct narwhal_admission_ops *ops = &s->admission->plugin->ops.admission;
 
 	nw_request_release_attempt(r);
+	nw_pricing_release(s->fleet, &r->price);
 	nw_resource_leave(&s->admitted, &r->admit_wait);
 	if (r->admit_wait.granted) {
 		r->admit_wait.granted = false;
@@ -607,6 +608,8 @@ retry(struct nw_request *r, int32_t blamed)
 	char attempt[16], wait[32];
 
 	nw_request_release_attempt(r);
+	/* Its prefill is to do again, by the pool (a prefill completed or not). */
+	nw_pricing_pending(s->fleet, &r->price, r->prompt_tokens);
 	if (blamed >= 0)
 		r->excluded[blamed] = 1;
 	r->attempt++;

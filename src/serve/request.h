@@ -118,6 +118,7 @@ struct nw_request {
 	int32_t prefill_engine;       /* engine holding our prefill slot, -1 */
 	int32_t decode_engine;        /* engine holding our decode slot, -1 */
 	int32_t prefill_pair;         /* engine that ran this attempt's prefill, -1 */
+	struct nw_price_hold price;   /* what it charged the fleet's ledger (core/pricing.h) */
 	bool whole_body_only;         /* a dialect will not stream this request */
 	struct nw_pair_leg pair;      /* its prefill leg (pair.c) */
 	int32_t fault_engine;         /* the engine a failure is about when it is not
