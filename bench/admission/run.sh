@@ -424,7 +424,7 @@ jq --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --argjson secs $(($(date +%s) -
 	'. + {loadavg_end: $load, wall_s: $secs}' "$work/meta.json" >"$work/meta.json.tmp" &&
 	mv "$work/meta.json.tmp" "$work/meta.json"
 nwb_cleanup
-rm -rf "$out/bin" "$out/plugins"
+rm -rf "$out/bin" "$out/plugins" "$out/pids" "$out/preflight.out"
 
 "$here/report.sh" "$out"
 [ "$failed_runs" -eq 0 ] || { echo "$failed_runs run(s) did not complete" >&2; exit 1; }
