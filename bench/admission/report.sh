@@ -167,6 +167,7 @@ nt=$(wc -l <"$out/plot/traces")
 } >"$out/plot.gp"
 if command -v gnuplot >/dev/null 2>&1; then
 	gnuplot "$out/plot.gp" 2>"$out/plot.err" || echo "gnuplot failed (see $out/plot.err); the script is $out/plot.gp" >&2
+	[ -s "$out/plot.err" ] || rm -f "$out/plot.err"
 else
 	echo "gnuplot is missing (apt-get install -y gnuplot-nox): no plot.png; the script is $out/plot.gp" >&2
 fi

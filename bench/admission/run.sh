@@ -59,6 +59,9 @@ rates_conv=${RATES_CONV:-$(q "10 20 30 40" "10 30")}
 window=${WINDOW:-$(q 15 8)}
 offset_code=${OFFSET_CODE:-1080}
 offset_conv=${OFFSET_CONV:-600}
+# The rates and the offset of a workload (code or conv).
+rates_of() { if [ "$1" = code ]; then echo "$rates_code"; else echo "$rates_conv"; fi; }
+offset_of() { if [ "$1" = code ]; then echo "$offset_code"; else echo "$offset_conv"; fi; }
 preset=${PRESET:-llama2-70b-tp8-h100}
 n_prefill=${PREFILL:-2}
 n_decode=${DECODE:-2}
@@ -88,7 +91,7 @@ timeout_s=${TIMEOUT:-$(awk -v f="$slo_ttft" -v p="$slo_tpot" -v n="$max_output" 
 case $hand_profile in 0 | 1) ;; *) nwb_die "DEV_HAND_PROFILE: 0 or 1" ;; esac
 for w in $workloads; do
 	case $w in code | conv) ;; *) nwb_die "WORKLOADS: code and/or conv" ;; esac
-	eval "rates=\$rates_$w"
+	rates=$(rates_of "$w")
 	[ -n "$rates" ] || nwb_die "RATES_${w^^}: at least one rate"
 	[ "$(echo $rates | wc -w)" -le 12 ] || nwb_die "RATES_${w^^}: at most 12 rates"
 	for r in $rates; do
@@ -157,6 +160,17 @@ work=$out
 : >"$work/pids"
 trap 'st=$?; nwb_cleanup; exit $st' EXIT
 trap 'exit 130' INT TERM
+
+# Wait for a process started in the background (remembered meanwhile, so
+# that an interruption stops it) and return its status. Waiting in the
+# background lets the INT and TERM traps run at once.
+run_bg() {
+	local st=0
+	nwb_remember "$1"
+	wait "$1" || st=$?
+	sed -i "/^$1\$/d" "$work/pids"
+	return $st
+}
 
 t0=$(date +%s)
 say() { printf '[%4ds] %s\n' $(($(date +%s) - t0)) "$*"; }
@@ -243,8 +257,9 @@ if [ "$hand_profile" = 1 ]; then
 else
 	say "profiling the fleet: narwhal-profile ${profile_flags:-(full)} (at most ${profile_timeout}s)"
 	# shellcheck disable=SC2086 # the flags are words
-	if ! NARWHAL_PLUGIN_DIR=$plugin_dir timeout -k 5 "$profile_timeout" "$profiler" \
-		--config "$work/profile-config.json" $profile_flags --out "$store" >"$work/profile.log" 2>&1; then
+	NARWHAL_PLUGIN_DIR=$plugin_dir timeout -k 5 "$profile_timeout" "$profiler" \
+		--config "$work/profile-config.json" $profile_flags --out "$store" >"$work/profile.log" 2>&1 &
+	if ! run_bg $!; then
 		tail -n 20 "$work/profile.log" >&2
 		nwb_die "narwhal-profile failed (log in $work/profile.log)"
 	fi
@@ -264,8 +279,8 @@ replay_window() { # trace-file offset: the options that pick the window
 	echo --trace "$1" --start-offset "$2" --max-prompt-tokens "$max_prompt" --max-output-tokens "$max_output"
 }
 for w in $workloads; do
-	eval "rates=\$rates_$w offset=\$offset_$w"
-	for r in $rates; do
+	offset=$(offset_of "$w")
+	for r in $(rates_of "$w"); do
 		n=$(awk -v r="$r" -v w="$window" 'BEGIN { n = int(r * w + 0.5); print n < 2 ? 2 : n }')
 		# shellcheck disable=SC2046
 		line=$("$replay" --url http://127.0.0.1:9 --model "$model" \
@@ -317,8 +332,8 @@ stop_narwhal() {
 }
 
 start_narwhal() { # config-file log: sets url, or returns 1
-	local try port
-	for try in 1 2 3; do
+	local port _
+	for _ in 1 2 3; do
 		port=$(nwb_free_port)
 		write_config "$1" "$adm" "$pl" "$port"
 		NARWHAL_PLUGIN_DIR=$plugin_dir "$narwhal" --config "$1" 2>>"$2" &
@@ -374,14 +389,15 @@ for w in $workloads; do
 		cfg=$work/narwhal-$w-$label.json
 		log=$work/narwhal-$w-$label.log
 		start_narwhal "$cfg" "$log" || { tail -n 20 "$log" >&2; nwb_die "narwhal ($label) does not serve (log in $log)"; }
-		# One request through the whole path before anything is measured.
+		# One request through the whole path before anything is measured;
+		# 200 words, inside any prefill domain narwhal-profile measures.
 		code=$(curl -s -m 20 -o "$work/preflight.out" -w '%{http_code}' -H 'Content-Type: application/json' \
-			-d '{"model":"'"$model"'","prompt":"a short preflight prompt","max_tokens":4,"stream":true}' \
+			-d '{"model":"'"$model"'","prompt":"'"$(printf ' word%.0s' $(seq 200))"'","max_tokens":4,"stream":true}' \
 			"$url/v1/completions" || true)
 		[ "$code" = 200 ] && grep -q '^data: \[DONE\]' "$work/preflight.out" ||
 			nwb_die "preflight through narwhal ($label): HTTP $code $(head -c 200 "$work/preflight.out")"
 		say "$w, $label: narwhal at $url"
-		eval "offset=\$offset_$w"
+		offset=$(offset_of "$w")
 		while IFS=$'\t' read -r -u 3 tw r n scale native; do
 			[ "$tw" = "$w" ] || continue
 			run=$out/runs/$w/$label/rate-$r
@@ -398,7 +414,8 @@ for w in $workloads; do
 				--max-requests "$n" --rate-scale "$scale" --slo-ttft "$slo_ttft" --slo-tpot "$slo_tpot" \
 				--timeout "$timeout_s" --connect-timeout 10 --concurrency-limit 4096 --seed "$seed" \
 				--quiet --out-json "$run/replay.json" --out-csv "$run/requests.csv" \
-				</dev/null >"$run/replay.out" 2>&1 || rc=$?
+				</dev/null >"$run/replay.out" 2>&1 &
+			run_bg $! || rc=$?
 			counters >"$run/counters-after.json"
 			jq -n --arg trace "$w" --arg policy "$label" --argjson rate "$r" --argjson requests "$n" \
 				--argjson scale "$scale" --argjson native "$native" --argjson rc "$rc" \
@@ -410,8 +427,10 @@ for w in $workloads; do
 				continue
 			fi
 			jq -r --arg r "$r" '.runs[0] | "  \($r) req/s (\(.schedule.requests) requests): attainment " +
-				"\(.slo.attainment * 1000 | round / 10)%, \(.counts.status["429"] // 0) refused, " +
-				"TTFT p99 \(.ttft_s.p99 // "-")s, late \(.counts.late)"' "$run/replay.json" |
+				"\(.slo.attainment * 1000 | round / 10)%, " +
+				"\((.counts.status["429"] // 0) + (.counts.status["400"] // 0)) refused, " +
+				"TTFT p99 \(.ttft_s.p99 // null | if . == null then "-" else . * 100 | round / 100 end)s, " +
+				"late \(.counts.late)"' "$run/replay.json" |
 				while read -r l; do say "$l"; done
 		done 3<"$work/schedule.tsv"
 		curl -s -m 5 "$url/narwhal/state" >"$work/state-$w-$label.json" || true
@@ -424,7 +443,7 @@ jq --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --argjson secs $(($(date +%s) -
 	'. + {loadavg_end: $load, wall_s: $secs}' "$work/meta.json" >"$work/meta.json.tmp" &&
 	mv "$work/meta.json.tmp" "$work/meta.json"
 nwb_cleanup
-rm -rf "$out/bin" "$out/plugins" "$out/pids" "$out/preflight.out"
+rm -rf "${out:?}/bin" "$out/plugins" "$out/pids" "$out/preflight.out"
 
 "$here/report.sh" "$out"
 [ "$failed_runs" -eq 0 ] || { echo "$failed_runs run(s) did not complete" >&2; exit 1; }
