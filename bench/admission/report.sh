@@ -44,7 +44,7 @@ for w in $(jq -r '.workloads[]' "$out/meta.json"); do
 				   nw_refused_too_long: delta("narwhal_refused_too_long_total"),
 				   nw_ceiling_refusals: delta("narwhal_ceiling_refusals_total"),
 				   nw_first_token_timeouts: delta("narwhal_first_token_timeouts_total"),
-				   nw_unserved: ([$c1[0] | keys[] | select(test("unserved"))] | map(delta(.)) | add // 0)}
+				   nw_unserved: ([$c1[0] // {} | keys[] | select(test("unserved"))] | map(delta(.)) | add // 0)}
 			end)' >>"$rows"
 		done
 	done
@@ -53,7 +53,7 @@ done
 cols='trace policy rate offered_rps counted ok refused failed met attainment_offered attainment_admitted
 goodput_rps goodput_elapsed_rps elapsed_s ttft_p50 ttft_p99 tpot_p99 late idle_before replay_status
 nw_admitted nw_refused_admission nw_refused_too_long nw_ceiling_refusals nw_first_token_timeouts nw_unserved'
-jq -r -n --arg cols "$cols" '($cols | split("\\s+"; null)) as $c | $c, (inputs | [.[$c[]]]) | map(. // "") | @tsv' \
+jq -r -n --arg cols "$cols" '($cols | split("\\s+"; null)) as $c | $c, (inputs | [.[$c[]]]) | map(if . == null then "" else . end) | @tsv' \
 	"$rows" >"$out/results.tsv"
 
 # --- the markdown.
@@ -103,7 +103,8 @@ jq -r -n --arg cols "$cols" '($cols | split("\\s+"; null)) as $c | $c, (inputs |
 				    "\(.nw_ceiling_refusals) at the connection ceiling" else empty end,
 				  if .late > 0 then "\(.late) late" else empty end,
 				  if .nw_unserved > 0 then "\(.nw_unserved) unserved placements" else empty end,
-				  if .idle_before then empty else "fleet busy at start" end] | join(", ")) + " |"
+				  if .idle_before then empty else "fleet busy at start" end,
+				  if .replay_status != 0 then "narwhal-replay status \(.replay_status)" else empty end] | join(", ")) + " |"
 			else
 				"| \(.rate) | \(.policy) | - | - | - | - | - | - | - | not measured (narwhal-replay status \(.replay_status)) |"
 			end' "$rows" | sort -t'|' -k2,2n -k3,3 -s
