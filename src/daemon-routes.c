@@ -2,6 +2,7 @@
 
 #include "daemon-internal.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "admin/admin.h"
@@ -17,6 +18,37 @@ plugin_json(const struct nw_plugin *p, bool operator)
 	                 "path", operator ? p->path : NULL);
 }
 
+struct prefixed {
+	const char *prefix;
+	size_t len;
+	json_t *out;
+};
+
+static void
+add_prefixed(const char *name, double value, void *data)
+{
+	struct prefixed *p = data;
+
+	if (strncmp(name, p->prefix, p->len) == 0 && isfinite(value))
+		json_object_set_new(p->out, name + p->len, json_real(value));
+}
+
+/* A policy plugin as plugin_json says, with the metrics it keeps through
+ * the host (their names without narwhal_plugin_<kind>_<name>_): what it
+ * says of itself, e.g. the predictive admission's "unpriced" gauge
+ * (docs/admission.md). */
+static json_t *
+policy_json(const struct nw_daemon *d, const struct loaded_plugin *lp, bool operator)
+{
+	const char *prefix = nw_host_metric_prefix(lp->host);
+	struct prefixed p = { prefix, strlen(prefix), json_object() };
+	json_t *o = plugin_json(lp->plugin, operator);
+
+	nw_plugin_metrics_foreach(d->plugin_metrics, add_prefixed, &p);
+	json_object_set_new(o, "metrics", p.out);
+	return o;
+}
+
 /* The plugins loaded by the configuration in force: {"admission",
  * "placement", "controller", "dialects": {name: ...}} (transfer full). */
 static json_t *
@@ -30,9 +62,9 @@ plugins_json(struct nw_daemon *d, bool operator)
 		json_object_set_new(dialects, ld->plugin->desc->name, plugin_json(ld->plugin, operator));
 	}
 	return json_pack("{s:o, s:o, s:o, s:o}",
-	                 "admission", plugin_json(d->gen->admission.plugin, operator),
-	                 "placement", plugin_json(d->gen->placement.plugin, operator),
-	                 "controller", plugin_json(d->gen->controller.plugin, operator),
+	                 "admission", policy_json(d, &d->gen->admission, operator),
+	                 "placement", policy_json(d, &d->gen->placement, operator),
+	                 "controller", policy_json(d, &d->gen->controller, operator),
 	                 "dialects", dialects);
 }
 

@@ -15,7 +15,9 @@
  *   path cost    prefill_queue_seconds(candidate, prompt), plus, when
  *                disaggregated, the least first decode interval over the
  *                live decode engines: decode_interval_seconds(d,
- *                resident_decode + 1, resident_kv_tokens + prompt)
+ *                resident_decode + 1, resident_kv_tokens + prompt), twice
+ *                on an engine already decoding (the step in progress,
+ *                then the first token's own)
  *   projected    the least path cost
  *
  * The verdict:
@@ -311,6 +313,10 @@ best_decode(const struct predictive *p, const struct narwhal_fleet_view *fleet,
 			kv = add_sat(e->resident_kv_tokens, prompt);
 		}
 		st = checked(host->decode_interval_seconds(host->host_ctx, d, active, kv, &v), &v);
+		/* A handoff that reaches a busy decode engine waits for the step
+		 * in progress before its own: two intervals at most. */
+		if (st == NARWHAL_ESTIMATE_OK && !idle && e->resident_decode > 0)
+			v *= 2;
 		if (st == NARWHAL_ESTIMATE_OK && v < least)
 			least = v;
 		else if (st == NARWHAL_ESTIMATE_NO_PROFILE)

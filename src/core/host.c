@@ -283,6 +283,12 @@ nw_host_table(const struct nw_host *host)
 	return &host->table;
 }
 
+const char *
+nw_host_metric_prefix(const struct nw_host *host)
+{
+	return host->metric_prefix;
+}
+
 void
 nw_host_free(struct nw_host *host)
 {

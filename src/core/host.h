@@ -133,6 +133,8 @@ struct nw_host *nw_host_new(narwhal_plugin_kind kind, const char *plugin_name,
                             nw_clock_fn clock, void *clock_data, struct nw_fleet *fleet,
                             struct nw_plugin_metrics *metrics);
 const struct narwhal_host *nw_host_table(const struct nw_host *host);
+/* The prefix of the plugin's metric names, "narwhal_plugin_<kind>_<name>_". */
+const char *nw_host_metric_prefix(const struct nw_host *host);
 void nw_host_free(struct nw_host *host);
 
 #endif /* NW_HOST_H */

@@ -142,6 +142,28 @@ pool_refresh(struct nw_fleet *f)
 	pr->pool_epoch = pr->epoch;
 }
 
+/* What a prompt's first token waits for once its prefill on engine
+ * ended: the handoff (when the profile measured it and the engine hands
+ * off) and two idle decode steps, corrected (a busy decode engine ends
+ * the step in progress first). 0 for what is not known. */
+static double
+after_prefill_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens)
+{
+	const struct nw_engine_profile *p = f->profiles[engine];
+	double tail = 0, step;
+
+	if (p == NULL)
+		return 0;
+	pool_refresh(f);
+	if (f->pricing.pool_paired && f->engines[engine].role == NARWHAL_ROLE_PREFILL &&
+	    p->handoff.samples > 0)
+		tail += MAX(p->handoff.setup_s + p->handoff.per_token_s * (double)tokens, 0);
+	if (nw_estimate_decode_interval_s(p, p->decode.min_active, p->decode.min_kv_tokens, &step) ==
+	    NARWHAL_ESTIMATE_OK)
+		tail += 2 * MAX(step * f->ledger[engine].correction, 0);
+	return tail;
+}
+
 /* --- the request's events ------------------------------------------------- */
 
 /* The profile an engine's amounts are priced on. */
@@ -170,6 +192,9 @@ prefill_take(struct nw_fleet *f, struct nw_price_hold *h)
 	case NW_PRICE_RESIDENT:
 		l->resident_prefill_ns -= h->prefill_ns;
 		l->prefill_holds--;
+		*(h->prev ? &h->prev->next : &l->first) = h->next;
+		*(h->next ? &h->next->prev : &l->last) = h->prev;
+		h->prev = h->next = NULL;
 		break;
 	}
 	h->where = NW_PRICE_NONE;
@@ -187,6 +212,13 @@ nw_pricing_pending(struct nw_fleet *f, struct nw_price_hold *h, uint64_t tokens)
 	h->where = NW_PRICE_PENDING;
 	f->pricing.pending_ns += h->prefill_ns;
 	f->pricing.pending++;
+}
+
+void
+nw_pricing_placing(struct nw_fleet *f, struct nw_price_hold *h)
+{
+	if (h->where == NW_PRICE_PENDING || h->where == NW_PRICE_QUEUED)
+		prefill_take(f, h);
 }
 
 void
@@ -208,6 +240,12 @@ nw_pricing_resident(struct nw_fleet *f, struct nw_price_hold *h, uint32_t engine
 	h->engine = engine;
 	h->prefill_ns = nw_pricing_work_ns(charge_profile(f, engine), h->tokens);
 	h->where = NW_PRICE_RESIDENT;
+	h->due_ns = h->arrival_ns + (int64_t)(f->view.ttft_target_s * 1e9) -
+	            (int64_t)(after_prefill_s(f, engine, h->tokens) * 1e9);
+	h->prev = l->last;
+	h->next = NULL;
+	*(l->last ? &l->last->next : &l->first) = h;
+	l->last = h;
 	/* Work that comes to an idle engine starts at once. */
 	if (l->prefill_holds++ == 0)
 		l->progress_since_ns = now_ns;
@@ -322,6 +360,30 @@ backlog_ns(struct nw_fleet *f, uint32_t i, int64_t now_ns)
 	return total;
 }
 
+/* An engine prefills the prompts it holds together, step by step, so a
+ * prompt placed now also delays those that have not started: by the FIFO
+ * model, the residents whose turn (the engine's progress point plus the
+ * work before them) is still ahead of now_ns. When the new prompt's
+ * prefill, ending at end_ns, would push the earliest deadline among them
+ * back, the prompt must wait until that one has started: a request
+ * admitted later never spends the TTFT of one admitted earlier (spec 4.1).
+ * That wait in nanoseconds, 0 when nothing is pushed back. */
+static int64_t
+batched_wait_ns(const struct nw_fleet *f, uint32_t engine, int64_t now_ns, int64_t end_ns)
+{
+	const struct nw_engine_ledger *l = &f->ledger[engine];
+	int64_t turn = l->progress_since_ns, due = INT64_MAX, due_turn = 0;
+
+	for (const struct nw_price_hold *h = l->first; h != NULL; h = h->next) {
+		if (turn > now_ns && h->due_ns < due) {
+			due = h->due_ns;
+			due_turn = turn;
+		}
+		turn += h->prefill_ns;
+	}
+	return end_ns > due ? due_turn - now_ns : 0;
+}
+
 narwhal_estimate_status
 nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens, int64_t now_ns,
                            double *out)
@@ -329,7 +391,8 @@ nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens,
 	const struct nw_engine_profile *p;
 	const struct narwhal_engine_view *v;
 	narwhal_estimate_status st;
-	double own;
+	double prefill, own;
+	int64_t fifo, wait;
 
 	if (engine >= f->view.n_engines || (p = f->profiles[engine]) == NULL)
 		return NARWHAL_ESTIMATE_NO_PROFILE;
@@ -339,9 +402,10 @@ nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens,
 	 * work drains. */
 	if (v->resident_decode > 0)
 		return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
-	st = nw_estimate_prefill_s(p, tokens, &own);
+	st = nw_estimate_prefill_s(p, tokens, &prefill);
 	if (st != NARWHAL_ESTIMATE_OK)
 		return st;
+	own = 0;
 	pool_refresh(f);
 	/* A prefill engine of a pair hands off; an aggregate leg does not. */
 	if (f->pricing.pool_paired && v->role == NARWHAL_ROLE_PREFILL && p->handoff.samples > 0) {
@@ -349,7 +413,14 @@ nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens,
 			return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
 		own += MAX(p->handoff.setup_s + p->handoff.per_token_s * (double)tokens, 0);
 	}
-	*out = (double)backlog_ns(f, engine, now_ns) / 1e9 + MAX(own, 0);
+	fifo = backlog_ns(f, engine, now_ns) + (int64_t)(MAX(prefill, 0) * 1e9);
+	wait = batched_wait_ns(f, engine, now_ns, now_ns + fifo);
+	*out = (double)fifo / 1e9 + MAX(own, 0);
+	/* A prompt that would make an earlier one miss its target cannot go
+	 * there now, whatever its own slack: priced beyond the target by the
+	 * wait, so a refusal's Retry-After says when it can. */
+	if (wait > 0)
+		*out = MAX(*out, f->view.ttft_target_s + (double)wait / 1e9);
 	return NARWHAL_ESTIMATE_OK;
 }
 

@@ -44,6 +44,11 @@ struct nw_price_hold {
 	uint32_t engine;           /* for NW_PRICE_QUEUED and NW_PRICE_RESIDENT */
 	uint32_t decode_engine;    /* while decoding */
 	uint64_t tokens;           /* the prompt priced */
+	int64_t arrival_ns;        /* the request's arrival, set by the serve before
+	                            * nw_pricing_pending: its TTFT deadline */
+	int64_t due_ns;            /* while resident: when its prefill must end for
+	                            * its first token to meet slo.ttft_s */
+	struct nw_price_hold *prev, *next; /* engine's resident holds, in order */
 	int64_t prefill_ns;        /* what it charged where it is */
 	uint64_t kv_tokens;        /* what it added to decode_engine's resident_kv_tokens */
 	uint64_t reserved;         /* of which reserved output (max_tokens) */
@@ -58,6 +63,7 @@ struct nw_engine_ledger {
 	int64_t resident_prefill_ns; /* prefill work on its slots */
 	int64_t queued_prefill_ns;   /* prefill work waiting for its slots */
 	uint32_t prefill_holds;      /* requests in resident_prefill_ns */
+	struct nw_price_hold *first, *last; /* its resident holds, oldest first */
 	int64_t progress_since_ns;   /* its head resident runs since (the last
 	                              * completion, or when work arrived on an
 	                              * idle engine) */
@@ -117,6 +123,11 @@ int64_t nw_pricing_work_ns(const struct nw_engine_profile *p, uint64_t tokens);
  * profile. tokens is the prompt (sized exactly or by chars_per_token:
  * priced the same); a hold already pending stays as it is. */
 void nw_pricing_pending(struct nw_fleet *f, struct nw_price_hold *h, uint64_t tokens);
+/* Placement is choosing an engine for it now: its pool (or queued)
+ * charge leaves the ledger, so the projections it is placed by do not count its own
+ * work twice; nw_pricing_queued or nw_pricing_resident charges it again
+ * (or nw_pricing_pending, when nothing was chosen). */
+void nw_pricing_placing(struct nw_fleet *f, struct nw_price_hold *h);
 /* It waits for engine's prefill slots. */
 void nw_pricing_queued(struct nw_fleet *f, struct nw_price_hold *h, uint32_t engine);
 /* It holds a prefill or aggregate slot on engine. */

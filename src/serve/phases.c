@@ -359,7 +359,9 @@ admission(struct nw_request *r)
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
 	case NARWHAL_ADMIT_QUEUE:
-		/* Admitted or queued, its prefill is work the pool must do. */
+		/* Admitted or queued, its prefill is work the pool must do; its
+		 * arrival dates its TTFT deadline. */
+		r->price.arrival_ns = r->arrival_us * 1000;
 		nw_pricing_pending(s->fleet, &r->price, r->prompt_tokens);
 		/* The host's own limit holds whatever the policy says: either way,
 		 * run now when a unit is free, else wait in the queue. */

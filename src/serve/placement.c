@@ -274,13 +274,21 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 						s->eligible[m++] = i;
 				}
 			}
-			if (m > 0 && (r->queued_on = choose(r, phase, m, false)) >= 0) {
+			if (m > 0) {
+				nw_pricing_placing(s->fleet, &r->price);
+				r->queued_on = choose(r, phase, m, false);
+			}
+			if (r->queued_on >= 0) {
 				s->fleet->engines[r->queued_on].queued_prefill++;
 				nw_pricing_queued(s->fleet, &r->price, (uint32_t)r->queued_on);
+			} else if (m > 0) {
+				nw_pricing_pending(s->fleet, &r->price, r->prompt_tokens);
 			}
 		}
 		return;
 	}
+	if (phase != NARWHAL_PHASE_DECODE)
+		nw_pricing_placing(s->fleet, &r->price);
 	engine = choose(r, phase, n, true);
 	nw_phase_leave_line(r);
 	nw_phase_unqueue(r);

@@ -246,7 +246,7 @@ run_ramp(struct serve_env *e, const char *dir, const char *name, struct ramp_res
 	run = json_array_get(json_object_get(doc, "runs"), 0);
 	out->ttft_p99 = json_number_value(json_object_get(json_object_get(run, "ttft_s"), "p99"));
 	out->ok = json_integer_value(json_object_get(json_object_get(run, "counts"), "ok"));
-	out->refused = json_integer_value(json_object_get(json_object_get(run, "status"), "429"));
+	out->refused = json_integer_value(json_object_get(json_object_get(json_object_get(run, "counts"), "status"), "429"));
 	g_test_message("%s: ok %" JSON_INTEGER_FORMAT ", 429 %" JSON_INTEGER_FORMAT
 	               ", TTFT p99 %.3f s", name, out->ok, out->refused, out->ttft_p99);
 	json_decref(doc);
@@ -263,7 +263,7 @@ ramp_once(const char *admission, struct ramp_result *out)
 	g_autofree char *cfg = NULL;
 
 	store_write(&s, 1.0);
-	cfg = config_text(&s, admission, 0.5, "\"serving\": {\"max_connections\": 512}");
+	cfg = config_text(&s, admission, 0.5, NULL);
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
 		store_clear(&s);
 		out->ok = -1;
@@ -442,13 +442,21 @@ test_defaults_start(void)
 	g_test_message("%s", err);
 	g_assert_nonnull(strstr(err, "narwhal-profile"));
 
-	/* ...unless told to run as open, which it says. */
-	json_object_set_new(json_object_get(file_cfg, "plugins"), "admission",
-	                    json_pack("{s:{s:s}}", "config", "without_profiles", "open"));
-	open_cfg = json_dumps(file_cfg, JSON_COMPACT);
+	/* ...unless told to run as open, which it says in the log and in
+	 * the state (docs/admission.md). */
 	json_decref(file_cfg);
+	open_cfg = g_strdup_printf("{\"serving\": {\"admission\": \"predictive\"},"
+	                           " \"profiles\": {\"path\": \"%s\"}, \"plugins\":"
+	                           " {\"admission\": {\"config\": {\"without_profiles\": \"open\"}}}}",
+	                           missing);
 	g_assert_true(serve_start_daemon(&e, open_cfg, NULL));
 	g_assert_true(serve_wait_log(&e, "narwhal-profile", 5000));
+	sim_http(e.port, "GET", "/narwhal/state", NULL, NULL, 5000, &r);
+	state = sim_json(r.body->str);
+	g_assert_cmpfloat(json_number_value(json_object_get(json_object_get(json_object_get(
+		json_object_get(state, "plugins"), "admission"), "metrics"), "unpriced")), ==, 1);
+	json_decref(state);
+	sim_reply_clear(&r);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 	g_assert_cmpint(r.status, ==, 200);
 	sim_reply_clear(&r);

@@ -671,6 +671,80 @@ test_resident_kv(void)
 	env_clear(&e);
 }
 
+/* Spec 4.1 (predictive admission keeps what it admitted within the TTFT
+ * target) with the role-control document's FIFO projection: an engine
+ * prefills what it holds together, so a prompt placed now delays the
+ * residents whose turn has not come. When it would push the earliest
+ * deadline among them back, it is priced beyond the target by the wait
+ * until that resident starts; once that one's turn came, it no longer
+ * is. slo.ttft_s is 2 s; the tail after a prefill is two idle decode
+ * steps (0.021 s each, no handoff measured). */
+static void
+test_batched_wait(void)
+{
+	struct env e;
+	struct nw_price_hold holds[2] = { 0 };
+	double out = -1;
+	int64_t now;
+
+	env_init(&e, NULL, true);
+	holds[0].arrival_ns = T0;
+	/* Arrived 1.5 s before it was placed: due by T0 + 2 - 1.5 - 0.042. */
+	holds[1].arrival_ns = T0 - 1500 * MS;
+	now = run(&e, holds, (const struct step[]){ { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 0 },
+		                                    { PENDING, 1, 0, 1000 }, { RESIDENT, 1, 0 },
+		                                    { END } }, T0);
+	/* A short prompt ends before that deadline: its FIFO projection. */
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 100, now, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, 0.22 + 0.02, 1e-9);
+	/* A long one would push it back: beyond the target by the 0.11 s
+	 * until hold 1's turn (after hold 0's work). */
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 4000, now, &out), ==,
+	                NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, 2.0 + 0.11, 1e-9);
+	/* Another engine is not held back by p0's residents. */
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 1, 4000, now, &out), ==,
+	                NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, 0.41, 1e-9);
+	/* Hold 1's turn came: only the FIFO projection is left. */
+	now = run(&e, holds, (const struct step[]){ { ADVANCE, 0, 0, 0, 200 }, { END } }, now);
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 4000, now, &out), ==,
+	                NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, 0.22 - 0.2 + 0.41, 1e-9);
+	run(&e, holds, (const struct step[]){ { RELEASE, 0 }, { RELEASE, 1 }, { END } }, now);
+	assert_ledger_zero(e.f);
+	g_assert_null(e.f->ledger[0].first);
+	g_assert_null(e.f->ledger[0].last);
+	env_clear(&e);
+}
+
+/* Placement prices a request against the others' work, not its own: its
+ * pool (or queued) charge leaves the ledger while an engine is chosen
+ * (nw_pricing_placing), and placing it charges it once on that engine. */
+static void
+test_placing(void)
+{
+	struct env e;
+	struct nw_price_hold holds[1] = { 0 };
+	double out = -1;
+
+	env_init(&e, NULL, true);
+	run(&e, holds, (const struct step[]){ { PENDING, 0, 0, 1000 }, { END } }, T0);
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 1000, T0, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, 0.11 / 2 + 0.11, 1e-9);
+	nw_pricing_placing(e.f, &holds[0]);
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 1000, T0, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, 0.11, 1e-9);
+	run(&e, holds, (const struct step[]){ { QUEUED, 0, 1 }, { END } }, T0);
+	nw_pricing_placing(e.f, &holds[0]);
+	g_assert_cmpint(e.f->ledger[1].queued_prefill_ns, ==, 0);
+	run(&e, holds, (const struct step[]){ { RESIDENT, 0, 1 }, { END } }, T0);
+	g_assert_cmpint(e.f->ledger[1].resident_prefill_ns, ==, (int64_t)llround(work(1000) * 1e9));
+	run(&e, holds, (const struct step[]){ { RELEASE, 0 }, { END } }, T0);
+	assert_ledger_zero(e.f);
+	env_clear(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -687,5 +761,7 @@ main(int argc, char **argv)
 	g_test_add_func("/pricing/work-amounts", test_work_amounts);
 	g_test_add_func("/pricing/mean-profile", test_mean_profile);
 	g_test_add_func("/pricing/resident-kv", test_resident_kv);
+	g_test_add_func("/pricing/batched-wait", test_batched_wait);
+	g_test_add_func("/pricing/placing", test_placing);
 	return g_test_run();
 }
