@@ -227,8 +227,9 @@ struct narwhal_host {
 
 	/* Profile estimators (architecture section 6; docs/profiles.md). Each
 	 * returns a NARWHAL_ESTIMATE_* value and writes *out only on
-	 * NARWHAL_ESTIMATE_OK; an input outside what the engine's profile
-	 * measured is OUT_OF_DOMAIN, never an extrapolation.
+	 * NARWHAL_ESTIMATE_OK; an input above what the engine's profile
+	 * measured is OUT_OF_DOMAIN, never an extrapolation (one below it is
+	 * priced at the measured lower edge, an upper bound).
 	 *
 	 * prefill_seconds: the engine's own time to prefill one prompt of
 	 * prompt_tokens on an idle engine (the quadratic form, spec 7.7). A

@@ -15,9 +15,11 @@ nw_estimate_prefill_s(const struct nw_engine_profile *p, uint64_t tokens, double
 	if (p == NULL)
 		return NARWHAL_ESTIMATE_NO_PROFILE;
 	f = &p->prefill;
-	if (tokens < f->min_tokens || tokens > f->max_tokens)
+	if (tokens > f->max_tokens)
 		return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
-	l = (double)tokens;
+	/* Below the domain, its lower edge: a shorter prompt never takes
+	 * longer, so that is an upper bound, not an extrapolation. */
+	l = (double)MAX(tokens, f->min_tokens);
 	*out = f->a_s + f->b_s * l + f->c_s * l * l;
 	return NARWHAL_ESTIMATE_OK;
 }
@@ -31,10 +33,12 @@ nw_estimate_decode_interval_s(const struct nw_engine_profile *p, uint32_t active
 	if (p == NULL)
 		return NARWHAL_ESTIMATE_NO_PROFILE;
 	f = &p->decode;
-	if (active < f->min_active || active > f->max_active || kv_tokens < f->min_kv_tokens ||
-	    kv_tokens > f->max_kv_tokens)
+	if (active > f->max_active || kv_tokens > f->max_kv_tokens)
 		return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
-	*out = f->d0_s + f->d1_s * (double)kv_tokens + f->d2_s * (double)active;
+	/* Below the grid, its lower edge (fewer requests or less KV never
+	 * decode slower): an upper bound. */
+	*out = f->d0_s + f->d1_s * (double)MAX(kv_tokens, f->min_kv_tokens) +
+	       f->d2_s * (double)MAX(active, f->min_active);
 	return NARWHAL_ESTIMATE_OK;
 }
 

@@ -1,9 +1,11 @@
 /*
  * The estimators on one measured profile (ARCHITECTURE.md, section 6;
  * spec 7.7; docs/profiles.md). Pure: a profile and the inputs in, seconds
- * out. Outside the measured domain of an input they answer
- * NARWHAL_ESTIMATE_OUT_OF_DOMAIN rather than extrapolate; without a
- * profile, NARWHAL_ESTIMATE_NO_PROFILE. *out is written only on OK.
+ * out. Above the measured domain of an input they answer
+ * NARWHAL_ESTIMATE_OUT_OF_DOMAIN rather than extrapolate; below it they
+ * price at its lower edge, an upper bound (less work is never slower);
+ * without a profile, NARWHAL_ESTIMATE_NO_PROFILE. *out is written only on
+ * OK.
  */
 #ifndef NW_ESTIMATE_H
 #define NW_ESTIMATE_H
@@ -16,8 +18,8 @@
 
 #include "core/profile.h"
 
-/* Seconds to prefill one prompt of tokens tokens: a + b*L + c*L^2 over
- * prefill.min_tokens..max_tokens. */
+/* Seconds to prefill one prompt of tokens tokens: a + b*L + c*L^2 up to
+ * prefill.max_tokens, L at least prefill.min_tokens. */
 narwhal_estimate_status nw_estimate_prefill_s(const struct nw_engine_profile *p, uint64_t tokens,
                                               double *out);
 

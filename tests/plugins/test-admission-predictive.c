@@ -241,7 +241,14 @@ static const struct scenario scenarios[] = {
 	      .decode = E(OK, 0.2) },
 	    { "d1", DECODE, .resident_decode = 1, .decode = E(OK, 0.04) },
 	    { "d2", DECODE, .down = true, .decode = E(OK, 0.001) } },
-	  NARWHAL_ADMIT, "priced", 0.54, 0.0 },
+	  /* d1 is decoding: its interval counts twice (the step in
+	   * progress, then the first token's own), 0.5 + 2 * 0.04 */
+	  NARWHAL_ADMIT, "priced", 0.58, 0.0 },
+	{ "spec 4.1: an idle decode engine's first token takes one interval", NULL, 1.0,
+	  { { "p0", PREFILL, .queue = E(OK, 0.5), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .resident_decode = 1, .decode = E(OK, 0.04) },
+	    { "d1", DECODE, .decode = E(OK, 0.06) } },
+	  NARWHAL_ADMIT, "priced", 0.56, 0.0 },
 	{ "spec 4.1: an unavailable prefill engine is no path", NULL, 1.0,
 	  { { "p0", PREFILL, .down = true, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
 	    { "p1", PREFILL, .queue = E(OK, 1.2), .prefill = E(OK, 0.1) },

@@ -25,7 +25,8 @@ profile(void)
 }
 
 /* Prefill: inside the domain (both edges included) the quadratic form;
- * one token outside either edge, OUT_OF_DOMAIN and *out untouched. */
+ * one token above it, OUT_OF_DOMAIN and *out untouched; below it, the
+ * lower edge's price (an upper bound: a shorter prompt is never slower). */
 static void
 test_prefill(void)
 {
@@ -34,14 +35,14 @@ test_prefill(void)
 		uint64_t tokens;
 		narwhal_estimate_status status;
 	} cases[] = {
-		{ 0, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },    { 15, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },
+		{ 0, NARWHAL_ESTIMATE_OK },               { 15, NARWHAL_ESTIMATE_OK },
 		{ 16, NARWHAL_ESTIMATE_OK },              { 1000, NARWHAL_ESTIMATE_OK },
 		{ 8192, NARWHAL_ESTIMATE_OK },            { 8193, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },
 		{ UINT64_MAX, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },
 	};
 
 	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-		double out = -1, l = (double)cases[i].tokens;
+		double out = -1, l = (double)MAX(cases[i].tokens, 16);
 
 		g_assert_cmpint(nw_estimate_prefill_s(&p, cases[i].tokens, &out), ==, cases[i].status);
 		if (cases[i].status == NARWHAL_ESTIMATE_OK)
@@ -51,7 +52,8 @@ test_prefill(void)
 	}
 }
 
-/* Decode: each input checked against its own range, edges included. */
+/* Decode: each input checked against its own range, edges included;
+ * below a range, its lower edge. */
 static void
 test_decode(void)
 {
@@ -61,7 +63,7 @@ test_decode(void)
 		uint64_t kv;
 		narwhal_estimate_status status;
 	} cases[] = {
-		{ 0, 500, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },  { 1, 0, NARWHAL_ESTIMATE_OK },
+		{ 0, 500, NARWHAL_ESTIMATE_OK },             { 1, 0, NARWHAL_ESTIMATE_OK },
 		{ 64, 100000, NARWHAL_ESTIMATE_OK },         { 65, 500, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },
 		{ 8, 100001, NARWHAL_ESTIMATE_OUT_OF_DOMAIN }, { 8, 50000, NARWHAL_ESTIMATE_OK },
 	};
@@ -73,15 +75,21 @@ test_decode(void)
 		                ==, cases[i].status);
 		if (cases[i].status == NARWHAL_ESTIMATE_OK)
 			g_assert_cmpfloat_with_epsilon(
-				out, 0.01 + 1e-8 * (double)cases[i].kv + 1e-4 * cases[i].active, 1e-12);
+				out, 0.01 + 1e-8 * (double)cases[i].kv + 1e-4 * MAX(cases[i].active, 1),
+				1e-12);
 		else
 			g_assert_cmpfloat(out, ==, -1);
 	}
 
-	/* a KV floor above 0: below it is outside too */
+	/* a KV floor above 0: below it, priced at the floor */
 	p.decode.min_kv_tokens = 1000;
-	g_assert_cmpint(nw_estimate_decode_interval_s(&p, 2, 999, &(double){ 0 }), ==,
-	                NARWHAL_ESTIMATE_OUT_OF_DOMAIN);
+	{
+		double out = -1;
+
+		g_assert_cmpint(nw_estimate_decode_interval_s(&p, 2, 999, &out), ==,
+		                NARWHAL_ESTIMATE_OK);
+		g_assert_cmpfloat_with_epsilon(out, 0.01 + 1e-8 * 1000 + 1e-4 * 2, 1e-12);
+	}
 }
 
 /* No profile: NO_PROFILE from both, whatever the inputs. */
@@ -135,9 +143,16 @@ test_mean(void)
 	/* the estimators price on it within the intersection only */
 	g_assert_cmpint(nw_estimate_prefill_s(&m, 4096, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_cmpint(nw_estimate_prefill_s(&m, 4097, &out), ==, NARWHAL_ESTIMATE_OUT_OF_DOMAIN);
-	g_assert_cmpint(nw_estimate_prefill_s(&m, 31, &out), ==, NARWHAL_ESTIMATE_OUT_OF_DOMAIN);
-	g_assert_cmpint(nw_estimate_decode_interval_s(&m, 1, 10, &out), ==,
+	/* below the intersection, its lower edge (32 tokens) */
+	g_assert_cmpint(nw_estimate_prefill_s(&m, 31, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, m.prefill.a_s + m.prefill.b_s * 32 +
+	                                    m.prefill.c_s * 32 * 32, 1e-12);
+	g_assert_cmpint(nw_estimate_decode_interval_s(&m, 65, 10, &out), ==,
 	                NARWHAL_ESTIMATE_OUT_OF_DOMAIN);
+	/* one request, below the intersection's two: priced at two */
+	g_assert_cmpint(nw_estimate_decode_interval_s(&m, 1, 10, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat_with_epsilon(out, m.decode.d0_s + m.decode.d1_s * 10 + m.decode.d2_s * 2,
+	                               1e-12);
 
 	/* one engine: itself */
 	g_assert_true(nw_profile_mean(both, 1, &m));

@@ -219,9 +219,9 @@ test_domain_refusal(void)
 		uint64_t tokens;
 		narwhal_estimate_status status;
 	} cases[] = {
-		{ 9, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },  { 10, NARWHAL_ESTIMATE_OK },
+		{ 9, NARWHAL_ESTIMATE_OK },             { 10, NARWHAL_ESTIMATE_OK },
 		{ 4096, NARWHAL_ESTIMATE_OK },          { 4097, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },
-		{ 0, NARWHAL_ESTIMATE_OUT_OF_DOMAIN },
+		{ 0, NARWHAL_ESTIMATE_OK }, /* below: priced at the lower edge */
 	};
 	struct env e;
 	double out = -1;
@@ -235,6 +235,7 @@ test_domain_refusal(void)
 			g_assert_cmpfloat(out, ==, -1);
 	}
 	nw_fleet_set_profile(e.f, 1, NULL);
+	out = -1;
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 1, 100, T0, &out), ==,
 	                NARWHAL_ESTIMATE_NO_PROFILE);
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 7, 100, T0, &out), ==,
