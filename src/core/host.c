@@ -22,6 +22,9 @@ struct nw_host {
 	void *clock_data;
 	struct nw_fleet *fleet;
 	struct nw_plugin_metrics *metrics;
+	GHashTable *slots;   /* name as the plugin gives it -> its value in
+	                      * metrics: a metric update on the request path
+	                      * allocates nothing once the name is known */
 };
 
 int64_t
@@ -145,8 +148,12 @@ nw_plugin_metrics_foreach(const struct nw_plugin_metrics *m,
 static double *
 metric_slot(struct nw_host *h, const char *name)
 {
-	char *full = g_strconcat(h->metric_prefix, name, NULL);
-	double *v;
+	double *v = g_hash_table_lookup(h->slots, name);
+	char *full;
+
+	if (v != NULL)
+		return v;
+	full = g_strconcat(h->metric_prefix, name, NULL);
 
 	/* Prometheus names allow [a-zA-Z0-9_:]; map anything else to '_'. */
 	for (char *p = full; *p; p++) {
@@ -160,6 +167,7 @@ metric_slot(struct nw_host *h, const char *name)
 	} else {
 		g_free(full);
 	}
+	g_hash_table_insert(h->slots, g_strdup(name), v);
 	return v;
 }
 
@@ -253,6 +261,7 @@ nw_host_new(narwhal_plugin_kind kind, const char *plugin_name, nw_clock_fn clock
 
 	h->plugin = g_strdup_printf("%s/%s", kind_name, plugin_name);
 	h->metric_prefix = g_strdup_printf("narwhal_plugin_%s_%s_", kind_name, plugin_name);
+	h->slots = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	for (char *p = h->metric_prefix; *p; p++) {
 		if (!g_ascii_isalnum(*p) && *p != '_')
 			*p = '_';
@@ -296,5 +305,6 @@ nw_host_free(struct nw_host *host)
 		return;
 	g_free(host->plugin);
 	g_free(host->metric_prefix);
+	g_hash_table_destroy(host->slots);
 	g_free(host);
 }
