@@ -4,9 +4,9 @@
 # CPU, its utime + stime around it) and the report. See bench/obs/README.md.
 #
 # The caller sets here (its directory), name (of the output directory),
-# known_targets, default_targets and default_limit, then calls
-# cpu_init "$@", starts narwhal-sim (nwb_start_sim) and every target with
-# its own start_target, and then cpu_measure and cpu_report.
+# title, known_targets, default_targets and default_limit, calls
+# cpu_init "$@", starts narwhal-sim (nwb_start_sim) and each target with
+# cpu_start, then calls cpu_measure and cpu_report.
 
 cpu_init() { # [path/to/narwhal [path/to/narwhal-sim]]
 	router=$here/../router
@@ -62,7 +62,7 @@ cpu_init() { # [path/to/narwhal [path/to/narwhal-sim]]
 	estimate=$((ncells * (duration + pause + 1) + ntargets * 2 * (warmup + 1) + 10))
 	start=$(nwb_now)
 	hz=$(getconf CLK_TCK)
-	echo "narwhal $name benchmark: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "narwhal $title benchmark: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "proxy on CPU $proxy_cpu; narwhal-sim and wrk on CPU $load_cpu; $runs runs x $((ncells / runs)) cells x ${duration}s;" \
 		"about $((estimate / 60)) min $((estimate % 60)) s"
 	echo "targets: $targets; source $src ($dirty modified tracked files); output in $out"
@@ -139,7 +139,7 @@ cpu_measure() {
 # them held to LIMIT_PCT; NOTES and META lines for meta.txt.
 cpu_report() {
 	{
-		echo "# narwhal $name benchmark, $(date -u +%Y-%m-%dT%H:%MZ)"
+		echo "# narwhal $title benchmark, $(date -u +%Y-%m-%dT%H:%MZ)"
 		echo "# machine: $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), load at end $(cut -d' ' -f1-3 /proc/loadavg)"
 		echo "# RUNS=$runs DURATION=$duration CONCS=\"$concs\" MODES=\"$modes\" TARGETS=\"$targets\" MAX_TOKENS_NS=$ns_tokens MAX_TOKENS_SSE=$sse_tokens clk_tck=$hz"
 		echo "# this build: commit $src with $dirty modified tracked files${4:+; $4}"

@@ -32,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../router/common.sh"
 . "$here/cpu.sh"
 
-name=policy known_targets="open pred open2 agg-open agg-pred agg-open2"
+name=policy title="admission and placement policy" known_targets="open pred open2 agg-open agg-pred agg-open2"
 default_targets="open pred open2" default_limit=10
 slo_ttft=${SLO_TTFT:-10}
 cpu_init "$@"

@@ -32,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../router/common.sh"
 . "$here/cpu.sh"
 
-name=obs known_targets="base off on off2" default_targets="base off on off2" default_limit=5
+name=obs title=observability known_targets="base off on off2" default_targets="base off on off2" default_limit=5
 base_ref=${BASE_REF:-f252d03^}
 base_cache=${BASE_CACHE:-/tmp/narwhal-bench-obs-base}
 cpu_init "$@"
