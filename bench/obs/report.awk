@@ -14,7 +14,7 @@ BEGIN {
 		label[i] = spec[i]; sub(/^[^=]*=?/, "", label[i])
 		sub(/=.*/, "", spec[i]); split(spec[i], ab, "/"); num[i] = ab[1]; den[i] = ab[2]
 	}
-	nb = split(bounds, bl)
+	nb = split(bounds, bl, " ")
 	for (i = 1; i <= nb; i++) bound[bl[i]] = 1
 }
 NR == 1 { next }
