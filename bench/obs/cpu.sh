@@ -126,11 +126,13 @@ cell() { # run mode c target
 	}'
 }
 
-# Warm-up (not recorded), then the runs; the order of the targets rotates
-# from run to run so that no target always goes first.
-cpu_measure() {
+# Warm-up (not recorded), then the command given, if any, then the runs;
+# the order of the targets rotates from run to run so that no target
+# always goes first.
+cpu_measure() { # [COMMAND]
 	printf 'run\tmode\tc\ttarget\trequests\tseconds\trps\tticks\tvalid\n' >"$out/raw.tsv"
 	nwb_warm_up "$router"
+	[ $# -eq 0 ] || "$@"
 	nwb_run_cells
 }
 

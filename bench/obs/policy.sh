@@ -86,24 +86,39 @@ for t in $targets; do
 	esac
 done
 
-cpu_measure
+# What each daemon decided, from its /narwhal/state: refusals (of every
+# reason), admissions and placements by its plugins and how many of them
+# were unpriced, as a JSON object ({} when the state could not be read).
+counts() { # target
+	v=$(echo "$1" | tr - _)
+	eval "u=\$url_$v"
+	curl -s -m 5 "$u/narwhal/state" | jq -c '
+		(.plugins.admission.metrics // {}) as $a | (.plugins.placement.metrics // {}) as $p | {
+		policies: "\(.plugins.admission.name)+\(.plugins.placement.name)",
+		refused: ([.demand.totals.refused[]] | add), admitted: ($a.admitted_total // 0),
+		admitted_unpriced: ($a.admitted_unpriced_total // 0), placed: ($p.placed_total // 0),
+		placed_unpriced: ($p.unpriced_total // 0), unserved: ($p.unserved_total // 0)}' \
+		2>/dev/null || echo '{}'
+}
+# After the warm-up (at c=64, whatever CONCS says), so that only the
+# measured cells count.
+warmed_up() {
+	for t in $targets; do counts "$t" >"$work/$t.counts0"; done
+}
+cpu_measure warmed_up
 
-# --- what each daemon decided: its plugins' counts and its refusals. A
-# predictive daemon that refused requests or did not price one did less
+# A predictive daemon that refused requests or did not price one did less
 # work than serving them (its cells are then invalid or understated).
 notes=
 for t in $targets; do
-	v=$(echo "$t" | tr - _)
-	eval "u=\$url_$v"
-	line=$(curl -s -m 5 "$u/narwhal/state" | jq -r '
-		(.plugins.admission.metrics // {}) as $a | (.plugins.placement.metrics // {}) as $p |
-		"\(.plugins.admission.name)+\(.plugins.placement.name): " +
-		"refused \([.demand.totals.refused // {} | .[]] | add // 0)" +
-		(if $a.admitted_total then ", admitted \($a.admitted_total) (unpriced \($a.admitted_unpriced_total // 0))" else "" end) +
-		(if $p.placed_total then ", placed \($p.placed_total) (unpriced \($p.unpriced_total // 0), unserved \($p.unserved_total // 0))" else "" end)' \
-		2>/dev/null || echo "no state")
+	line=$(counts "$t" | jq -r --slurpfile c0 "$work/$t.counts0" '
+		. as $c | ($c0[0] // {}) as $z | def d(k): ($c[k] // 0) - ($z[k] // 0);
+		"\(.policies // "no state"): refused \(d("refused"))" +
+		(if d("admitted") > 0 then ", admitted \(d("admitted")) (unpriced \(d("admitted_unpriced")))" else "" end) +
+		(if d("placed") > 0 then ", placed \(d("placed")) (unpriced \(d("placed_unpriced")), unserved \(d("unserved")))" else "" end)')
 	notes="$notes$t: $line; "
 	case $t:$line in
+	*"no state"*) echo "warning: could not read the state of $t" >&2 ;;
 	*open*:*"refused 0"* | *pred:*"refused 0, "*"(unpriced 0)"*"(unpriced 0,"*) ;;
 	*) echo "warning: $t did not serve every request priced: $line" >&2 ;;
 	esac
