@@ -1,8 +1,22 @@
-# Tables of bench/obs/run.sh from its raw.tsv: CPU per request of each
-# target (median over valid runs) and the ratios between targets, each the
-# median of the per-run ratios (same run, mode and concurrency), so drift
-# between runs cancels. -v limit=PCT sets the verdict's bound on on/base.
-BEGIN { FS = "\t"; if (limit == "") limit = 5 }
+# Tables of bench/obs/run.sh and policy.sh from their raw.tsv: CPU per
+# request of each target (median over valid runs) and the ratios between
+# targets, each the median of the per-run ratios (same run, mode and
+# concurrency), so drift between runs cancels.
+#   -v ratios="a/b;a/b=what it measures;..."  the ratio columns (those
+#                         between targets of the run)
+#   -v bounds="a/b ..."   the ratios the verdict holds to limit
+#   -v limit=PCT          the bound, percent
+BEGIN {
+	FS = "\t"
+	if (limit == "") limit = 5
+	nratios = split(ratios, spec, ";")
+	for (i = 1; i <= nratios; i++) {
+		label[i] = spec[i]; sub(/^[^=]*=?/, "", label[i])
+		sub(/=.*/, "", spec[i]); split(spec[i], ab, "/"); num[i] = ab[1]; den[i] = ab[2]
+	}
+	nb = split(bounds, bl, " ")
+	for (i = 1; i <= nb; i++) bound[bl[i]] = 1
+}
 NR == 1 { next }
 {
 	cell = $2 SUBSEP $3
@@ -54,16 +68,33 @@ END {
 	print ""
 	print "Ratios of CPU per request (median of per-run ratios):"
 	print ""
-	print "| mode | c | on / off (the access log) | on / base (issue 11's bound: +" limit "%) | off / base | off2 / off (A/A: noise) | verdict |"
-	print "|---|---|---|---|---|---|---|"
+	# Only the ratios between targets of this run.
+	n = 0
+	for (j = 1; j <= nratios; j++)
+		if (num[j] in tseen && den[j] in tseen) {
+			n++; num[n] = num[j]; den[n] = den[j]; spec[n] = spec[j]; label[n] = label[j]
+		}
+	nratios = n
+	if (!nratios) { print "(none: no two targets of the run are compared)"; exit }
+	nb = 0
+	for (j = 1; j <= nratios; j++) if (spec[j] in bound) nb++
+	line = "| mode | c |"; rule = "|---|---|"
+	for (j = 1; j <= nratios; j++) {
+		line = line " " num[j] " / " den[j] (label[j] != "" ? " (" label[j] ")" : "") \
+			(spec[j] in bound ? " (bound: +" limit "%)" : "") " |"
+		rule = rule "---|"
+	}
+	print line (nb ? " verdict |" : ""); print rule (nb ? "---|" : "")
 	for (i = 1; i <= ncells; i++) {
 		split(cells[i], k, SUBSEP)
-		onoff = ratio(cells[i], "on", "off"); n1 = nr
-		onbase = ratio(cells[i], "on", "base"); n2 = nr
-		offbase = ratio(cells[i], "off", "base")
-		aa = ratio(cells[i], "off2", "off")
-		verdict = onbase == "nan" ? "—" : (onbase <= 1 + limit / 100 ? "**within**" : "**over**")
-		printf "| %s | %s | %s (%d runs) | %s (%d runs) | %s | %s | %s |\n", k[1], k[2],
-			pct(onoff), n1, pct(onbase), n2, pct(offbase), pct(aa), verdict
+		line = "| " k[1] " | " k[2] " |"; verdict = nb ? "**within**" : ""
+		for (j = 1; j <= nratios; j++) {
+			x = ratio(cells[i], num[j], den[j])
+			line = line " " pct(x) (spec[j] in bound ? " (" nr " runs)" : "") " |"
+			if (!(spec[j] in bound)) continue
+			if (x == "nan") { if (verdict != "**over**") verdict = "—" }
+			else if (x > 1 + limit / 100) verdict = "**over**"
+		}
+		print line (nb ? " " verdict " |" : "")
 	}
 }
