@@ -85,11 +85,16 @@ nw_pricing_mean(struct nw_fleet *f)
 int64_t
 nw_pricing_work_ns(const struct nw_engine_profile *p, uint64_t tokens)
 {
-	double l = (double)tokens, s;
+	double l = (double)tokens, s, share;
 
 	if (p == NULL)
 		return 0;
-	s = p->prefill.a_s + p->prefill.b_s * l + p->prefill.c_s * l * l;
+	/* The step's fixed cost a is shared by the prompts of one step: each
+	 * is charged its tokens' part of a step as long as the longest prompt
+	 * measured (a lower bound on the engine's tokens per step, so the
+	 * share errs high). */
+	share = p->prefill.max_tokens > 0 ? MIN(l / (double)p->prefill.max_tokens, 1.0) : 1.0;
+	s = p->prefill.a_s * share + p->prefill.b_s * l + p->prefill.c_s * l * l;
 	if (!(s > 0)) /* negative (a fit's coefficient outside its domain), NaN */
 		return 0;
 	return (int64_t)llround(MIN(s, NW_PRICE_WORK_MAX_S) * 1e9);
@@ -372,14 +377,19 @@ static int64_t
 batched_wait_ns(const struct nw_fleet *f, uint32_t engine, int64_t now_ns, int64_t end_ns)
 {
 	const struct nw_engine_ledger *l = &f->ledger[engine];
+	const struct nw_prefill_profile *p = &f->profiles[engine]->prefill;
 	int64_t turn = l->progress_since_ns, due = INT64_MAX, due_turn = 0;
 
 	for (const struct nw_price_hold *h = l->first; h != NULL; h = h->next) {
+		double len = (double)h->tokens;
+
 		if (turn > now_ns && h->due_ns < due) {
 			due = h->due_ns;
 			due_turn = turn;
 		}
-		turn += h->prefill_ns;
+		/* The one before it ends its own step, fixed cost and all: the
+		 * late side of when this one starts. */
+		turn += MAX(h->prefill_ns, (int64_t)((p->a_s + p->b_s * len + p->c_s * len * len) * 1e9));
 	}
 	return end_ns > due ? due_turn - now_ns : 0;
 }

@@ -110,7 +110,9 @@ void nw_pricing_profiles_changed(struct nw_fleet *f);
 const struct nw_engine_profile *nw_pricing_mean(struct nw_fleet *f);
 
 /* The amount a prompt of tokens charges on profile p: its prefill model
- * at that length even outside the measured domain (a ledger needs an
+ * at that length, b*L + c*L^2, plus its share of the step's fixed cost a
+ * (L over prefill.max_tokens, at most all of it: the prompts of one step
+ * pay a once), even outside the measured domain (a ledger needs an
  * amount for every request it holds), never negative, at most
  * NW_PRICE_WORK_MAX_S; 0 without a profile. */
 #define NW_PRICE_WORK_MAX_S 1e5

@@ -34,7 +34,12 @@ profile(void)
 	return p;
 }
 
-/* prefill seconds of L tokens on profile() */
+/* What a prompt of L tokens charges the ledger on profile(): b*L and its
+ * share L / 4096 (the longest prompt measured) of a step's fixed cost a
+ * (nw_pricing_work_ns), for L up to 4096. */
+#define CHARGE(l) (0.01 * (double)(l) / 4096.0 + 1e-4 * (double)(l))
+
+/* prefill seconds of L tokens on profile(): its own step, a included */
 static double
 work(uint64_t l)
 {
@@ -167,10 +172,10 @@ test_fifo_projection(void)
 	} cases[] = {
 		{ "an idle engine: the prompt's own prefill", { { END } }, 1000, 0.11 },
 		{ "a resident request ahead of it",
-		  { { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 0 }, { END } }, 1000, 0.11 + 0.11 },
+		  { { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 0 }, { END } }, 1000, CHARGE(1000) + 0.11 },
 		{ "progress credit since the work arrived on an idle engine",
 		  { { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 0 }, { ADVANCE, 0, 0, 0, 50 }, { END } },
-		  1000, 0.06 + 0.11 },
+		  1000, CHARGE(1000) - 0.05 + 0.11 },
 		{ "the credit never exceeds the resident work",
 		  { { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 0 }, { ADVANCE, 0, 0, 0, 900 }, { END } },
 		  500, 0.06 },
@@ -178,13 +183,13 @@ test_fifo_projection(void)
 		  { { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 0 }, { PENDING, 1, 0, 2000 },
 		    { RESIDENT, 1, 0 }, { ADVANCE, 0, 0, 0, 100 }, { DONE, 0 },
 		    { ADVANCE, 0, 0, 0, 10 }, { END } },
-		  1000, 0.21 - 0.01 + 0.11 },
+		  1000, CHARGE(2000) - 0.01 + 0.11 },
 		{ "queued work waiting for its slots",
 		  { { PENDING, 0, 0, 2000 }, { QUEUED, 0, 0 }, { ADVANCE, 0, 0, 0, 500 }, { END } },
-		  1000, 0.21 + 0.11 },
+		  1000, CHARGE(2000) + 0.11 },
 		{ "its share of the pool's admitted work not yet placed",
 		  { { PENDING, 0, 0, 1000 }, { PENDING, 1, 0, 3000 }, { END } }, 1000,
-		  (0.11 + 0.31) / 2 + 0.11 },
+		  (CHARGE(1000) + CHARGE(3000)) / 2 + 0.11 },
 		{ "another engine's work is not p0's",
 		  { { PENDING, 0, 0, 1000 }, { RESIDENT, 0, 1 }, { PENDING, 1, 0, 900 },
 		    { QUEUED, 1, 1 }, { END } }, 100, 0.02 },
@@ -281,7 +286,7 @@ test_single_phase_refusal(void)
 	nw_fleet_changed(e.f);
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 2, 100, T0, &out), ==,
 	                NARWHAL_ESTIMATE_OK);
-	g_assert_cmpfloat_with_epsilon(out, 0.11 + work(100), 1e-9);
+	g_assert_cmpfloat_with_epsilon(out, CHARGE(1000) + work(100), 1e-9);
 	/* a prefill engine decoding an aggregate leg is refused too */
 	e.f->engines[0].flags |= NARWHAL_ENGINE_AVAILABLE;
 	e.f->engines[0].resident_decode = 1;
@@ -476,7 +481,8 @@ test_loads_pass(void)
 	double pool_p, pool_d;
 
 	env_init(&e, CORRECTION_SETTINGS, true);
-	/* 0.41 s resident on p0, 0.21 s pending: p0 0.41 + 0.105, p1 0.105 */
+	/* 4000 tokens resident on p0, 2000 pending: each prefill engine has
+	 * half the pending */
 	nw_pricing_pending(e.f, &h[0], 4000);
 	nw_pricing_resident(e.f, &h[0], 0, T0);
 	e.f->engines[0].resident_prefill = 1;
@@ -485,15 +491,17 @@ test_loads_pass(void)
 	 * correction moves first (0.071 / 0.021 is above the bound 2.0) */
 	observe(&e, 0, 8, 0.071);
 	nw_pricing_pass(e.f, T0);
-	g_assert_cmpfloat_with_epsilon(e.f->engines[0].prefill_load, (0.41 + 0.105) / 2.0, 1e-9);
-	g_assert_cmpfloat_with_epsilon(e.f->engines[1].prefill_load, 0.105 / 2.0, 1e-9);
+	g_assert_cmpfloat_with_epsilon(e.f->engines[0].prefill_load,
+	                               (CHARGE(4000) + CHARGE(2000) / 2) / 2.0, 1e-9);
+	g_assert_cmpfloat_with_epsilon(e.f->engines[1].prefill_load, CHARGE(2000) / 2 / 2.0, 1e-9);
 	g_assert_cmpfloat_with_epsilon(e.f->ledger[2].correction, 2.0, 1e-12);
 	g_assert_cmpfloat_with_epsilon(e.f->engines[2].decode_load,
 	                               (0.071 - 0.042) / (0.1 - 0.042), 1e-9);
 	/* the prefill engines decode nothing: 0 */
 	g_assert_cmpfloat(e.f->engines[0].decode_load, ==, 0);
 	nw_pricing_pool_loads(e.f, &pool_p, &pool_d);
-	g_assert_cmpfloat_with_epsilon(pool_p, ((0.41 + 0.105) / 2.0 + 0.105 / 2.0) / 2, 1e-9);
+	g_assert_cmpfloat_with_epsilon(pool_p, ((CHARGE(4000) + CHARGE(2000) / 2) / 2.0 +
+	                                        CHARGE(2000) / 2 / 2.0) / 2, 1e-9);
 	g_assert_cmpfloat_with_epsilon(pool_d, e.f->engines[2].decode_load, 1e-12);
 
 	/* no gaps in the next window, 3 requests holding 30000 tokens:
@@ -601,16 +609,20 @@ test_release_symmetry(void)
 }
 
 /* The amounts (core/pricing.h, nw_pricing_work_ns): the model at any
- * length, in or out of the measured domain, never negative, bounded; 0
- * without a profile. Sizing by chars_per_token gives a token count that
- * is priced the same way (spec 6). */
+ * length, in or out of the measured domain, with its share of a step's
+ * fixed cost (all of it from the longest prompt measured up), never
+ * negative, bounded; 0 without a profile. Sizing by chars_per_token gives
+ * a token count that is priced the same way (spec 6). */
 static void
 test_work_amounts(void)
 {
 	struct nw_engine_profile p = profile();
 
-	g_assert_cmpint(nw_pricing_work_ns(&p, 1000), ==, 110 * MS);
-	g_assert_cmpint(nw_pricing_work_ns(&p, 5), ==, (int64_t)llround(0.0105 * 1e9));
+	g_assert_cmpint(nw_pricing_work_ns(&p, 1000), ==, (int64_t)llround(CHARGE(1000) * 1e9));
+	g_assert_cmpint(nw_pricing_work_ns(&p, 4096), ==, (int64_t)llround(0.4196 * 1e9));
+	/* 64 prompts of 64 tokens fill one step: they pay a once between them */
+	g_assert_cmpint(64 * nw_pricing_work_ns(&p, 64), ==, (int64_t)llround(0.4196 * 1e9));
+	g_assert_cmpint(nw_pricing_work_ns(&p, 5), ==, (int64_t)llround(CHARGE(5) * 1e9));
 	g_assert_cmpint(nw_pricing_work_ns(&p, 100000), ==, (int64_t)llround(10.01 * 1e9));
 	g_assert_cmpint(nw_pricing_work_ns(NULL, 1000), ==, 0);
 	p.prefill.a_s = -1.0;
@@ -636,7 +648,8 @@ test_mean_profile(void)
 	g_assert_nonnull(nw_pricing_mean(e.f));
 	g_assert_cmpfloat_with_epsilon(nw_pricing_mean(e.f)->prefill.a_s, 0.025, 1e-15);
 	nw_pricing_pending(e.f, &h, 1000);
-	g_assert_cmpint(e.f->pricing.pending_ns, ==, 125 * MS);
+	/* charged on the mean: a = 0.025, its share 1000/4096 */
+	g_assert_cmpint(e.f->pricing.pending_ns, ==, llround((0.025 * 1000 / 4096 + 0.1) * 1e9));
 	nw_pricing_release(e.f, &h);
 	for (uint32_t i = 0; i < 3; i++)
 		nw_fleet_set_profile(e.f, i, NULL);
@@ -697,12 +710,13 @@ test_batched_wait(void)
 		                                    { END } }, T0);
 	/* A short prompt ends before that deadline: its FIFO projection. */
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 100, now, &out), ==, NARWHAL_ESTIMATE_OK);
-	g_assert_cmpfloat_with_epsilon(out, 0.22 + 0.02, 1e-9);
-	/* A long one would push it back: beyond the target by the 0.11 s
-	 * until hold 1's turn (after hold 0's work). */
+	g_assert_cmpfloat_with_epsilon(out, 2 * CHARGE(1000) + 0.02, 1e-9);
+	/* A long one would push it back: beyond the target by the time
+	 * until hold 1's turn (after hold 0's own step, its fixed cost
+	 * whole). */
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 4000, now, &out), ==,
 	                NARWHAL_ESTIMATE_OK);
-	g_assert_cmpfloat_with_epsilon(out, 2.0 + 0.11, 1e-9);
+	g_assert_cmpfloat_with_epsilon(out, 2.0 + work(1000), 1e-9);
 	/* Another engine is not held back by p0's residents. */
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 1, 4000, now, &out), ==,
 	                NARWHAL_ESTIMATE_OK);
@@ -711,7 +725,7 @@ test_batched_wait(void)
 	now = run(&e, holds, (const struct step[]){ { ADVANCE, 0, 0, 0, 200 }, { END } }, now);
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 4000, now, &out), ==,
 	                NARWHAL_ESTIMATE_OK);
-	g_assert_cmpfloat_with_epsilon(out, 0.22 - 0.2 + 0.41, 1e-9);
+	g_assert_cmpfloat_with_epsilon(out, 2 * CHARGE(1000) - 0.2 + 0.41, 1e-9);
 	run(&e, holds, (const struct step[]){ { RELEASE, 0 }, { RELEASE, 1 }, { END } }, now);
 	assert_ledger_zero(e.f);
 	g_assert_null(e.f->ledger[0].first);
@@ -732,7 +746,7 @@ test_placing(void)
 	env_init(&e, NULL, true);
 	run(&e, holds, (const struct step[]){ { PENDING, 0, 0, 1000 }, { END } }, T0);
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 1000, T0, &out), ==, NARWHAL_ESTIMATE_OK);
-	g_assert_cmpfloat_with_epsilon(out, 0.11 / 2 + 0.11, 1e-9);
+	g_assert_cmpfloat_with_epsilon(out, CHARGE(1000) / 2 + 0.11, 1e-9);
 	nw_pricing_placing(e.f, &holds[0]);
 	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 1000, T0, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_cmpfloat_with_epsilon(out, 0.11, 1e-9);
@@ -740,7 +754,7 @@ test_placing(void)
 	nw_pricing_placing(e.f, &holds[0]);
 	g_assert_cmpint(e.f->ledger[1].queued_prefill_ns, ==, 0);
 	run(&e, holds, (const struct step[]){ { RESIDENT, 0, 1 }, { END } }, T0);
-	g_assert_cmpint(e.f->ledger[1].resident_prefill_ns, ==, (int64_t)llround(work(1000) * 1e9));
+	g_assert_cmpint(e.f->ledger[1].resident_prefill_ns, ==, (int64_t)llround(CHARGE(1000) * 1e9));
 	run(&e, holds, (const struct step[]){ { RELEASE, 0 }, { END } }, T0);
 	assert_ledger_zero(e.f);
 	env_clear(&e);
