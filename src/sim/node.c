@@ -8,7 +8,13 @@
  */
 #include "build-config.h"
 
+#include <errno.h>
 #include <math.h>
+#include <sys/prctl.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <glib-unix.h>
 
 #include "core/log.h"
 #include "net/loop.h"
@@ -36,10 +42,23 @@ static const struct sim_engine_callbacks engine_callbacks = {
 	.on_finished = on_engine_finished,
 };
 
+/* Wake at virtual time v. GLib's poll timeout is whole milliseconds,
+ * rounded up, so a step would end up to 1 ms late in wall time and every
+ * answer with it (the next step's start is back to back regardless); a
+ * timerfd wakes the loop within the kernel's timer slack instead. */
 static void
 arm_at(struct sim_node *node, double v)
 {
-	nw_deadline_source_set(node->wake, sim_fleet_wall_us(node->fleet, v));
+	int64_t at_us = sim_fleet_wall_us(node->fleet, v);
+	struct itimerspec when = { .it_value = {
+		.tv_sec = (time_t)(at_us / G_USEC_PER_SEC),
+		.tv_nsec = (long)(at_us % G_USEC_PER_SEC) * 1000 + 1, /* 0 would disarm */
+	} };
+
+	if (node->wake_fd >= 0 && at_us > 0 &&
+	    timerfd_settime(node->wake_fd, TFD_TIMER_ABSTIME, &when, NULL) == 0)
+		return;
+	nw_deadline_source_set(node->wake, at_us);
 }
 
 /* Aborts requested from inside the step callbacks run once they return:
@@ -154,6 +173,18 @@ on_wake(void *data)
 	arm_at(node, next);
 }
 
+static gboolean
+on_wake_fd(gint fd, GIOCondition condition, gpointer data)
+{
+	uint64_t expirations;
+
+	/* Nothing to read (a re-armed timer): a spurious wake is harmless. */
+	if (read(fd, &expirations, sizeof expirations) < 0 && errno != EAGAIN)
+		return G_SOURCE_CONTINUE;
+	on_wake(data);
+	return G_SOURCE_CONTINUE;
+}
+
 void
 sim_node_kick(struct sim_node *node)
 {
@@ -206,6 +237,15 @@ sim_node_new(struct sim_fleet *fleet, unsigned index)
 	node->rand = g_rand_new_with_seed((guint32)(opts->seed * 2654435761u + index));
 	node->id_rand = g_rand_new();
 	node->wake = nw_deadline_source_new("narwhal-sim-step", on_wake, node);
+	/* The kernel may defer a timer by the thread's slack (50 us unless
+	 * set): 1 us keeps the steps' ends where the model puts them. */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	node->wake_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (node->wake_fd >= 0) {
+		node->wake_fd_source = g_unix_fd_source_new(node->wake_fd, G_IO_IN);
+		g_source_set_callback(node->wake_fd_source, G_SOURCE_FUNC(on_wake_fd), node, NULL);
+		g_source_attach(node->wake_fd_source, NULL);
+	}
 	node->doomed = g_ptr_array_new();
 	node->metrics = sim_metrics_new();
 	node->next_request_id = 1;
@@ -222,6 +262,12 @@ sim_node_free(struct sim_node *node)
 	sim_node_unlisten(node);
 	nw_deadline_source_destroy(node->rebind);
 	nw_deadline_source_destroy(node->wake);
+	if (node->wake_fd_source != NULL) {
+		g_source_destroy(node->wake_fd_source);
+		g_source_unref(node->wake_fd_source);
+	}
+	if (node->wake_fd >= 0)
+		close(node->wake_fd);
 	g_ptr_array_free(node->doomed, TRUE);
 	sim_engine_free(node->engine);
 	sim_metrics_free(node->metrics);
