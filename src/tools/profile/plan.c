@@ -16,7 +16,7 @@ nw_prof_sizes(bool quick, struct nw_prof_sizes *out)
 {
 	if (quick)
 		*out = (struct nw_prof_sizes){
-			.prefill_reps = 5, .window = 12, .cell_prefill_s = 0.75, .kv_tokens_max = 65536,
+			.prefill_reps = 5, .window = 16, .cell_prefill_s = 0.75, .kv_tokens_max = 65536,
 		};
 	else
 		*out = (struct nw_prof_sizes){
