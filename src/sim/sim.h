@@ -85,6 +85,7 @@ struct sim_node {
 	bool in_step;
 	bool ending_step;            /* inside sim_engine_end_step's callbacks */
 	double step_end_v;
+	double arrived_v;            /* the latest arrival of a request submitted */
 	GPtrArray *doomed;           /* calls to abort once the step callbacks return */
 	struct sim_faults faults;
 	GRand *rand;                 /* fault dice, from --seed */
