@@ -60,6 +60,14 @@ nw_prof_fail(struct nw_prof_engine *e, const char *fmt, ...)
 	va_end(ap);
 }
 
+char *
+nw_prof_utc_now(void)
+{
+	g_autoptr(GDateTime) now = g_date_time_new_now_utc();
+
+	return g_date_time_format(now, "%Y-%m-%dT%H:%M:%SZ");
+}
+
 void
 nw_prof_wait(const bool *flag)
 {

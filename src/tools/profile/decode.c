@@ -25,8 +25,6 @@
 #include "net/loop.h"
 #include "tools/profile/run.h"
 
-/* Progress units of a cell (a prefill sample is one). */
-#define CELL_UNITS 2.0
 /* A group's prompts should prefill within this share of the first-token
  * timeout. */
 #define GROUP_SHARE 0.5
@@ -299,10 +297,8 @@ metrics_answered(void *data, const struct nw_dialect_answer *a)
 		return;
 	/* Usage counts whole blocks, so the estimate errs low (by less than
 	 * a block of one stream's tokens). */
-	if (m.kv_usage > 0 && m.kv_usage <= 1) {
+	if (m.kv_usage > 0 && m.kv_usage <= 1)
 		e->kv_capacity = (uint64_t)((double)c->metrics_resident / m.kv_usage);
-		e->kv_capacity_at = c->metrics_resident;
-	}
 }
 
 static void
@@ -315,12 +311,13 @@ send_metrics(struct cell *c)
 	c->metrics_sent = true;
 	/* Only the first cell's single stream: with many streams, each one's
 	 * part-filled last block would make the estimate low. */
-	if (c->plan.active != 1 || g->e->kv_capacity_at > 0 ||
+	if (c->plan.active != 1 || g->e->kv_asked ||
 	    d->ops->build_metrics == NULL || d->ops->parse_metrics == NULL ||
 	    d->ops->build_metrics(d->ctx, &d->ref, &call) != 0) {
 		json_decref(call.body);
 		return;
 	}
+	g->e->kv_asked = true;
 	c->metrics_resident = 0;
 	for (uint32_t i = 0; i < c->plan.active; i++)
 		c->metrics_resident += c->plan.prompt_tokens + c->streams[i].count;
@@ -358,7 +355,7 @@ cell_finish(struct cell *c, const struct nw_decode_sample *sample)
 	else
 		nw_prof_fail(e, "decode with %u active request(s) of %" G_GUINT64_FORMAT " tokens: %s",
 		             c->plan.active, c->plan.prompt_tokens, c->error);
-	nw_prof_report_done(g->run->report, CELL_UNITS);
+	nw_prof_report_done(g->run->report, NW_PROF_CELL_UNITS);
 	cell_free(c);
 	run_next_cell(g);
 }
@@ -440,9 +437,9 @@ run_cell(struct grid *g, const struct nw_prof_cell *plan)
 		c->streams[i].events = g_array_new(FALSE, FALSE, sizeof(struct token_event));
 	}
 	c->tick = nw_deadline_source_new("narwhal-profile-cell", on_tick, c);
-	nw_prof_report_progress(g->run->report, "%s: decode, %u active request(s) of %"
-	                        G_GUINT64_FORMAT " tokens (cell %zu of %zu)", g->e->d->ref.id,
-	                        plan->active, plan->prompt_tokens, g->next, g->n_cells);
+	nw_prof_report_progress(g->run->report, "%s: decode cell %zu, %u active request(s) "
+	                        "of %" G_GUINT64_FORMAT " tokens", g->e->d->ref.id, g->next,
+	                        plan->active, plan->prompt_tokens);
 	nw_prof_prompt_build(g->run, g->e, plan->prompt_tokens, prompt_built, c);
 }
 
@@ -457,7 +454,8 @@ plan_rest(struct grid *g)
 	size_t n = nw_prof_decode_cells(run->opts->quick, g->p_min, g->p_max, t_max, g->cells,
 	                                G_N_ELEMENTS(g->cells));
 
-	nw_prof_report_plan(run->report, ((double)n - (double)g->n_cells) * CELL_UNITS);
+	nw_prof_report_plan(run->report, ((double)n - (double)run->decode_cells) *
+	                    NW_PROF_CELL_UNITS);
 	g->n_cells = n;
 }
 
@@ -473,6 +471,7 @@ grid_done(struct grid *g)
 	                   e->decode->len, &e->fit_decode))
 		nw_prof_fail(e, "its token intervals do not fit the decode form (%u cells)",
 		             e->decode->len);
+	e->measured_at = nw_prof_utc_now();
 	if (--*g->running == 0) {
 		*g->all_done = true;
 		return;

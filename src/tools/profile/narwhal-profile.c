@@ -45,14 +45,6 @@ print_problems(const char *file, GPtrArray *problems, gboolean warnings_only)
 	}
 }
 
-static char *
-utc_now(void)
-{
-	g_autoptr(GDateTime) now = g_date_time_new_now_utc();
-
-	return g_date_time_format(now, "%Y-%m-%dT%H:%M:%SZ");
-}
-
 /* Find out now, before any engine is driven, whether the store can be
  * written where it goes: a file made and removed beside it. */
 static gboolean
@@ -98,20 +90,35 @@ old_store(const char *path, struct nw_prof_report *report)
 	return nw_profile_store_new();
 }
 
-/* Progress units of one engine before its sweep is known: a sweep over a
- * nominal context, and its grid. */
-static double
-engine_units(const struct nw_prof_run *run, double *prefill)
+/* The progress units planned for one engine before its sweeps are known
+ * (a sweep over a nominal context, and its grid); each sweep corrects
+ * them when it knows its own. */
+static void
+plan_units(struct nw_prof_run *run)
 {
 	uint64_t lengths[NW_PROF_LENGTHS_MAX];
 	struct nw_prof_cell cells[NW_PROF_CELLS_MAX];
 	size_t n = nw_prof_prefill_lengths(run->opts->quick, 16, 4095, lengths,
 	                                   G_N_ELEMENTS(lengths));
-	size_t c = nw_prof_decode_cells(run->opts->quick, 16, 4000, run->sizes.kv_tokens_max,
-	                                cells, G_N_ELEMENTS(cells));
 
-	*prefill = (double)(n * run->sizes.prefill_reps);
-	return *prefill + 2.0 * (double)c;
+	run->prefill_units = (double)(n * run->sizes.prefill_reps);
+	run->decode_cells = nw_prof_decode_cells(run->opts->quick, 16, 4000,
+	                                         run->sizes.kv_tokens_max, cells,
+	                                         G_N_ELEMENTS(cells));
+}
+
+/* A fit this far off its own measurements (root mean square, relative)
+ * is written, with a warning: something besides the model moved them. */
+#define FIT_ERROR_WARN 0.1
+
+static void
+warn_fit(struct nw_prof_run *run, const char *engine, const char *model, double error)
+{
+	if (error > FIT_ERROR_WARN)
+		nw_prof_report_note(run->report, "warning: engine %s: its %s fit is %.0f%% off its "
+		                    "measurements (root mean square): the engine or its host was "
+		                    "busy, or the model does not describe it over this range; profile "
+		                    "it again on an idle fleet", engine, model, 100 * error);
 }
 
 /* Every engine's profile into the store; returns the engines profiled. */
@@ -129,6 +136,8 @@ collect(struct nw_prof_run *run, struct nw_profile_store *store, GPtrArray *kept
 			nw_prof_report_failed(run->report, e->d->ref.id, e->error);
 			continue;
 		}
+		warn_fit(run, e->d->ref.id, "prefill", e->fit_prefill.rel_rms_error);
+		warn_fit(run, e->d->ref.id, "decode", e->fit_decode.rel_rms_error);
 		nw_profile_store_put(store, nw_prof_engine_profile(e));
 		profiled++;
 	}
@@ -161,7 +170,6 @@ profile_fleet(const char *file, struct nw_config *cfg, struct nw_prof_options *o
 	struct nw_fleet *registry;
 	struct nw_plugin_metrics *metrics;
 	GError *error = NULL;
-	double per_engine, prefill_units;
 	unsigned selected = 0, profiled;
 	int status = 0;
 	json_t *written = NULL;
@@ -184,8 +192,7 @@ profile_fleet(const char *file, struct nw_config *cfg, struct nw_prof_options *o
 	run.pool = nw_upstream_new(&pool);
 	run.tag = g_random_int();
 	run.engines = g_new0(struct nw_prof_engine, MAX(run.n_engines, 1));
-	per_engine = engine_units(&run, &prefill_units);
-	run.prefill_units = prefill_units;
+	plan_units(&run);
 	for (uint32_t i = 0; i < run.n_engines; i++) {
 		struct nw_prof_engine *e = &run.engines[i];
 
@@ -200,7 +207,8 @@ profile_fleet(const char *file, struct nw_config *cfg, struct nw_prof_options *o
 		e->handoff = g_array_new(FALSE, FALSE, sizeof(struct nw_prof_handoff_sample));
 		if (e->selected) {
 			selected++;
-			nw_prof_report_plan(run.report, per_engine);
+			nw_prof_report_plan(run.report, run.prefill_units +
+			                    NW_PROF_CELL_UNITS * (double)run.decode_cells);
 		}
 	}
 	if (!opts->json)
@@ -216,13 +224,11 @@ profile_fleet(const char *file, struct nw_config *cfg, struct nw_prof_options *o
 			nw_prof_prefill(&run, e);
 	}
 	nw_prof_decode(&run);
-	for (uint32_t i = 0; i < run.n_engines; i++)
-		run.engines[i].measured_at = utc_now();
 
 	profiled = collect(&run, store, kept);
 	if (profiled > 0) {
 		g_free(store->created_at);
-		store->created_at = utc_now();
+		store->created_at = nw_prof_utc_now();
 		g_free(store->tool);
 		store->tool = g_strdup("narwhal-profile " PACKAGE_VERSION);
 		store->version = NW_PROFILE_STORE_VERSION;

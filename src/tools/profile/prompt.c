@@ -73,8 +73,6 @@ learn(struct build *b, uint64_t count)
 			e->tokens_per_filler = slope;
 	}
 	e->prompt_overhead = (double)count - e->tokens_per_filler * (double)b->fillers;
-	if (e->prompt_min == 0 || count < e->prompt_min)
-		e->prompt_min = count;
 }
 
 static void

@@ -210,7 +210,7 @@ static void
 finish_text(struct nw_prof_report *r, const struct nw_prof_run *run,
             const struct nw_prof_outcome *o)
 {
-	unsigned profiled = 0, failed = 0;
+	unsigned profiled = 0;
 
 	for (uint32_t i = 0; i < run->n_engines; i++) {
 		const struct nw_prof_engine *e = &run->engines[i];
@@ -219,7 +219,6 @@ finish_text(struct nw_prof_report *r, const struct nw_prof_run *run,
 			continue;
 		if (e->error != NULL) {
 			fprintf(r->out, "%s  %s  FAILED: %s\n", e->d->ref.id, e->d->ref.url, e->error);
-			failed++;
 			continue;
 		}
 		print_engine(r, e);
@@ -230,8 +229,7 @@ finish_text(struct nw_prof_report *r, const struct nw_prof_run *run,
 		        profiled, o->store, o->kept != NULL ? o->kept->len : 0,
 		        o->kept != NULL && o->kept->len == 1 ? "y" : "ies", o->seconds);
 	else
-		fprintf(r->out, "nothing written to %s (%u engine(s) failed) in %.1f s\n", o->store,
-		        failed, o->seconds);
+		fprintf(r->out, "nothing written to %s in %.1f s\n", o->store, o->seconds);
 }
 
 void

@@ -57,7 +57,6 @@ struct nw_prof_engine {
 	/* the prompt builder's knowledge of its tokeniser (prompt.c) */
 	double prompt_overhead;     /* tokens beyond the fillers: nonce, BOS */
 	double tokens_per_filler;
-	uint64_t prompt_min;        /* the shortest prompt made so far */
 	/* the decode engine of its handoffs (itself when no other answers);
 	 * -1: it does not hand off, prefill is timed on aggregate legs */
 	int partner;
@@ -66,12 +65,12 @@ struct nw_prof_engine {
 	GArray *decode;             /* struct nw_decode_sample */
 	GArray *handoff;            /* struct nw_prof_handoff_sample */
 	uint64_t kv_capacity;       /* estimated from its KV usage; 0: unknown */
-	uint64_t kv_capacity_at;    /* the resident tokens of that estimate */
+	bool kv_asked;              /* its KV usage was asked for */
 	/* the fits */
 	struct nw_prefill_profile fit_prefill;
 	struct nw_decode_profile fit_decode;
 	struct nw_handoff_profile fit_handoff;
-	char *measured_at;
+	char *measured_at;          /* when its last measurement ended */
 };
 
 struct nw_prof_run {
@@ -86,11 +85,19 @@ struct nw_prof_run {
 	uint64_t next_handle;       /* probe handles and request ids */
 	uint32_t tag;               /* this run's prompt nonce */
 	uint64_t next_prompt;
-	double prefill_units;       /* progress units planned for each sweep */
+	/* progress planned for each engine before its sweeps are known */
+	double prefill_units;       /* one a prefill sample */
+	size_t decode_cells;        /* NW_PROF_CELL_UNITS a cell */
 };
+
+/* Progress units of a decode cell (a prefill sample is one). */
+#define NW_PROF_CELL_UNITS 2.0
 
 /* Record why engine e cannot be profiled (the first reason stays). */
 void nw_prof_fail(struct nw_prof_engine *e, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+/* Now in UTC, ISO 8601 ("2026-12-01T21:05:00Z"; transfer full). */
+char *nw_prof_utc_now(void);
 
 /* Run the loop until *flag is true. */
 void nw_prof_wait(const bool *flag);
