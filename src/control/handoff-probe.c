@@ -149,6 +149,13 @@ fail_status(struct probe_leg *leg)
 
 /* --- the decode stream ------------------------------------------------ */
 
+/* The stream's bound after a token. */
+static double
+after_token_s(const struct nw_handoff_probe *p)
+{
+	return p->opts.gap_timeout_s > 0 ? p->opts.gap_timeout_s : p->opts.leg_timeout_s;
+}
+
 static bool
 on_event(void *data, const char *payload, size_t len)
 {
@@ -165,22 +172,27 @@ on_event(void *data, const char *payload, size_t len)
 		return false;
 	}
 	switch (ev.kind) {
-	case NARWHAL_SSE_TOKENS:
+	case NARWHAL_SSE_TOKENS: {
+		int64_t now = g_get_monotonic_time();
+
 		p->res.tokens += ev.tokens;
 		if (!p->first_token) {
-			int64_t now = g_get_monotonic_time();
-
 			p->first_token = true;
 			p->res.first_token_s = seconds_since(p->decode.started_us, now);
 			/* A sequential handoff lived from the start of its prefill
 			 * leg; a concurrent one from both legs' start. */
 			if (!p->aggregate)
 				p->res.handoff_s = seconds_since(p->prefill.started_us, now);
-			/* After the first token the stream has leg_timeout_s again. */
-			nw_deadline_source_set_in(p->timer,
-			                          (int64_t)(p->opts.leg_timeout_s * 1e6));
+			/* After the first token the stream has leg_timeout_s again
+			 * (or gap_timeout_s to each next token). */
+			nw_deadline_source_set_in(p->timer, (int64_t)(after_token_s(p) * 1e6));
+		} else if (p->opts.gap_timeout_s > 0) {
+			nw_deadline_source_set_in(p->timer, (int64_t)(p->opts.gap_timeout_s * 1e6));
 		}
+		if (p->opts.on_tokens != NULL && ev.tokens > 0)
+			p->opts.on_tokens(p->opts.tokens_data, ev.tokens, now);
 		return true;
+	}
 	case NARWHAL_SSE_ERROR: {
 		struct narwhal_engine_error err;
 
@@ -466,7 +478,11 @@ on_timer(void *data)
 
 	if (!p->finished) {
 		p->res.timed_out = true;
-		if (p->first_token)
+		if (p->first_token && p->opts.gap_timeout_s > 0)
+			fail(p, NW_PROBE_STAGE_STREAM, p->decode.status, "%s: no token and no end "
+			     "of the stream within %g s of the last token", p->decode.d->ref.id,
+			     p->opts.gap_timeout_s);
+		else if (p->first_token)
 			fail(p, NW_PROBE_STAGE_STREAM, p->decode.status, "%s: the stream did not end "
 			     "within %g s of its first token", p->decode.d->ref.id,
 			     p->opts.leg_timeout_s);
@@ -522,7 +538,7 @@ nw_handoff_probe_start(const struct nw_handoff_probe_options *opts,
 	                : g_strdup_printf("narwhal-probe-%" PRIu64, opts->handle);
 	p->done = done;
 	p->data = data;
-	p->aggregate = !nw_dialect_pairs(prefill);
+	p->aggregate = opts->aggregate || !nw_dialect_pairs(prefill);
 	p->concurrent = !p->aggregate && nw_dialect_concurrent(prefill);
 	p->prefill_body = client_body(p, false);
 	p->decode_body = client_body(p, true);

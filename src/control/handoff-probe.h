@@ -27,6 +27,11 @@
  * (which count up from 1), so a dialect's pair ids never collide. */
 #define NW_HANDOFF_PROBE_HANDLE_BASE (UINT64_C(1) << 62)
 
+/* One event of generated tokens on the decode (or aggregate) leg: how many,
+ * and g_get_monotonic_time() when it was read (narwhal-profile times token
+ * intervals with it). It must not cancel the probe. */
+typedef void (*nw_handoff_probe_tokens_fn)(void *data, uint32_t tokens, int64_t at_us);
+
 struct nw_handoff_probe_options {
 	struct nw_upstream *pool;
 	const struct nw_dialect *prefill;  /* the prefill engine's dialect */
@@ -42,6 +47,14 @@ struct nw_handoff_probe_options {
 	                                    * engine client's default */
 	bool abandon;                      /* prefill only: keep the handoff, send
 	                                    * no decode (lease release check) */
+	bool aggregate;                    /* one aggregate leg on the prefill
+	                                    * engine even when it can hand off */
+	double gap_timeout_s;              /* after the first token, the longest
+	                                    * wait for the next token and for the
+	                                    * terminator; 0: leg_timeout_s from the
+	                                    * first token to the end */
+	nw_handoff_probe_tokens_fn on_tokens; /* may be NULL */
+	void *tokens_data;
 };
 
 /* Where a probe stopped. */
@@ -89,11 +102,12 @@ struct nw_handoff_probe;
  * Bounds: the prefill leg, leg_timeout_s for the whole leg; the decode (or
  * aggregate) leg, leg_timeout_s from the moment it is sent to its first
  * generated token, then leg_timeout_s again from that token to the stream's
- * terminator. A concurrent pair is complete when both legs are. Failures:
- * a transport failure or a non-2xx answer of the prefill leg is
- * STAGE_PREFILL, and so is an answer that is not JSON; a handoff the
- * dialect cannot read, or none (parse_prefill gives NULL), is
- * STAGE_HANDOFF, since a verification needs a real one; before
+ * terminator (with gap_timeout_s: at most gap_timeout_s from each token to
+ * the next, and from the last to the terminator). A concurrent pair is
+ * complete when both legs are. Failures: a transport failure or a non-2xx
+ * answer of the prefill leg is STAGE_PREFILL, and so is an answer that is
+ * not JSON; a handoff the dialect cannot read, or none (parse_prefill gives
+ * NULL), is STAGE_HANDOFF, since a verification needs a real one; before
  * the first token the decode leg fails at STAGE_DECODE (an aggregate leg at
  * STAGE_PREFILL), after it at STAGE_STREAM. abandon needs a sequential
  * handoff (else STAGE_BUILD). */

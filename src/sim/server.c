@@ -168,7 +168,7 @@ sim_call_submit(struct sim_call *call, sim_request_kind kind, double kv_ready_v)
 	call->req.prompt_tokens = call->prompt_tokens;
 	/* A prefill-only request answers with exactly one token. */
 	call->req.max_tokens = kind == SIM_PREFILL_ONLY ? 1 : call->max_tokens;
-	call->req.arrival_s = now_v(call);
+	call->req.arrival_s = call->arrival_v;
 	call->req.kv_ready_s = kv_ready_v;
 	call->req.first_token_s = -1;
 	call->req.scheduled_s = -1;
@@ -183,6 +183,7 @@ sim_call_submit(struct sim_call *call, sim_request_kind kind, double kv_ready_v)
 	}
 	call->in_engine = true;
 	call->state = SIM_CALL_RUNNING;
+	node->arrived_v = MAX(node->arrived_v, call->arrival_v);
 	sim_node_kick(node);
 }
 

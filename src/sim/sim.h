@@ -78,9 +78,14 @@ struct sim_node {
 	bool stopping;               /* the listener is being torn down */
 	struct sim_engine *engine;
 	GSource *wake;               /* step ends, KV arrivals, lease expiry */
+	int wake_fd;                 /* a timerfd for the timed wake-ups: the
+	                              * loop's own timers wake whole ms late
+	                              * (-1: none, wake serves them) */
+	GSource *wake_fd_source;
 	bool in_step;
 	bool ending_step;            /* inside sim_engine_end_step's callbacks */
 	double step_end_v;
+	double arrived_v;            /* the latest arrival of a request submitted */
 	GPtrArray *doomed;           /* calls to abort once the step callbacks return */
 	struct sim_faults faults;
 	GRand *rand;                 /* fault dice, from --seed */

@@ -4,9 +4,10 @@
  * as the breaker's verification legs (spec 6: a complete prefill leg and a
  * complete decode leg with a real handoff, each under
  * engine.first_token_timeout_s) and narwhal-check's pair checks (spec 4.2)
- * run it; where each kind of failure stops it; and a cancelled probe that
+ * run it; where each kind of failure stops it; a cancelled probe that
  * calls nothing back and leaks nothing (run under ASan in the sanitizer
- * build).
+ * build); and the aggregate leg with timed token events that
+ * narwhal-profile's decode grid runs.
  */
 #include "build-config.h"
 
@@ -425,6 +426,76 @@ test_aggregate_only(void)
 	env_clear(&e);
 }
 
+/* The token events of a probe, as on_tokens saw them. */
+struct token_times {
+	unsigned events;
+	uint32_t tokens;
+	int64_t first_us, last_us;
+	bool ordered;
+};
+
+static void
+on_token_event(void *data, uint32_t tokens, int64_t at_us)
+{
+	struct token_times *t = data;
+
+	if (t->events++ == 0)
+		t->first_us = at_us;
+	t->ordered = t->ordered && at_us >= t->last_us && at_us <= g_get_monotonic_time();
+	t->last_us = at_us;
+	t->tokens += tokens;
+}
+
+/* Issue 12 (narwhal-profile's decode timing): the probe runs one
+ * aggregate leg on an engine that can hand off when asked, reports each
+ * token event with the time it was read, and bounds the gap between
+ * tokens when asked. */
+static void
+test_token_times(void)
+{
+	struct probe_env e;
+	struct nw_handoff_probe_options opts;
+	struct token_times t = { .ordered = true };
+	struct outcome o;
+	json_int_t other;
+
+	g_test_summary("/control/issue12/probe-token-times: an aggregate leg on a handing-off "
+	               "engine, each token event timed, and the gap between tokens bounded");
+	if (!env_start(&e, "vv", 0, NULL))
+		return;
+	other = stat_of(&e.sim, 1, "http_requests_total");
+	opts = options(&e, 0, 1, 5.0);
+	opts.aggregate = true;
+	opts.max_tokens = 5;
+	opts.on_tokens = on_token_event;
+	opts.tokens_data = &t;
+	run_probe(&opts, &o);
+	g_assert_true(o.res.ok);
+	g_assert_cmpfloat(o.res.prefill_s, ==, 0.0);
+	g_assert_cmpfloat(o.res.handoff_s, ==, 0.0);
+	g_assert_cmpuint(o.res.tokens, ==, 5);
+	/* The simulator sends a token a step. */
+	g_assert_cmpuint(t.events, ==, 5);
+	g_assert_cmpuint(t.tokens, ==, 5);
+	g_assert_true(t.ordered);
+	g_assert_cmpint(t.last_us, >, t.first_us);
+	/* No handoff: the other engine saw nothing, no KV was pulled. */
+	g_assert_cmpint(stat_of(&e.sim, 1, "http_requests_total"), ==, other);
+	g_assert_cmpint(stat_of(&e.sim, 0, "kv_pulls_served"), ==, 0);
+	/* Steps 300 times slower (0.3 s of wall time each at time scale 20):
+	 * the first token comes within leg_timeout_s, the second not within
+	 * gap_timeout_s of it. */
+	g_assert_cmpint(sim_set_faults(&e.sim, 0, "{\"latency_multiplier\": 300}"), ==, 200);
+	opts = options(&e, 0, 1, 5.0);
+	opts.aggregate = true;
+	opts.gap_timeout_s = 0.1;
+	run_probe(&opts, &o);
+	expect_failure(&o, NW_PROBE_STAGE_STREAM, TRUE);
+	g_assert_nonnull(strstr(o.res.error, "of the last token"));
+	g_assert_cmpuint(o.res.tokens, ==, 1);
+	env_clear(&e);
+}
+
 static void
 never_called(void *data, const struct nw_handoff_probe_result *res)
 {
@@ -498,5 +569,6 @@ main(int argc, char **argv)
 	g_test_add_func("/control/issue10/probe-concurrent", test_concurrent);
 	g_test_add_func("/control/issue10/probe-aggregate-only", test_aggregate_only);
 	g_test_add_func("/control/issue10/probe-cancel", test_cancel);
+	g_test_add_func("/control/issue12/probe-token-times", test_token_times);
 	return g_test_run();
 }
