@@ -65,9 +65,10 @@ check() {
 }
 
 # The quick start: a simulated fleet of four engines (conf/narwhal.json's
-# fleet: two prefill, two decode on 8101-8104), Narwhal in front of it on
-# 8000, one streamed request and a short replayed workload through it; then
-# both keep running until Ctrl-C.
+# fleet: two prefill, two decode on 8101-8104), measured once by
+# narwhal-profile (runs/profiles.json), Narwhal in front of it on 8000 with
+# predictive admission and slo-cost placement, one streamed request and a
+# short replayed workload through it; then both keep running until Ctrl-C.
 demo() {
 	b="$top/build/plain"
 	logs=$(mktemp -d "${TMPDIR:-/tmp}/narwhal-demo.XXXXXX")
@@ -75,6 +76,15 @@ demo() {
 	"$b/narwhal-sim" --engines 4 --base-port 8101 --preset llama3-8b-h100 \
 		>"$logs/fleet.json" 2>"$logs/narwhal-sim.log" &
 	sim=$!
+	trap 'kill $sim 2>/dev/null; wait 2>/dev/null' EXIT INT TERM
+	for _ in $(seq 1 50); do
+		curl -sf http://127.0.0.1:8104/health >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	# Predictive admission prices every request on measured engine
+	# profiles (docs/profiles.md): measure the fleet once, briefly.
+	echo "bootstrap: measuring the engines for the profile store (narwhal-profile --quick):"
+	NARWHAL_PLUGIN_DIR="$b/plugins/.libs" "$b/narwhal-profile" --config conf/narwhal.json --quick
 	NARWHAL_PLUGIN_DIR="$b/plugins/.libs" "$b/narwhal" --config conf/narwhal.json \
 		2>"$logs/narwhal.log" &
 	router=$!

@@ -99,8 +99,28 @@ for expected in "$@"; do
 	fi
 done
 
+# conf/narwhal.json asks for predictive admission, which needs the profile
+# store narwhal-profile writes (profiles.path, runs/profiles.json from the
+# working directory): one for its four engines, checked from a directory
+# that holds it.
 file=conf/narwhal.json
-"$bin" --check-config "$file" >"$tmp/out" 2>"$tmp/err"
+mkdir -p "$tmp/cwd/runs"
+engine() { # id
+	printf '{"engine": "%s", "url": "http://127.0.0.1:1", "dialect": "vllm", "model": "m",' "$1"
+	printf ' "hardware": null, "kv_capacity_tokens": 0, "measured_at": "2026-12-01T20:00:00Z",'
+	printf ' "prefill": {"a_s": 0.003, "b_s": 3e-5, "c_s": 5e-10, "min_tokens": 16,'
+	printf ' "max_tokens": 8192, "samples": 40, "rel_rms_error": 0.01},'
+	printf ' "decode": {"d0_s": 0.0064, "d1_s": 5e-8, "d2_s": 3e-5, "min_active": 1,'
+	printf ' "max_active": 64, "min_kv_tokens": 0, "max_kv_tokens": 200000, "samples": 40,'
+	printf ' "rel_rms_error": 0.01},'
+	printf ' "handoff": {"setup_s": 0, "per_token_s": 0, "max_tokens": 0, "samples": 0}}'
+}
+{
+	printf '{"version": 1, "created_at": "2026-12-01T20:00:00Z", "tool": "check-config",'
+	printf ' "engines": [%s, %s, %s, %s]}\n' "$(engine sim-p0)" "$(engine sim-p1)" \
+		"$(engine sim-d0)" "$(engine sim-d1)"
+} >"$tmp/cwd/runs/profiles.json"
+(cd "$tmp/cwd" && "$bin" --check-config "$OLDPWD/$file") >"$tmp/out" 2>"$tmp/err"
 status=$?
 if [ $status -eq 0 ] && [ ! -s "$tmp/err" ]; then
 	ok "$file passes without warnings"

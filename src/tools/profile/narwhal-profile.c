@@ -46,7 +46,9 @@ print_problems(const char *file, GPtrArray *problems, gboolean warnings_only)
 }
 
 /* Find out now, before any engine is driven, whether the store can be
- * written where it goes: a file made and removed beside it. */
+ * written where it goes: its directory made when missing (the default,
+ * runs/profiles.json, is in a directory of its own), then a file made and
+ * removed beside it. */
 static gboolean
 check_writable(const char *path, GError **error)
 {
@@ -56,6 +58,13 @@ check_writable(const char *path, GError **error)
 
 	if (g_file_test(path, G_FILE_TEST_IS_DIR)) {
 		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_ISDIR, "it is a directory");
+		return FALSE;
+	}
+	if (g_mkdir_with_parents(dir, 0755) != 0) {
+		int err = errno;
+
+		g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(err),
+		            "cannot create the directory %s: %s", dir, g_strerror(err));
 		return FALSE;
 	}
 	fd = g_mkstemp(probe);
