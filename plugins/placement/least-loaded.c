@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "order.h"
+
 #define LEAST_MAGIC 0x4c454153u /* "LEAS" */
 
 /* The engine view must reach at least the last field read here. */
@@ -85,39 +87,6 @@ least_destroy(void *instance)
 	free(ll);
 }
 
-/* 64 bits, so the sums of 32-bit counts cannot wrap. */
-static uint64_t
-phase_load(const struct narwhal_engine_view *e, narwhal_phase phase)
-{
-	switch (phase) {
-	case NARWHAL_PHASE_PREFILL:
-		return (uint64_t)e->resident_prefill + e->queued_prefill;
-	case NARWHAL_PHASE_DECODE:
-		return e->resident_decode;
-	case NARWHAL_PHASE_AGGREGATE:
-		return (uint64_t)e->resident_prefill + e->resident_decode;
-	}
-	return 0;
-}
-
-/* Whether engine a (fleet position ai) precedes b (bi) among equal loads:
- * lower instance ID first. IDs are unique in a valid fleet; the position
- * settles the rest (a missing ID sorts last) so the order stays total. */
-static bool
-id_precedes(const struct narwhal_engine_view *a, uint32_t ai,
-            const struct narwhal_engine_view *b, uint32_t bi)
-{
-	int c;
-
-	if (a->id == NULL || b->id == NULL) {
-		if (a->id != b->id)
-			return a->id != NULL;
-		return ai < bi;
-	}
-	c = strcmp(a->id, b->id);
-	return c < 0 || (c == 0 && ai < bi);
-}
-
 static int
 least_place(void *instance, const struct narwhal_placement_request *req,
             struct narwhal_placement_result *out)
@@ -149,9 +118,9 @@ least_place(void *instance, const struct narwhal_placement_request *req,
 		if (engine >= fleet->n_engines)
 			continue;
 		e = narwhal_fleet_engine(fleet, engine);
-		load = phase_load(e, req->phase);
+		load = nw_placement_phase_load(e, req->phase);
 		if (best == NULL || load < best_load ||
-		    (load == best_load && id_precedes(e, engine, best, best_engine))) {
+		    (load == best_load && nw_placement_id_precedes(e, engine, best, best_engine))) {
 			best = e;
 			best_engine = engine;
 			best_load = load;

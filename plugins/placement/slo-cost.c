@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "order.h"
+
 #define SLO_COST_MAGIC 0x534c4f43u /* "SLOC" */
 
 /* The engine view must reach at least the last field read here. */
@@ -113,21 +115,6 @@ slo_cost_destroy(void *instance)
 	free(sc);
 }
 
-/* least-loaded's request count for the phase, in 64 bits. */
-static uint64_t
-phase_load(const struct narwhal_engine_view *e, narwhal_phase phase)
-{
-	switch (phase) {
-	case NARWHAL_PHASE_PREFILL:
-		return (uint64_t)e->resident_prefill + e->queued_prefill;
-	case NARWHAL_PHASE_DECODE:
-		return e->resident_decode;
-	case NARWHAL_PHASE_AGGREGATE:
-		return (uint64_t)e->resident_prefill + e->resident_decode;
-	}
-	return 0;
-}
-
 static uint64_t
 add_sat(uint64_t a, uint64_t b)
 {
@@ -165,28 +152,10 @@ price(const struct slo_cost *sc, const struct narwhal_fleet_view *fleet,
 		c.ratio = v / target;
 		c.tier = c.ratio <= 1.0 ? TIER_MEETS : TIER_BREAKS;
 	} else {
-		c.cost = (double)phase_load(e, req->phase);
+		c.cost = (double)nw_placement_phase_load(e, req->phase);
 		c.tier = st == NARWHAL_ESTIMATE_NO_PROFILE ? TIER_NO_PROFILE : TIER_OUTSIDE;
 	}
 	return c;
-}
-
-/* Whether engine a (fleet position ai) precedes b (bi) among equal costs:
- * lower instance ID first. IDs are unique in a valid fleet; the position
- * settles the rest (a missing ID sorts last) so the order stays total. */
-static bool
-id_precedes(const struct narwhal_engine_view *a, uint32_t ai,
-            const struct narwhal_engine_view *b, uint32_t bi)
-{
-	int c;
-
-	if (a->id == NULL || b->id == NULL) {
-		if (a->id != b->id)
-			return a->id != NULL;
-		return ai < bi;
-	}
-	c = strcmp(a->id, b->id);
-	return c < 0 || (c == 0 && ai < bi);
 }
 
 static bool
@@ -196,7 +165,7 @@ better(const struct priced *a, const struct priced *b)
 		return a->tier < b->tier;
 	if (a->cost != b->cost)
 		return a->cost < b->cost;
-	return id_precedes(a->view, a->engine, b->view, b->engine);
+	return nw_placement_id_precedes(a->view, a->engine, b->view, b->engine);
 }
 
 static int

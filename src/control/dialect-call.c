@@ -103,3 +103,18 @@ nw_dialect_call_cancel(struct nw_dialect_call *c)
 	nw_upstream_cancel(c->call);
 	call_free(c);
 }
+
+char *
+nw_dialect_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
+                          const char *timeout_field, double timeout_s)
+{
+	struct narwhal_engine_error err;
+
+	if (a->code == NW_UPSTREAM_TIMEOUT)
+		return g_strdup_printf("no answer within %s (%g s)", timeout_field, timeout_s);
+	if (a->code != NW_UPSTREAM_OK)
+		return g_strdup(a->error != NULL ? a->error : "the call failed");
+	nw_dialect_read_error(d, a->status, a->body->str, a->body->len, &err);
+	return g_strdup_printf("HTTP %ld%s%s", a->status, err.message[0] ? ": " : "",
+	                       err.message);
+}

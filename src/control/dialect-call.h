@@ -49,4 +49,11 @@ struct nw_dialect_call *nw_dialect_call_start(const struct nw_dialect_call_optio
 /* Abort a call: its connection is closed and fn is not called. */
 void nw_dialect_call_cancel(struct nw_dialect_call *c);
 
+/* Why a call failed, for an operator's report (narwhal-check,
+ * narwhal-profile): "HTTP 503: message" as the dialect reads the engine's
+ * error, "no answer within engine.health_timeout_s (5 s)" for a timeout,
+ * or the transport failure (transfer full). */
+char *nw_dialect_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
+                                const char *timeout_field, double timeout_s);
+
 #endif /* NW_CONTROL_DIALECT_CALL_H */

@@ -55,11 +55,6 @@ void nw_check_call(struct nw_check_run *run, const struct nw_dialect *d,
                    struct narwhal_http_call *call, double timeout_s, nw_dialect_answer_fn fn,
                    void *data);
 
-/* Why a call failed, for a reason: "HTTP 503: message", "no answer within
- * engine.health_timeout_s (5 s)" or the transport failure (transfer full). */
-char *nw_check_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
-                              const char *timeout_field, double timeout_s);
-
 /* {"engine": id, "url": url} (transfer full). */
 json_t *nw_check_engine_subject(const struct nw_dialect *d);
 

@@ -138,9 +138,9 @@ health_answered(void *data, const struct nw_dialect_answer *a)
 		ph->run->healthy[i] = true;
 		set_outcome(ph, i, NW_CHECK_PASS, "answered HTTP %ld in %s", a->status, took);
 	} else {
-		g_autofree char *problem = nw_check_answer_problem(&ph->run->fleet->dialects[i], a,
-		                                                   "engine.health_timeout_s",
-		                                                   cfg->engine.health_timeout_s);
+		g_autofree char *problem = nw_dialect_answer_problem(&ph->run->fleet->dialects[i], a,
+		                                                     "engine.health_timeout_s",
+		                                                     cfg->engine.health_timeout_s);
 
 		set_outcome(ph, i, NW_CHECK_FAIL, "%s: start the engine or fix its address in "
 		            "fleet.engines[%u].url; its other checks are skipped", problem, i);
@@ -180,8 +180,8 @@ models_answered(void *data, const struct nw_dialect_answer *a)
 
 	o->info = (struct narwhal_model_info){ .struct_size = sizeof o->info, .max_model_len = -1 };
 	if (!answered_2xx(a)) {
-		g_autofree char *problem = nw_check_answer_problem(d, a, "engine.health_timeout_s",
-		                                                   ph->run->cfg->engine.health_timeout_s);
+		g_autofree char *problem = nw_dialect_answer_problem(d, a, "engine.health_timeout_s",
+		                                                     ph->run->cfg->engine.health_timeout_s);
 
 		set_outcome(ph, i, NW_CHECK_FAIL, "the model list failed: %s", problem);
 	} else if (doc == NULL || (rc = d->ops->parse_models(d->ctx, doc, &o->info)) != 0 ||
@@ -286,8 +286,8 @@ tokenize_answered(void *data, const struct nw_dialect_answer *a)
 	g_autofree char *took = nw_check_seconds(a->seconds);
 
 	if (!answered_2xx(a)) {
-		g_autofree char *problem = nw_check_answer_problem(d, a, "engine.tokenize_timeout_s",
-		                                                   ph->run->cfg->engine.tokenize_timeout_s);
+		g_autofree char *problem = nw_dialect_answer_problem(d, a, "engine.tokenize_timeout_s",
+		                                                     ph->run->cfg->engine.tokenize_timeout_s);
 
 		set_outcome(ph, i, NW_CHECK_FAIL, "%s: requests fall back to engine.chars_per_token "
 		            "sizing; fix the engine's tokeniser or set engine.tokenize to false",

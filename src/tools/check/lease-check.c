@@ -82,8 +82,8 @@ metrics_answered(void *data, const struct nw_dialect_answer *a)
 
 	g_free(mr);
 	if (a->code != NW_UPSTREAM_OK || a->status < 200 || a->status >= 300) {
-		g_autofree char *problem = nw_check_answer_problem(d, a, "engine.health_timeout_s",
-		                                                   job->run->cfg->engine.health_timeout_s);
+		g_autofree char *problem = nw_dialect_answer_problem(d, a, "engine.health_timeout_s",
+		                                                     job->run->cfg->engine.health_timeout_s);
 
 		job_end(job, NW_CHECK_FAIL, "the engine's metrics failed: %s", problem);
 		return;

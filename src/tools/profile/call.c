@@ -33,21 +33,6 @@ nw_prof_answered_2xx(const struct nw_dialect_answer *a)
 	return a->code == NW_UPSTREAM_OK && a->status >= 200 && a->status < 300;
 }
 
-char *
-nw_prof_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
-                       const char *timeout_field, double timeout_s)
-{
-	struct narwhal_engine_error err;
-
-	if (a->code == NW_UPSTREAM_TIMEOUT)
-		return g_strdup_printf("no answer within %s (%g s)", timeout_field, timeout_s);
-	if (a->code != NW_UPSTREAM_OK)
-		return g_strdup(a->error != NULL ? a->error : "the call failed");
-	nw_dialect_read_error(d, a->status, a->body->str, a->body->len, &err);
-	return g_strdup_printf("HTTP %ld%s%s", a->status, err.message[0] ? ": " : "",
-	                       err.message);
-}
-
 void
 nw_prof_fail(struct nw_prof_engine *e, const char *fmt, ...)
 {

@@ -40,8 +40,8 @@ models_answered(void *data, const struct nw_dialect_answer *a)
 	                                      : NULL;
 
 	if (!nw_prof_answered_2xx(a)) {
-		g_autofree char *problem = nw_prof_answer_problem(d, a, "engine.health_timeout_s",
-		                                                  q->run->cfg->engine.health_timeout_s);
+		g_autofree char *problem = nw_dialect_answer_problem(d, a, "engine.health_timeout_s",
+		                                                     q->run->cfg->engine.health_timeout_s);
 
 		nw_prof_fail(e, "its model list: %s: start the engine or fix its address in "
 		             "fleet.engines[%u].url", problem, e->index);

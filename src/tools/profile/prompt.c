@@ -89,8 +89,8 @@ counted(void *data, const struct nw_dialect_answer *a)
 	int rc;
 
 	if (!nw_prof_answered_2xx(a)) {
-		g_autofree char *problem = nw_prof_answer_problem(d, a, "engine.tokenize_timeout_s",
-		                                                  cfg->engine.tokenize_timeout_s);
+		g_autofree char *problem = nw_dialect_answer_problem(d, a, "engine.tokenize_timeout_s",
+		                                                     cfg->engine.tokenize_timeout_s);
 
 		fail(b, "tokenize: %s", problem);
 		return;

@@ -111,12 +111,6 @@ struct nw_dialect_call *nw_prof_call(struct nw_prof_run *run, const struct nw_di
                                      struct narwhal_http_call *call, double timeout_s,
                                      nw_dialect_answer_fn fn, void *data);
 
-/* Why a call failed: "HTTP 503: message", "no answer within
- * engine.tokenize_timeout_s (2 s)" or the transport failure (transfer
- * full). */
-char *nw_prof_answer_problem(const struct nw_dialect *d, const struct nw_dialect_answer *a,
-                             const char *timeout_field, double timeout_s);
-
 bool nw_prof_answered_2xx(const struct nw_dialect_answer *a);
 
 /* --- exact prompts (prompt.c) ---------------------------------------- */
