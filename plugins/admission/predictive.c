@@ -17,7 +17,8 @@
  *                live decode engines: decode_interval_seconds(d,
  *                resident_decode + 1, resident_kv_tokens + prompt), twice
  *                on an engine already decoding (the step in progress,
- *                then the first token's own)
+ *                then the first token's own); slo.tpot_s for that step
+ *                when the engine decodes more than its profile measured
  *   projected    the least path cost
  *
  * The verdict:
@@ -313,6 +314,18 @@ best_decode(const struct predictive *p, const struct narwhal_fleet_view *fleet,
 			kv = add_sat(e->resident_kv_tokens, prompt);
 		}
 		st = checked(host->decode_interval_seconds(host->host_ctx, d, active, kv, &v), &v);
+		/* More decoding than the profile's grid measured, where this
+		 * prompt alone is inside it: the load is unpriced, not the
+		 * prompt. The first token's step is then priced at the TPOT
+		 * target, the interval placement keeps decode within (slo-cost,
+		 * docs/admission.md), rather than refusing every request while
+		 * the decode pool is busier than it was profiled. */
+		if (st == NARWHAL_ESTIMATE_OUT_OF_DOMAIN && !idle &&
+		    checked(host->decode_interval_seconds(host->host_ctx, d, 1, prompt, &v), &v) ==
+		            NARWHAL_ESTIMATE_OK) {
+			v = fleet->tpot_target_s;
+			st = NARWHAL_ESTIMATE_OK;
+		}
 		/* A handoff that reaches a busy decode engine waits for the step
 		 * in progress before its own: two intervals at most. */
 		if (st == NARWHAL_ESTIMATE_OK && !idle && e->resident_decode > 0)

@@ -411,6 +411,41 @@ test_aggregate_candidates(void)
 	nw_harness_free(h);
 }
 
+/* Spec 4.1 prices the prefill path; a decode pool busier than its
+ * profile's grid (here 64 requests) leaves the first token's step
+ * unpriced, not the request: that step is then priced at slo.tpot_s
+ * (0.05 s here), twice on a busy engine, and the request is admitted on
+ * its prefill path. A prompt the grid cannot hold even idle is still
+ * outside (the scenario "every decode engine outside its measured
+ * grid"). */
+static void
+test_decode_beyond_grid(void)
+{
+	static const struct eng engs[] = {
+		{ "p0", PREFILL, .queue = E(OK, 0.5), .prefill = E(OK, 0.1) },
+		{ "d0", DECODE, .resident_decode = 80, .decode = E(OK, 0.04) },
+		{ NULL },
+	};
+	struct fleet f;
+	struct nw_harness *h;
+	struct narwhal_admission_decision out;
+
+	fleet_init(&f, engs, 1.0);
+	h = predictive_with(&f, NULL);
+	if (h == NULL)
+		return;
+	script(h->host, engs);
+	nw_mock_host_set_decode_grid(h->host, 64);
+	out = decide(h, 100);
+	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
+	g_assert_cmpfloat_with_epsilon(out.projected_ttft_s, 0.5 + 2 * 0.05, 1e-12);
+	/* Inside the grid again: the engine's own interval. */
+	f.engines[1].resident_decode = 10;
+	out = decide(h, 100);
+	g_assert_cmpfloat_with_epsilon(out.projected_ttft_s, 0.5 + 2 * 0.04, 1e-12);
+	nw_harness_free(h);
+}
+
 /* Issue 12: with an unprofiled engine and without_profiles "refuse" (the
  * default), create() fails, naming the engines and the two ways out. */
 static void
@@ -731,6 +766,7 @@ main(int argc, char **argv)
 	}
 	g_test_add_func("/admission-predictive/spec-4.1/estimator-arguments",
 	                test_estimator_arguments);
+	g_test_add_func("/admission-predictive/spec-4.1/decode-beyond-grid", test_decode_beyond_grid);
 	g_test_add_func("/admission-predictive/role-control/aggregate-candidates",
 	                test_aggregate_candidates);
 	g_test_add_func("/admission-predictive/issue-12/unprofiled-refuses-to-start",
