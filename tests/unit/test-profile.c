@@ -252,6 +252,42 @@ static const struct load_case load_cases[] = {
 	{ "kv-order", "engines.1.decode.min_kv_tokens", "500000",
 	  "engines[1].decode.max_kv_tokens: 400000 is below min_kv_tokens (500000): an integer, "
 	  "min_kv_tokens or more" },
+	/* Each model gives a finite number of seconds, 0 or more, everywhere in
+	 * its measured domain (docs/profiles.md, "Errors"): a fit that prices
+	 * a prompt there at minus 256 s would be admitted as taking no time.
+	 * The sample's prefill domain is 16..8192 tokens; its decode grid 1..64
+	 * requests by 0..400000 KV tokens; its handoff up to 8192 tokens. */
+	{ "prefill-negative-at-min", "engines.0.prefill.c_s", "-1",
+	  "engines[0].prefill: the fit gives -255.986 s at 16 tokens, inside its measured "
+	  "domain: coefficients that give 0 s or more from min_tokens to max_tokens (run "
+	  "narwhal-profile again)" },
+	{ "prefill-negative-at-max", "engines.0.prefill.c_s", "-2e-08",
+	  "engines[0].prefill: the fit gives -0.551937 s at 8192 tokens, inside its measured "
+	  "domain: coefficients that give 0 s or more from min_tokens to max_tokens (run "
+	  "narwhal-profile again)" },
+	/* a + b*L + c*L^2 with b < 0 < c dips inside the domain: its least is
+	 * at L = 4000 (b = -8e-5, c = 1e-8: -0.148 s) */
+	{ "prefill-negative-inside", "engines.1.prefill",
+	  "{\"a_s\": 0.012, \"b_s\": -8e-05, \"c_s\": 1e-08, \"min_tokens\": 16,"
+	  " \"max_tokens\": 8192, \"samples\": 40, \"rel_rms_error\": 0.03}",
+	  "engines[1].prefill: the fit gives -0.148 s at 4000 tokens, inside its measured "
+	  "domain: coefficients that give 0 s or more from min_tokens to max_tokens (run "
+	  "narwhal-profile again)" },
+	{ "prefill-not-finite", "engines.0.prefill.c_s", "1e305",
+	  "engines[0].prefill: the fit gives inf s at 8192 tokens, inside its measured domain: "
+	  "coefficients that give 0 s or more from min_tokens to max_tokens (run narwhal-profile "
+	  "again)" },
+	{ "decode-negative", "engines.0.decode.d1_s", "-1e-06",
+	  "engines[0].decode: the fit gives -0.38885 s at 1 active requests and 400000 KV tokens, "
+	  "inside its measured domain: coefficients that give 0 s or more over min_active.."
+	  "max_active and min_kv_tokens..max_kv_tokens (run narwhal-profile again)" },
+	{ "decode-negative-d0", "engines.1.decode.d0_s", "-1",
+	  "engines[1].decode: the fit gives -0.99985 s at 1 active requests and 0 KV tokens, "
+	  "inside its measured domain: coefficients that give 0 s or more over min_active.."
+	  "max_active and min_kv_tokens..max_kv_tokens (run narwhal-profile again)" },
+	{ "handoff-negative", "engines.0.handoff.setup_s", "-0.5",
+	  "engines[0].handoff: the fit gives -0.499999 s at 1 tokens, inside its measured domain: "
+	  "coefficients that give 0 s or more up to max_tokens (run narwhal-profile again)" },
 	/* missing members */
 	{ "missing-handoff", "engines.1.handoff", NULL,
 	  "engines[1].handoff: missing: an object with the handoff fit" },
