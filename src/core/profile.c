@@ -2,9 +2,15 @@
 
 #include "core/profile.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
 
 #include "core/config-fields.h"
 
@@ -620,24 +626,61 @@ fail:
 	return NULL;
 }
 
-struct nw_profile_store *
-nw_profile_store_load(const char *file, GError **error)
+/* The store's bytes. Only a regular file is read: opened without
+ * blocking and checked before any read, since a named pipe at the path
+ * would stop the daemon (a reload runs on its main loop) until something
+ * wrote to it, and a device such as /dev/zero would never end. */
+static GBytes *
+read_regular(const char *file, GError **error)
 {
-	struct reader r = { .file = file, .error = error };
-	g_autofree char *text = NULL;
-	gsize len = 0;
+	int fd = g_open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+	struct stat st;
+	GMappedFile *m;
+	GBytes *bytes;
 	GError *e = NULL;
-	json_error_t jerr;
-	json_t *root;
-	struct nw_profile_store *s;
 
-	if (!g_file_get_contents(file, &text, &len, &e)) {
+	if (fd < 0) {
+		int err = errno;
+
+		g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(err),
+		            "%s: cannot read the profile store: %s", file, g_strerror(err));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
+		            "%s: not a regular file (a directory, a pipe or a device): profiles.path "
+		            "names the JSON file narwhal-profile writes", file);
+		return NULL;
+	}
+	m = g_mapped_file_new_from_fd(fd, FALSE, &e);
+	close(fd);
+	if (m == NULL) {
 		g_set_error(error, e->domain, e->code, "%s: cannot read the profile store: %s", file,
 		            e->message);
 		g_error_free(e);
 		return NULL;
 	}
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	bytes = g_mapped_file_get_bytes(m);
+	g_mapped_file_unref(m);
+	return bytes;
+}
+
+struct nw_profile_store *
+nw_profile_store_load(const char *file, GError **error)
+{
+	struct reader r = { .file = file, .error = error };
+	g_autoptr(GBytes) bytes = read_regular(file, error);
+	gsize len = 0;
+	const char *text;
+	json_error_t jerr;
+	json_t *root;
+	struct nw_profile_store *s;
+
+	if (bytes == NULL)
+		return NULL;
+	text = g_bytes_get_data(bytes, &len);
+	root = json_loadb(len > 0 ? text : "", len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL) {
 		problem(&r, NULL, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
 		        jerr.text);

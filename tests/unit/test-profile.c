@@ -7,6 +7,7 @@
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/profile.h"
 
@@ -376,6 +377,80 @@ test_load_malformed(void)
 	remove_dir(dir);
 }
 
+/* What profiles.path names but is no file: a directory, a device, a
+ * named pipe. Each is refused at once with what is valid; a pipe never
+ * blocks the loader (at a reload it would stop the daemon) waiting for a
+ * writer. The load runs in a thread so that a loader that blocks fails
+ * the test at its deadline instead of hanging it. */
+struct load_job {
+	const char *file;
+	GMutex lock;
+	GCond done_cond;
+	bool done;
+	char *message;
+};
+
+static gpointer
+load_thread(gpointer data)
+{
+	struct load_job *j = data;
+	GError *error = NULL;
+	struct nw_profile_store *s = nw_profile_store_load(j->file, &error);
+
+	nw_profile_store_free(s);
+	g_mutex_lock(&j->lock);
+	j->message = g_strdup(error != NULL ? error->message : "(loaded)");
+	j->done = true;
+	g_cond_signal(&j->done_cond);
+	g_mutex_unlock(&j->lock);
+	g_clear_error(&error);
+	return NULL;
+}
+
+static char *
+load_message_within(const char *file, int seconds)
+{
+	struct load_job j = { .file = file };
+	gint64 deadline = g_get_monotonic_time() + seconds * G_TIME_SPAN_SECOND;
+	GThread *t;
+	char *message;
+
+	g_mutex_init(&j.lock);
+	g_cond_init(&j.done_cond);
+	t = g_thread_new("load", load_thread, &j);
+	g_mutex_lock(&j.lock);
+	while (!j.done) {
+		if (!g_cond_wait_until(&j.done_cond, &j.lock, deadline) && !j.done)
+			g_error("loading %s did not return within %d s", file, seconds);
+	}
+	g_mutex_unlock(&j.lock);
+	g_thread_join(t);
+	message = j.message;
+	g_mutex_clear(&j.lock);
+	g_cond_clear(&j.done_cond);
+	return message;
+}
+
+static void
+test_load_not_a_file(void)
+{
+	g_autofree char *dir = scratch_dir();
+	g_autofree char *fifo = g_build_filename(dir, "store.json", NULL);
+	const char *const cases[] = { dir, fifo, "/dev/null" };
+
+	g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+		g_autofree char *got = load_message_within(cases[i], 5);
+		g_autofree char *expect = g_strdup_printf(
+			"%s: not a regular file (a directory, a pipe or a device): profiles.path names "
+			"the JSON file narwhal-profile writes", cases[i]);
+
+		g_assert_cmpstr(got, ==, expect);
+	}
+	g_unlink(fifo);
+	remove_dir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -385,6 +460,7 @@ main(int argc, char **argv)
 	g_test_add_func("/profile/save-error", test_save_error);
 	g_test_add_func("/profile/save-not-finite", test_save_not_finite);
 	g_test_add_func("/profile/load-malformed", test_load_malformed);
+	g_test_add_func("/profile/load-not-a-file", test_load_not_a_file);
 	for (size_t i = 0; i < G_N_ELEMENTS(load_cases); i++) {
 		g_autofree char *name = g_strdup_printf("/profile/load-error/%s", load_cases[i].name);
 		g_test_add_data_func(name, &load_cases[i], test_load_error);
