@@ -31,7 +31,9 @@
  *                                       ("backlog")
  *   no priced path, the prompt outside
  *   every candidate's measured prefill
- *   domain                              REFUSE_TOO_LONG ("outside_measured_domain")
+ *   domain, or (handing off) its tokens
+ *   outside every decode engine's grid
+ *   even idle                           REFUSE_TOO_LONG ("outside_measured_domain")
  *   no priced path, the load outside
  *   the measured domain                 REFUSE, retry_after_s = budget
  *                                       ("outside_measured_domain")
@@ -398,13 +400,19 @@ too_long(const struct predictive *p, const struct narwhal_fleet_view *fleet, uin
 }
 
 /* Whether the prompt lies outside the measured prefill domain of every
- * candidate: then no load will ever price it. */
+ * candidate or, when the fleet hands off, its KV tokens outside the
+ * measured decode grid of every live decode engine even idle: then no
+ * load will ever price it. */
 static bool
 prompt_outside(const struct predictive *p, const struct narwhal_fleet_view *fleet,
                uint64_t prompt, bool aggregate)
 {
 	const struct narwhal_host *host = p->host;
+	double idle_decode;
 
+	if (!aggregate && best_decode(p, fleet, prompt, true, &idle_decode) ==
+	    NARWHAL_ESTIMATE_OUT_OF_DOMAIN)
+		return true;
 	for (uint32_t i = 0; i < fleet->n_engines; i++) {
 		double prefill_s;
 
