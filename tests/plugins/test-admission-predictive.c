@@ -218,9 +218,23 @@ static const struct scenario scenarios[] = {
 	    { "p1", PREFILL, .queue = E(OOD, 0), .prefill = E(OOD, 0) },
 	    { "d0", DECODE, .decode = E(OK, 0.02) } },
 	  NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain", NAN, 0.0 },
-	{ "issue 12: load outside the measured domain is refused with Retry-After, never "
-	  "admitted unpriced", NULL, 1.5,
+	{ "issue 12: load outside the measured domain (resident decode work, outside the "
+	  "single-phase region until it drains) is refused with Retry-After, never admitted "
+	  "unpriced", NULL, 1.5,
+	  { { "p0", PREFILL, .resident_decode = 1, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .decode = E(OK, 0.02) } },
+	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.5 },
+	{ "spec 4.1 (issue 12): a prompt the projection cannot price on any prefill engine "
+	  "without resident decode work (beyond the measured handoff, plugin-abi.h) is answered "
+	  "at once as too long: no load will ever price it", NULL, 1.5,
 	  { { "p0", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "p1", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .decode = E(OK, 0.02) } },
+	  NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain", NAN, 0.0 },
+	{ "issue 12: one prefill engine out only by its resident decode work makes it a 429",
+	  NULL, 1.5,
+	  { { "p0", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "p1", PREFILL, .resident_decode = 2, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
 	    { "d0", DECODE, .decode = E(OK, 0.02) } },
 	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.5 },
 	{ "issue 12: every decode engine outside its measured grid leaves no priced path", NULL,
