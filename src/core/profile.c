@@ -467,7 +467,7 @@ check_prefill_model(struct reader *r, const char *path, const struct nw_prefill_
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		double l = CLAMP(at[i], lo, hi), s = p->a_s + p->b_s * l + p->c_s * l * l;
+		double l = at[i], s = p->a_s + p->b_s * l + p->c_s * l * l;
 
 		if (!usable(s)) {
 			problem(r, path, "the fit gives %g s at %.0f tokens, inside its measured domain: "

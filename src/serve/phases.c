@@ -73,7 +73,6 @@ nw_phase_size_by_chars(struct nw_request *r)
 	struct nw_serve *s = r->serve;
 	size_t chars = r->route == NARWHAL_ROUTE_COMPLETIONS ? r->parsed.prompt_chars
 	                                                     : r->parsed.chat_chars;
-
 	double estimate = ceil((double)chars / s->cfg->engine.chars_per_token);
 
 	s->metrics->counters.tokenize_fallbacks++;
