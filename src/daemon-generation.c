@@ -161,16 +161,19 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 	struct nw_plugin_metrics *metrics = nw_plugin_metrics_new();
 	struct nw_profile_store *profiles = NULL;
 	GError *store_error = NULL;
-	gboolean ok = TRUE;
+	gboolean store_ok, ok;
 
 	/* The plugins are created as the daemon would create them: over the
-	 * fleet with its profiles (predictive admission checks them). */
-	if (!read_profiles(cfg, fleet, false, &profiles, &store_error)) {
+	 * fleet with its profiles (predictive admission checks them). With a
+	 * store that cannot be read they are not: a plugin would only say
+	 * again, and wrongly, that no engine was profiled. */
+	store_ok = read_profiles(cfg, fleet, false, &profiles, &store_error);
+	if (!store_ok) {
 		nw_config_error_add(problems, false, "profiles.path", store_error->message);
 		g_error_free(store_error);
-		ok = FALSE;
 	}
-	for (size_t i = 0; i < G_N_ELEMENTS(plugin_slots); i++) {
+	ok = store_ok;
+	for (size_t i = 0; store_ok && i < G_N_ELEMENTS(plugin_slots); i++) {
 		struct loaded_plugin lp = { 0 };
 		GError *error = NULL;
 		const char *where;

@@ -31,8 +31,10 @@
  *   over budget otherwise               REFUSE, retry_after_s = projected - budget
  *                                       ("backlog")
  *   no priced path, the prompt outside
- *   every candidate's measured prefill
- *   domain                              REFUSE_TOO_LONG ("outside_measured_domain")
+ *   what every candidate measured (its
+ *   prefill or handoff), or (handing
+ *   off) its tokens outside every decode
+ *   engine's grid even idle             REFUSE_TOO_LONG ("outside_measured_domain")
  *   no priced path, the load outside
  *   the measured domain                 REFUSE, retry_after_s = budget
  *                                       ("outside_measured_domain")
@@ -80,6 +82,8 @@ struct pricing {
 	uint32_t priced;         /* paths with a projection */
 	uint32_t unprofiled;     /* paths with an engine that has no profile */
 	uint32_t outside;        /* paths outside the measured domain */
+	uint32_t prompt_outside; /* candidates whose projection is outside with no
+	                          * resident decode work: the prompt itself is */
 	double projected_s;      /* least priced path; +inf when none */
 };
 
@@ -371,6 +375,11 @@ price(const struct predictive *p, const struct narwhal_fleet_view *fleet, uint64
 			continue;
 		pr->candidates++;
 		st = host->prefill_queue_seconds(host->host_ctx, i, prompt, &queue_s);
+		/* Outside with no resident decode work (the one load the
+		 * projection cannot price, plugin-abi.h): the prompt is outside
+		 * what that engine measured, its prefill or its handoff. */
+		if (st == NARWHAL_ESTIMATE_OUT_OF_DOMAIN && e->resident_decode == 0)
+			pr->prompt_outside++;
 		st = worse(checked(st, &queue_s), decode_st);
 		if (st == NARWHAL_ESTIMATE_OK) {
 			pr->priced++;
@@ -410,23 +419,33 @@ too_long(const struct predictive *p, const struct narwhal_fleet_view *fleet, uin
 	return true;
 }
 
-/* Whether the prompt lies outside the measured prefill domain of every
- * candidate: then no load will ever price it. */
+/* Whether the prompt lies outside what every candidate measured (its
+ * projection outside with no resident decode work, or the prefill domain
+ * of one that has some) or, when the fleet hands off, its KV tokens
+ * outside the measured decode grid of every live decode engine even idle:
+ * then no load will ever price it. */
 static bool
 prompt_outside(const struct predictive *p, const struct narwhal_fleet_view *fleet,
-               uint64_t prompt, bool aggregate)
+               uint64_t prompt, const struct pricing *pr)
 {
 	const struct narwhal_host *host = p->host;
+	uint32_t outside = pr->prompt_outside;
+	double v;
 
-	for (uint32_t i = 0; i < fleet->n_engines; i++) {
-		double prefill_s;
+	if (!pr->aggregate && best_decode(p, fleet, prompt, true, &v) ==
+	    NARWHAL_ESTIMATE_OUT_OF_DOMAIN)
+		return true;
+	for (uint32_t i = 0; i < fleet->n_engines && outside < pr->candidates; i++) {
+		const struct narwhal_engine_view *e = narwhal_fleet_engine(fleet, i);
 
-		if (candidate(narwhal_fleet_engine(fleet, i), aggregate) &&
-		    host->prefill_seconds(host->host_ctx, i, prompt, &prefill_s) !=
+		if (!candidate(e, pr->aggregate) || e->resident_decode == 0)
+			continue;
+		if (host->prefill_seconds(host->host_ctx, i, prompt, &v) !=
 		    NARWHAL_ESTIMATE_OUT_OF_DOMAIN)
 			return false;
+		outside++;
 	}
-	return true;
+	return outside == pr->candidates;
 }
 
 static void
@@ -485,7 +504,7 @@ predictive_decide(void *instance, const struct narwhal_admission_request *req,
 		verdict(p, out, NARWHAL_REFUSE, "no_engine", "refused_no_engine_total");
 		out->retry_after_s = budget_s;
 	} else if (pr.outside > 0) {
-		if (prompt_outside(p, fleet, req->prompt_tokens, pr.aggregate)) {
+		if (prompt_outside(p, fleet, req->prompt_tokens, &pr)) {
 			verdict(p, out, NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain",
 			        "refused_outside_domain_total");
 		} else {

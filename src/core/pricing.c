@@ -82,6 +82,22 @@ nw_pricing_mean(struct nw_fleet *f)
 	return pr->has_mean ? &pr->mean : NULL;
 }
 
+/* The most nanoseconds a time priced on a profile counts for on the host
+ * clock (about 31 years): beyond any deadline, and far from overflow. */
+#define NW_PRICE_NS_MAX ((int64_t)1000000000000000000)
+
+/* Seconds as nanoseconds of the host clock, 0 for what is not a positive
+ * number, at most NW_PRICE_NS_MAX: a profile may price a prompt at more
+ * seconds than an int64_t of nanoseconds holds (any finite coefficient is
+ * valid), and such a time is beyond any deadline the clock reaches. */
+static int64_t
+ns_of(double s)
+{
+	if (!(s > 0))
+		return 0;
+	return s >= (double)NW_PRICE_NS_MAX / 1e9 ? NW_PRICE_NS_MAX : (int64_t)(s * 1e9);
+}
+
 int64_t
 nw_pricing_work_ns(const struct nw_engine_profile *p, uint64_t tokens)
 {
@@ -245,8 +261,8 @@ nw_pricing_resident(struct nw_fleet *f, struct nw_price_hold *h, uint32_t engine
 	h->engine = engine;
 	h->prefill_ns = nw_pricing_work_ns(charge_profile(f, engine), h->tokens);
 	h->where = NW_PRICE_RESIDENT;
-	h->due_ns = h->arrival_ns + (int64_t)(f->view.ttft_target_s * 1e9) -
-	            (int64_t)(after_prefill_s(f, engine, h->tokens) * 1e9);
+	h->due_ns = h->arrival_ns + ns_of(f->view.ttft_target_s) -
+	            ns_of(after_prefill_s(f, engine, h->tokens));
 	h->prev = l->last;
 	h->next = NULL;
 	*(l->last ? &l->last->next : &l->first) = h;
@@ -402,7 +418,7 @@ nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens,
 	const struct narwhal_engine_view *v;
 	narwhal_estimate_status st;
 	double prefill, own;
-	int64_t fifo, wait;
+	int64_t backlog, wait;
 
 	if (engine >= f->view.n_engines || (p = f->profiles[engine]) == NULL)
 		return NARWHAL_ESTIMATE_NO_PROFILE;
@@ -423,9 +439,11 @@ nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens,
 			return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
 		own += MAX(p->handoff.setup_s + p->handoff.per_token_s * (double)tokens, 0);
 	}
-	fifo = backlog_ns(f, engine, now_ns) + (int64_t)(MAX(prefill, 0) * 1e9);
-	wait = batched_wait_ns(f, engine, now_ns, now_ns + fifo);
-	*out = (double)fifo / 1e9 + MAX(own, 0);
+	backlog = backlog_ns(f, engine, now_ns);
+	wait = batched_wait_ns(f, engine, now_ns, now_ns + backlog + ns_of(prefill));
+	/* In seconds, not the clock's nanoseconds: a prompt the profile
+	 * prices beyond what those hold is still that far over the target. */
+	*out = (double)backlog / 1e9 + MAX(prefill, 0) + MAX(own, 0);
 	/* A prompt that would make an earlier one miss its target cannot go
 	 * there now, whatever its own slack: priced beyond the target by the
 	 * wait, so a refusal's Retry-After says when it can. */

@@ -2,9 +2,15 @@
 
 #include "core/profile.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
 
 #include "core/config-fields.h"
 
@@ -428,6 +434,94 @@ read_handoff(struct reader *r, const char *path, const json_t *v, struct nw_hand
 	       read_u32(r, path, v, "samples", 0, &p->samples);
 }
 
+/* --- the models over their domains ---------------------------------------- */
+
+/* A model's value at a point of its domain is usable when it is a finite
+ * number of seconds, 0 or more: a fit that dips below 0 there (or
+ * overflows) would price real work at no time. A negative coefficient is
+ * fine as long as the domain keeps the model above 0 (docs/profiles.md,
+ * "Errors"). */
+static bool
+usable(double s)
+{
+	return isfinite(s) && s >= 0;
+}
+
+/* The prefill fit over min_tokens..max_tokens: its least is at an end or,
+ * for a convex fit, at the whole lengths either side of its vertex; its
+ * largest (for overflow) at an end or at the vertex of a concave one. */
+static bool
+check_prefill_model(struct reader *r, const char *path, const struct nw_prefill_profile *p)
+{
+	double lo = (double)p->min_tokens, hi = (double)p->max_tokens, at[4];
+	size_t n = 0;
+
+	at[n++] = lo;
+	at[n++] = hi;
+	if (p->c_s != 0) {
+		double v = -p->b_s / (2 * p->c_s);
+
+		if (v > lo && v < hi) {
+			at[n++] = floor(v);
+			at[n++] = ceil(v);
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		double l = at[i], s = p->a_s + p->b_s * l + p->c_s * l * l;
+
+		if (!usable(s)) {
+			problem(r, path, "the fit gives %g s at %.0f tokens, inside its measured domain: "
+			        "coefficients that give 0 s or more from min_tokens to max_tokens (run "
+			        "narwhal-profile again)", s, l);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The decode fit is linear in each input: its least and largest over the
+ * grid are at the grid's corners. */
+static bool
+check_decode_model(struct reader *r, const char *path, const struct nw_decode_profile *p)
+{
+	const double b[2] = { p->min_active, p->max_active };
+	const double t[2] = { (double)p->min_kv_tokens, (double)p->max_kv_tokens };
+
+	for (int i = 0; i < 2; i++) {
+		for (int j = 0; j < 2; j++) {
+			double s = p->d0_s + p->d1_s * t[j] + p->d2_s * b[i];
+
+			if (!usable(s)) {
+				problem(r, path, "the fit gives %g s at %.0f active requests and %.0f KV "
+				        "tokens, inside its measured domain: coefficients that give 0 s or "
+				        "more over min_active..max_active and min_kv_tokens..max_kv_tokens "
+				        "(run narwhal-profile again)", s, b[i], t[j]);
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+/* The handoff fit, when measured, from a 1-token prompt to max_tokens. */
+static bool
+check_handoff_model(struct reader *r, const char *path, const struct nw_handoff_profile *p)
+{
+	const double l[2] = { 1, (double)MAX(p->max_tokens, 1) };
+
+	for (int i = 0; i < 2 && p->samples > 0; i++) {
+		double s = p->setup_s + p->per_token_s * l[i];
+
+		if (!usable(s)) {
+			problem(r, path, "the fit gives %g s at %.0f tokens, inside its measured domain: "
+			        "coefficients that give 0 s or more up to max_tokens (run narwhal-profile "
+			        "again)", s, l[i]);
+			return false;
+		}
+	}
+	return true;
+}
+
 static struct nw_engine_profile *
 read_engine(struct reader *r, const char *path, const json_t *v)
 {
@@ -447,11 +541,11 @@ read_engine(struct reader *r, const char *path, const json_t *v)
 	          read_string(r, path, v, "measured_at", false, true, &p->measured_at);
 
 	ok = ok && (x = member(r, path, v, "prefill", "an object with the prefill fit")) != NULL &&
-	     read_prefill(r, pf, x, &p->prefill);
+	     read_prefill(r, pf, x, &p->prefill) && check_prefill_model(r, pf, &p->prefill);
 	ok = ok && (x = member(r, path, v, "decode", "an object with the decode fit")) != NULL &&
-	     read_decode(r, dc, x, &p->decode);
+	     read_decode(r, dc, x, &p->decode) && check_decode_model(r, dc, &p->decode);
 	ok = ok && (x = member(r, path, v, "handoff", "an object with the handoff fit")) != NULL &&
-	     read_handoff(r, ho, x, &p->handoff);
+	     read_handoff(r, ho, x, &p->handoff) && check_handoff_model(r, ho, &p->handoff);
 	if (!ok) {
 		nw_engine_profile_free(p);
 		return NULL;
@@ -532,24 +626,61 @@ fail:
 	return NULL;
 }
 
-struct nw_profile_store *
-nw_profile_store_load(const char *file, GError **error)
+/* The store's bytes. Only a regular file is read: opened without
+ * blocking and checked before any read, since a named pipe at the path
+ * would stop the daemon (a reload runs on its main loop) until something
+ * wrote to it, and a device such as /dev/zero would never end. */
+static GBytes *
+read_regular(const char *file, GError **error)
 {
-	struct reader r = { .file = file, .error = error };
-	g_autofree char *text = NULL;
-	gsize len = 0;
+	int fd = g_open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+	struct stat st;
+	GMappedFile *m;
+	GBytes *bytes;
 	GError *e = NULL;
-	json_error_t jerr;
-	json_t *root;
-	struct nw_profile_store *s;
 
-	if (!g_file_get_contents(file, &text, &len, &e)) {
+	if (fd < 0) {
+		int err = errno;
+
+		g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(err),
+		            "%s: cannot read the profile store: %s", file, g_strerror(err));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
+		            "%s: not a regular file (a directory, a pipe or a device): profiles.path "
+		            "names the JSON file narwhal-profile writes", file);
+		return NULL;
+	}
+	m = g_mapped_file_new_from_fd(fd, FALSE, &e);
+	close(fd);
+	if (m == NULL) {
 		g_set_error(error, e->domain, e->code, "%s: cannot read the profile store: %s", file,
 		            e->message);
 		g_error_free(e);
 		return NULL;
 	}
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	bytes = g_mapped_file_get_bytes(m);
+	g_mapped_file_unref(m);
+	return bytes;
+}
+
+struct nw_profile_store *
+nw_profile_store_load(const char *file, GError **error)
+{
+	struct reader r = { .file = file, .error = error };
+	g_autoptr(GBytes) bytes = read_regular(file, error);
+	gsize len = 0;
+	const char *text;
+	json_error_t jerr;
+	json_t *root;
+	struct nw_profile_store *s;
+
+	if (bytes == NULL)
+		return NULL;
+	text = g_bytes_get_data(bytes, &len);
+	root = json_loadb(len > 0 ? text : "", len, JSON_REJECT_DUPLICATES, &jerr);
 	if (root == NULL) {
 		problem(&r, NULL, "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column,
 		        jerr.text);

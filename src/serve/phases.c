@@ -64,15 +64,23 @@ nw_phase_begin(struct nw_request *r)
 
 static void admission(struct nw_request *r);
 
+/* The largest count chars_per_token sizes a prompt at: 2^53. */
+#define SIZED_BY_CHARS_MAX 9007199254740992.0
+
 void
 nw_phase_size_by_chars(struct nw_request *r)
 {
 	struct nw_serve *s = r->serve;
 	size_t chars = r->route == NARWHAL_ROUTE_COMPLETIONS ? r->parsed.prompt_chars
 	                                                     : r->parsed.chat_chars;
+	double estimate = ceil((double)chars / s->cfg->engine.chars_per_token);
 
 	s->metrics->counters.tokenize_fallbacks++;
-	r->prompt_tokens = (uint64_t)ceil((double)chars / s->cfg->engine.chars_per_token);
+	/* Any positive ratio is valid (spec 6), so the estimate can be beyond
+	 * what a count holds: it is then the largest count a double, JSON
+	 * and the demand sums keep exact, which no engine serves either. */
+	r->prompt_tokens = estimate < SIZED_BY_CHARS_MAX ? (uint64_t)estimate
+	                                                 : (uint64_t)SIZED_BY_CHARS_MAX;
 	r->prompt_tokens_exact = false;
 	admission(r);
 }

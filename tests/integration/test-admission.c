@@ -212,6 +212,36 @@ test_too_long_no_engine_call(void)
 	store_clear(&s);
 }
 
+/* Spec 6 (engine.chars_per_token: "Positive"): a ratio so small that a
+ * prompt's estimate is beyond any count still sizes it as very long,
+ * never as the 0 tokens a wrapped conversion gave, which predictive then
+ * admitted as the shortest prompt. */
+static void
+test_tiny_chars_per_token(void)
+{
+	static const char *const sim_args[] = { "--engines", "2", "--preset", "opt-13b-a100",
+		                                NULL };
+	struct serve_env e;
+	struct store s;
+	struct sim_reply r = { 0 };
+	g_autofree char *cfg = NULL, *body = NULL;
+
+	store_write(&s, 1.0);
+	cfg = config_text(&s, "predictive", 1.0,
+	                  "\"engine\": {\"tokenize\": false, \"chars_per_token\": 1e-300}");
+	if (!serve_start(&e, sim_args, "pd", cfg)) {
+		store_clear(&s);
+		return;
+	}
+	body = g_strdup_printf("{\"model\":\"%s\",\"max_tokens\":4,\"prompt\":\"whale\"}", e.model);
+	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
+	serve_assert_error(&r, 400, "prompt_too_long");
+	sim_reply_clear(&r);
+	assert_no_engine_work(&e);
+	serve_clear(&e);
+	store_clear(&s);
+}
+
 /* --- the overload ramp ------------------------------------------------- */
 
 struct ramp_result {
@@ -470,6 +500,7 @@ main(int argc, char **argv)
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/admission/too-long", test_too_long);
 	g_test_add_func("/admission/too-long-no-engine-call", test_too_long_no_engine_call);
+	g_test_add_func("/admission/tiny-chars-per-token", test_tiny_chars_per_token);
 	g_test_add_func("/admission/overload-ramp", test_overload_ramp);
 	g_test_add_func("/admission/retry-after-honest", test_retry_after_honest);
 	g_test_add_func("/admission/defaults-start", test_defaults_start);

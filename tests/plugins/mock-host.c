@@ -17,6 +17,8 @@ struct per_engine {
 	gboolean scripted;
 	narwhal_estimate_status status;
 	double value;
+	uint64_t max_tokens;   /* the measured domain; 0: none */
+	uint32_t max_active;
 	guint calls;
 	struct nw_mock_estimate_call last;
 };
@@ -121,6 +123,9 @@ answer(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine, uint64
 	c->last.active_requests = active;
 	pe->calls++;
 	pe->last = c->last;
+	if ((pe->max_tokens > 0 && tokens > pe->max_tokens) ||
+	    (pe->max_active > 0 && active > pe->max_active))
+		status = NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
 	/* Like the real estimators: *out is written only on OK. */
 	if (status == NARWHAL_ESTIMATE_OK)
 		*out = value;
@@ -330,11 +335,28 @@ nw_mock_host_set_engine_estimate(struct nw_mock_host *mh, nw_mock_estimator whic
 }
 
 void
+nw_mock_host_set_engine_domain(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine,
+                               uint64_t max_tokens, uint32_t max_active)
+{
+	struct per_engine *pe;
+
+	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	pe = engine_slot(mh, which, engine);
+	pe->max_tokens = max_tokens;
+	pe->max_active = max_active;
+}
+
+void
 nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh)
 {
 	for (guint w = 0; w < NW_MOCK_N_ESTIMATORS; w++) {
-		for (guint i = 0; i < mh->engines[w]->len; i++)
-			g_array_index(mh->engines[w], struct per_engine, i).scripted = FALSE;
+		for (guint i = 0; i < mh->engines[w]->len; i++) {
+			struct per_engine *pe = &g_array_index(mh->engines[w], struct per_engine, i);
+
+			pe->scripted = FALSE;
+			pe->max_tokens = 0;
+			pe->max_active = 0;
+		}
 	}
 }
 

@@ -73,6 +73,13 @@ const struct nw_mock_estimate_call *nw_mock_host_last_estimate(const struct nw_m
 void nw_mock_host_set_engine_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
                                       uint32_t engine, narwhal_estimate_status status,
                                       double value);
+/* The measured domain of one engine's estimator: an input above it
+ * (tokens, or resident KV tokens for decode, above max_tokens; more than
+ * max_active requests) is OUT_OF_DOMAIN whatever the script says, as the
+ * real estimators answer. 0: no bound. */
+void nw_mock_host_set_engine_domain(struct nw_mock_host *mh, nw_mock_estimator which,
+                                    uint32_t engine, uint64_t max_tokens, uint32_t max_active);
+/* Forgets the scripts and the domains. */
 void nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh);
 /* Like a profile's decode grid: decode_interval_seconds answers
  * OUT_OF_DOMAIN (and records no call) for more than max_active requests;

@@ -38,6 +38,8 @@ struct eng {
 	struct est queue;   /* prefill_queue_seconds */
 	struct est prefill; /* prefill_seconds */
 	struct est decode;  /* decode_interval_seconds */
+	uint64_t decode_max_kv;     /* its measured decode domain; 0: unbounded */
+	uint32_t decode_max_active;
 };
 
 struct fleet {
@@ -89,6 +91,8 @@ script(struct nw_mock_host *mh, const struct eng *engs)
 		if (e->decode.given)
 			nw_mock_host_set_engine_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS, i,
 			                                 e->decode.st, e->decode.v);
+		nw_mock_host_set_engine_domain(mh, NW_MOCK_DECODE_INTERVAL_SECONDS, i,
+		                               e->decode_max_kv, e->decode_max_active);
 	}
 }
 
@@ -214,15 +218,43 @@ static const struct scenario scenarios[] = {
 	    { "p1", PREFILL, .queue = E(OOD, 0), .prefill = E(OOD, 0) },
 	    { "d0", DECODE, .decode = E(OK, 0.02) } },
 	  NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain", NAN, 0.0 },
-	{ "issue 12: load outside the measured domain is refused with Retry-After, never "
-	  "admitted unpriced", NULL, 1.5,
+	{ "issue 12: load outside the measured domain (resident decode work, outside the "
+	  "single-phase region until it drains) is refused with Retry-After, never admitted "
+	  "unpriced", NULL, 1.5,
+	  { { "p0", PREFILL, .resident_decode = 1, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .decode = E(OK, 0.02) } },
+	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.5 },
+	{ "spec 4.1 (issue 12): a prompt the projection cannot price on any prefill engine "
+	  "without resident decode work (beyond the measured handoff, plugin-abi.h) is answered "
+	  "at once as too long: no load will ever price it", NULL, 1.5,
 	  { { "p0", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "p1", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .decode = E(OK, 0.02) } },
+	  NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain", NAN, 0.0 },
+	{ "issue 12: one prefill engine out only by its resident decode work makes it a 429",
+	  NULL, 1.5,
+	  { { "p0", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
+	    { "p1", PREFILL, .resident_decode = 2, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
 	    { "d0", DECODE, .decode = E(OK, 0.02) } },
 	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.5 },
 	{ "issue 12: every decode engine outside its measured grid leaves no priced path", NULL,
 	  1.0,
 	  { { "p0", PREFILL, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
-	    { "d0", DECODE, .decode = E(OOD, 0) } },
+	    { "d0", DECODE, .resident_decode = 64, .decode = E(OK, 0.02),
+	      .decode_max_active = 64 } },
+	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.0 },
+	{ "spec 4.1 (issue 12): a prompt whose KV tokens alone are beyond every decode engine's "
+	  "measured grid is answered at once as too long: no load will ever price it", NULL, 1.0,
+	  { { "p0", PREFILL, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .decode = E(OK, 0.02), .decode_max_kv = 999 },
+	    { "d1", DECODE, .resident_decode = 1, .decode = E(OK, 0.02), .decode_max_kv = 999 } },
+	  NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain", NAN, 0.0 },
+	{ "issue 12: one decode engine whose grid holds the prompt idle makes it a 429", NULL,
+	  1.0,
+	  { { "p0", PREFILL, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
+	    { "d0", DECODE, .decode = E(OK, 0.02), .decode_max_kv = 999 },
+	    { "d1", DECODE, .resident_decode = 2, .resident_kv_tokens = 5000,
+	      .decode = E(OK, 0.02), .decode_max_kv = 5500 } },
 	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.0 },
 	{ "issue 12: an out-of-domain path is not priced; the others are", NULL, 1.0,
 	  { { "p0", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },

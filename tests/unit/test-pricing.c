@@ -760,6 +760,41 @@ test_placing(void)
 	env_clear(&e);
 }
 
+/* A profile the store accepts (finite, 0 or more over its domain) can
+ * still price a prompt at more seconds than a clock in nanoseconds holds
+ * (docs/profiles.md, the store's format: any finite coefficient). The
+ * projection stays that number of seconds, so predictive admission sees
+ * a prompt far over its budget (a 400 too long, not a 429 "outside the
+ * measured domain" that a retry never changes); a resident whose tail
+ * after the prefill is as long is due before it arrived, with no
+ * arithmetic overflow (the sanitizer build traps one). */
+static void
+test_huge_times(void)
+{
+	struct env e;
+	struct nw_price_hold holds[2] = { 0 };
+	double out = -1;
+
+	env_init(&e, NULL, true);
+	e.prof[0].prefill.c_s = 1e300;  /* 1e306 s at 1000 tokens */
+	e.prof[0].decode.d0_s = 1e300;  /* the tail after a prefill on p0 */
+	nw_pricing_profiles_changed(e.f);
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 1000, T0, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(out, >=, 1e306);
+	g_assert_true(isfinite(out));
+	holds[0].arrival_ns = T0;
+	run(&e, holds, (const struct step[]){ { PENDING, 0, 0, 100 }, { RESIDENT, 0, 0 }, { END } },
+	    T0);
+	g_assert_cmpint(holds[0].due_ns, <, holds[0].arrival_ns);
+	/* A prompt behind it is priced with the resident's work ahead. */
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 100, T0, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(out, >=, 1e304 + 1e5);
+	g_assert_true(isfinite(out));
+	run(&e, holds, (const struct step[]){ { RELEASE, 0 }, { END } }, T0);
+	assert_ledger_zero(e.f);
+	env_clear(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -778,5 +813,6 @@ main(int argc, char **argv)
 	g_test_add_func("/pricing/resident-kv", test_resident_kv);
 	g_test_add_func("/pricing/batched-wait", test_batched_wait);
 	g_test_add_func("/pricing/placing", test_placing);
+	g_test_add_func("/pricing/huge-times", test_huge_times);
 	return g_test_run();
 }

@@ -7,6 +7,7 @@
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/profile.h"
 
@@ -252,6 +253,42 @@ static const struct load_case load_cases[] = {
 	{ "kv-order", "engines.1.decode.min_kv_tokens", "500000",
 	  "engines[1].decode.max_kv_tokens: 400000 is below min_kv_tokens (500000): an integer, "
 	  "min_kv_tokens or more" },
+	/* Each model gives a finite number of seconds, 0 or more, everywhere in
+	 * its measured domain (docs/profiles.md, "Errors"): a fit that prices
+	 * a prompt there at minus 256 s would be admitted as taking no time.
+	 * The sample's prefill domain is 16..8192 tokens; its decode grid 1..64
+	 * requests by 0..400000 KV tokens; its handoff up to 8192 tokens. */
+	{ "prefill-negative-at-min", "engines.0.prefill.c_s", "-1",
+	  "engines[0].prefill: the fit gives -255.986 s at 16 tokens, inside its measured "
+	  "domain: coefficients that give 0 s or more from min_tokens to max_tokens (run "
+	  "narwhal-profile again)" },
+	{ "prefill-negative-at-max", "engines.0.prefill.c_s", "-2e-08",
+	  "engines[0].prefill: the fit gives -0.551937 s at 8192 tokens, inside its measured "
+	  "domain: coefficients that give 0 s or more from min_tokens to max_tokens (run "
+	  "narwhal-profile again)" },
+	/* a + b*L + c*L^2 with b < 0 < c dips inside the domain: its least is
+	 * at L = 4000 (b = -8e-5, c = 1e-8: -0.148 s) */
+	{ "prefill-negative-inside", "engines.1.prefill",
+	  "{\"a_s\": 0.012, \"b_s\": -8e-05, \"c_s\": 1e-08, \"min_tokens\": 16,"
+	  " \"max_tokens\": 8192, \"samples\": 40, \"rel_rms_error\": 0.03}",
+	  "engines[1].prefill: the fit gives -0.148 s at 4000 tokens, inside its measured "
+	  "domain: coefficients that give 0 s or more from min_tokens to max_tokens (run "
+	  "narwhal-profile again)" },
+	{ "prefill-not-finite", "engines.0.prefill.c_s", "1e305",
+	  "engines[0].prefill: the fit gives inf s at 8192 tokens, inside its measured domain: "
+	  "coefficients that give 0 s or more from min_tokens to max_tokens (run narwhal-profile "
+	  "again)" },
+	{ "decode-negative", "engines.0.decode.d1_s", "-1e-06",
+	  "engines[0].decode: the fit gives -0.38885 s at 1 active requests and 400000 KV tokens, "
+	  "inside its measured domain: coefficients that give 0 s or more over min_active.."
+	  "max_active and min_kv_tokens..max_kv_tokens (run narwhal-profile again)" },
+	{ "decode-negative-d0", "engines.1.decode.d0_s", "-1",
+	  "engines[1].decode: the fit gives -0.99985 s at 1 active requests and 0 KV tokens, "
+	  "inside its measured domain: coefficients that give 0 s or more over min_active.."
+	  "max_active and min_kv_tokens..max_kv_tokens (run narwhal-profile again)" },
+	{ "handoff-negative", "engines.0.handoff.setup_s", "-0.5",
+	  "engines[0].handoff: the fit gives -0.499999 s at 1 tokens, inside its measured domain: "
+	  "coefficients that give 0 s or more up to max_tokens (run narwhal-profile again)" },
 	/* missing members */
 	{ "missing-handoff", "engines.1.handoff", NULL,
 	  "engines[1].handoff: missing: an object with the handoff fit" },
@@ -340,6 +377,80 @@ test_load_malformed(void)
 	remove_dir(dir);
 }
 
+/* What profiles.path names but is no file: a directory, a device, a
+ * named pipe. Each is refused at once with what is valid; a pipe never
+ * blocks the loader (at a reload it would stop the daemon) waiting for a
+ * writer. The load runs in a thread so that a loader that blocks fails
+ * the test at its deadline instead of hanging it. */
+struct load_job {
+	const char *file;
+	GMutex lock;
+	GCond done_cond;
+	bool done;
+	char *message;
+};
+
+static gpointer
+load_thread(gpointer data)
+{
+	struct load_job *j = data;
+	GError *error = NULL;
+	struct nw_profile_store *s = nw_profile_store_load(j->file, &error);
+
+	nw_profile_store_free(s);
+	g_mutex_lock(&j->lock);
+	j->message = g_strdup(error != NULL ? error->message : "(loaded)");
+	j->done = true;
+	g_cond_signal(&j->done_cond);
+	g_mutex_unlock(&j->lock);
+	g_clear_error(&error);
+	return NULL;
+}
+
+static char *
+load_message_within(const char *file, int seconds)
+{
+	struct load_job j = { .file = file };
+	gint64 deadline = g_get_monotonic_time() + seconds * G_TIME_SPAN_SECOND;
+	GThread *t;
+	char *message;
+
+	g_mutex_init(&j.lock);
+	g_cond_init(&j.done_cond);
+	t = g_thread_new("load", load_thread, &j);
+	g_mutex_lock(&j.lock);
+	while (!j.done) {
+		if (!g_cond_wait_until(&j.done_cond, &j.lock, deadline) && !j.done)
+			g_error("loading %s did not return within %d s", file, seconds);
+	}
+	g_mutex_unlock(&j.lock);
+	g_thread_join(t);
+	message = j.message;
+	g_mutex_clear(&j.lock);
+	g_cond_clear(&j.done_cond);
+	return message;
+}
+
+static void
+test_load_not_a_file(void)
+{
+	g_autofree char *dir = scratch_dir();
+	g_autofree char *fifo = g_build_filename(dir, "store.json", NULL);
+	const char *const cases[] = { dir, fifo, "/dev/null" };
+
+	g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+		g_autofree char *got = load_message_within(cases[i], 5);
+		g_autofree char *expect = g_strdup_printf(
+			"%s: not a regular file (a directory, a pipe or a device): profiles.path names "
+			"the JSON file narwhal-profile writes", cases[i]);
+
+		g_assert_cmpstr(got, ==, expect);
+	}
+	g_unlink(fifo);
+	remove_dir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -349,6 +460,7 @@ main(int argc, char **argv)
 	g_test_add_func("/profile/save-error", test_save_error);
 	g_test_add_func("/profile/save-not-finite", test_save_not_finite);
 	g_test_add_func("/profile/load-malformed", test_load_malformed);
+	g_test_add_func("/profile/load-not-a-file", test_load_not_a_file);
 	for (size_t i = 0; i < G_N_ELEMENTS(load_cases); i++) {
 		g_autofree char *name = g_strdup_printf("/profile/load-error/%s", load_cases[i].name);
 		g_test_add_data_func(name, &load_cases[i], test_load_error);
