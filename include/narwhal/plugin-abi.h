@@ -232,8 +232,10 @@ struct narwhal_host {
 	 * priced at the measured lower edge, an upper bound).
 	 *
 	 * prefill_seconds: the engine's own time to prefill one prompt of
-	 * prompt_tokens on an idle engine (the quadratic form, spec 7.7). A
-	 * count sized by engine.chars_per_token is priced the same way.
+	 * prompt_tokens on an idle engine (the quadratic form, spec 7.7) and,
+	 * on a prefill engine of a pair, to hand it off when the profile
+	 * measured that: what the prompt costs at zero backlog. A count sized
+	 * by engine.chars_per_token is priced the same way.
 	 *
 	 * decode_interval_seconds: the token interval with active_requests
 	 * decoding and resident_kv_tokens held between them, times the

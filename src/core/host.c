@@ -213,20 +213,14 @@ svc_fleet(void *ctx)
 	return h->fleet ? &h->fleet->view : NULL;
 }
 
-/* The engine's measured profile, or NULL: no fleet, no such engine, or
- * none measured (narwhal-profile writes them; docs/profiles.md). */
-static const struct nw_engine_profile *
-profile_of(const struct nw_host *h, uint32_t engine)
-{
-	if (h->fleet == NULL || engine >= h->fleet->view.n_engines)
-		return NULL;
-	return h->fleet->profiles[engine];
-}
-
 static narwhal_estimate_status
 svc_prefill_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *out)
 {
-	return nw_estimate_prefill_s(profile_of(ctx, engine), tokens, out);
+	struct nw_host *h = ctx;
+
+	if (h->fleet == NULL)
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	return nw_pricing_prefill_s(h->fleet, engine, tokens, out);
 }
 
 /* The profile's interval times the engine's live correction (spec 7.7). */

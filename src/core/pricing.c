@@ -163,6 +163,22 @@ pool_refresh(struct nw_fleet *f)
 	pr->pool_epoch = pr->epoch;
 }
 
+/* Whether engine's prefills end in a handoff its profile measured: a
+ * prefill engine of a pair (an aggregate leg hands nothing off). */
+static bool
+hands_off(struct nw_fleet *f, uint32_t engine, const struct nw_engine_profile *p)
+{
+	pool_refresh(f);
+	return f->pricing.pool_paired && f->engines[engine].role == NARWHAL_ROLE_PREFILL &&
+	       p->handoff.samples > 0;
+}
+
+static double
+handoff_s(const struct nw_engine_profile *p, uint64_t tokens)
+{
+	return MAX(p->handoff.setup_s + p->handoff.per_token_s * (double)tokens, 0);
+}
+
 /* What a prompt's first token waits for once its prefill on engine
  * ended: the handoff (when the profile measured it and the engine hands
  * off) and two idle decode steps, corrected (a busy decode engine ends
@@ -175,10 +191,8 @@ after_prefill_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens)
 
 	if (p == NULL)
 		return 0;
-	pool_refresh(f);
-	if (f->pricing.pool_paired && f->engines[engine].role == NARWHAL_ROLE_PREFILL &&
-	    p->handoff.samples > 0)
-		tail += MAX(p->handoff.setup_s + p->handoff.per_token_s * (double)tokens, 0);
+	if (hands_off(f, engine, p))
+		tail += handoff_s(p, tokens);
 	if (nw_estimate_decode_interval_s(p, p->decode.min_active, p->decode.min_kv_tokens, &step) ==
 	    NARWHAL_ESTIMATE_OK)
 		tail += 2 * MAX(step * f->ledger[engine].correction, 0);
@@ -411,6 +425,28 @@ batched_wait_ns(const struct nw_fleet *f, uint32_t engine, int64_t now_ns, int64
 }
 
 narwhal_estimate_status
+nw_pricing_prefill_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens, double *out)
+{
+	const struct nw_engine_profile *p;
+	narwhal_estimate_status st;
+	double prefill;
+
+	if (engine >= f->view.n_engines || (p = f->profiles[engine]) == NULL)
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	st = nw_estimate_prefill_s(p, tokens, &prefill);
+	if (st != NARWHAL_ESTIMATE_OK)
+		return st;
+	prefill = MAX(prefill, 0);
+	if (hands_off(f, engine, p)) {
+		if (tokens > p->handoff.max_tokens)
+			return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
+		prefill += handoff_s(p, tokens);
+	}
+	*out = prefill;
+	return NARWHAL_ESTIMATE_OK;
+}
+
+narwhal_estimate_status
 nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens, int64_t now_ns,
                            double *out)
 {
@@ -431,19 +467,18 @@ nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine, uint64_t tokens,
 	st = nw_estimate_prefill_s(p, tokens, &prefill);
 	if (st != NARWHAL_ESTIMATE_OK)
 		return st;
+	prefill = MAX(prefill, 0);
 	own = 0;
-	pool_refresh(f);
-	/* A prefill engine of a pair hands off; an aggregate leg does not. */
-	if (f->pricing.pool_paired && v->role == NARWHAL_ROLE_PREFILL && p->handoff.samples > 0) {
+	if (hands_off(f, engine, p)) {
 		if (tokens > p->handoff.max_tokens)
 			return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
-		own += MAX(p->handoff.setup_s + p->handoff.per_token_s * (double)tokens, 0);
+		own = handoff_s(p, tokens);
 	}
 	backlog = backlog_ns(f, engine, now_ns);
 	wait = batched_wait_ns(f, engine, now_ns, now_ns + backlog + ns_of(prefill));
 	/* In seconds, not the clock's nanoseconds: a prompt the profile
 	 * prices beyond what those hold is still that far over the target. */
-	*out = (double)backlog / 1e9 + MAX(prefill, 0) + MAX(own, 0);
+	*out = (double)backlog / 1e9 + prefill + own;
 	/* A prompt that would make an earlier one miss its target cannot go
 	 * there now, whatever its own slack: priced beyond the target by the
 	 * wait, so a refusal's Retry-After says when it can. */

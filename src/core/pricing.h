@@ -161,6 +161,11 @@ void nw_pricing_release(struct nw_fleet *f, struct nw_price_hold *h);
 
 /* --- estimators (NARWHAL_ESTIMATE_*; *out only on OK) ------------------- */
 
+/* plugin-abi.h's prefill_seconds: the prompt's own prefill on an idle
+ * engine and, on a prefill engine of a pair whose profile measured it,
+ * the handoff (OUT_OF_DOMAIN beyond the longest handoff measured). */
+narwhal_estimate_status nw_pricing_prefill_s(struct nw_fleet *f, uint32_t engine,
+                                             uint64_t tokens, double *out);
 /* plugin-abi.h's prefill_queue_seconds at now_ns. */
 narwhal_estimate_status nw_pricing_prefill_queue_s(struct nw_fleet *f, uint32_t engine,
                                                    uint64_t tokens, int64_t now_ns, double *out);

@@ -35,7 +35,6 @@ struct nw_mock_host {
 	guint fleet_reads;
 	struct canned estimates[NW_MOCK_N_ESTIMATORS];
 	GArray *engines[NW_MOCK_N_ESTIMATORS]; /* struct per_engine, by engine index */
-	uint32_t decode_max_active;            /* 0: no grid bound */
 };
 
 static const char *const level_names[] = { "debug", "info", "warning", "error" };
@@ -142,18 +141,8 @@ static narwhal_estimate_status
 mock_decode_interval_seconds(void *host_ctx, uint32_t engine, uint32_t active_requests,
                              uint64_t resident_kv_tokens, double *out)
 {
-	const struct nw_mock_host *mh = host_ctx;
-
-	if (mh->decode_max_active > 0 && active_requests > mh->decode_max_active)
-		return NARWHAL_ESTIMATE_OUT_OF_DOMAIN;
 	return answer(host_ctx, NW_MOCK_DECODE_INTERVAL_SECONDS, engine, resident_kv_tokens,
 	              active_requests, out);
-}
-
-void
-nw_mock_host_set_decode_grid(struct nw_mock_host *mh, uint32_t max_active)
-{
-	mh->decode_max_active = max_active;
 }
 
 static narwhal_estimate_status

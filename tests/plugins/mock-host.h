@@ -81,10 +81,6 @@ void nw_mock_host_set_engine_domain(struct nw_mock_host *mh, nw_mock_estimator w
                                     uint32_t engine, uint64_t max_tokens, uint32_t max_active);
 /* Forgets the scripts and the domains. */
 void nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh);
-/* Like a profile's decode grid: decode_interval_seconds answers
- * OUT_OF_DOMAIN (and records no call) for more than max_active requests;
- * 0 (the default) sets no bound. */
-void nw_mock_host_set_decode_grid(struct nw_mock_host *mh, uint32_t max_active);
 /* Calls of one estimator about one engine, and the last of them (NULL when
  * it was never asked about that engine). */
 guint nw_mock_host_estimate_calls_for(const struct nw_mock_host *mh, nw_mock_estimator which,

@@ -237,25 +237,26 @@ static const struct scenario scenarios[] = {
 	    { "p1", PREFILL, .resident_decode = 2, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
 	    { "d0", DECODE, .decode = E(OK, 0.02) } },
 	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.5 },
-	{ "issue 12: every decode engine outside its measured grid leaves no priced path", NULL,
-	  1.0,
+	{ "issue 12: a decode engine busier than its measured grid prices the first token's "
+	  "step at slo.tpot_s (0.05 s), twice while it decodes: the load is unpriced, not the "
+	  "request", NULL, 1.0,
 	  { { "p0", PREFILL, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
 	    { "d0", DECODE, .resident_decode = 64, .decode = E(OK, 0.02),
 	      .decode_max_active = 64 } },
-	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.0 },
+	  NARWHAL_ADMIT, "priced", 0.2, 0.0 },
 	{ "spec 4.1 (issue 12): a prompt whose KV tokens alone are beyond every decode engine's "
 	  "measured grid is answered at once as too long: no load will ever price it", NULL, 1.0,
 	  { { "p0", PREFILL, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
 	    { "d0", DECODE, .decode = E(OK, 0.02), .decode_max_kv = 999 },
 	    { "d1", DECODE, .resident_decode = 1, .decode = E(OK, 0.02), .decode_max_kv = 999 } },
 	  NARWHAL_REFUSE_TOO_LONG, "outside_measured_domain", NAN, 0.0 },
-	{ "issue 12: one decode engine whose grid holds the prompt idle makes it a 429", NULL,
-	  1.0,
+	{ "issue 12: one decode engine whose grid holds the prompt idle keeps it priced: its "
+	  "load beyond the grid prices the first step at slo.tpot_s", NULL, 1.0,
 	  { { "p0", PREFILL, .queue = E(OK, 0.1), .prefill = E(OK, 0.1) },
 	    { "d0", DECODE, .decode = E(OK, 0.02), .decode_max_kv = 999 },
 	    { "d1", DECODE, .resident_decode = 2, .resident_kv_tokens = 5000,
 	      .decode = E(OK, 0.02), .decode_max_kv = 5500 } },
-	  NARWHAL_REFUSE, "outside_measured_domain", NAN, 1.0 },
+	  NARWHAL_ADMIT, "priced", 0.2, 0.0 },
 	{ "issue 12: an out-of-domain path is not priced; the others are", NULL, 1.0,
 	  { { "p0", PREFILL, .queue = E(OOD, 0), .prefill = E(OK, 0.1) },
 	    { "p1", PREFILL, .queue = E(OK, 0.3), .prefill = E(OK, 0.1) },
@@ -455,7 +456,8 @@ test_decode_beyond_grid(void)
 {
 	static const struct eng engs[] = {
 		{ "p0", PREFILL, .queue = E(OK, 0.5), .prefill = E(OK, 0.1) },
-		{ "d0", DECODE, .resident_decode = 80, .decode = E(OK, 0.04) },
+		{ "d0", DECODE, .resident_decode = 80, .decode = E(OK, 0.04),
+		  .decode_max_active = 64 },
 		{ NULL },
 	};
 	struct fleet f;
@@ -467,7 +469,6 @@ test_decode_beyond_grid(void)
 	if (h == NULL)
 		return;
 	script(h->host, engs);
-	nw_mock_host_set_decode_grid(h->host, 64);
 	out = decide(h, 100);
 	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
 	g_assert_cmpfloat_with_epsilon(out.projected_ttft_s, 0.5 + 2 * 0.05, 1e-12);

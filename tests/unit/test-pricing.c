@@ -340,6 +340,13 @@ test_handoff_added(void)
 		                cases[i].status);
 		if (cases[i].status == NARWHAL_ESTIMATE_OK)
 			g_assert_cmpfloat_with_epsilon(out, cases[i].expect_s, 1e-9);
+		/* prefill_seconds is the same at zero backlog (plugin-abi.h:
+		 * what the prompt costs there, handoff included) */
+		out = -1;
+		g_assert_cmpint(nw_pricing_prefill_s(e.f, 0, cases[i].tokens, &out), ==,
+		                cases[i].status);
+		if (cases[i].status == NARWHAL_ESTIMATE_OK)
+			g_assert_cmpfloat_with_epsilon(out, cases[i].expect_s, 1e-9);
 		env_clear(&e);
 	}
 }
