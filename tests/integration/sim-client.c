@@ -394,3 +394,80 @@ sim_raw_request(guint16 port, const char *path, const char *body, guint timeout_
 	g_string_free(got, TRUE);
 	return fd;
 }
+
+/* --- command-line tools ------------------------------------------------- */
+
+struct tool_wait {
+	GSubprocess *proc;
+	gboolean done;
+	gboolean timed_out;
+	char *out;
+	char *err;
+};
+
+static void
+tool_communicated(GObject *source, GAsyncResult *res, gpointer data)
+{
+	struct tool_wait *w = data;
+	GError *error = NULL;
+
+	(void)source;
+	g_subprocess_communicate_utf8_finish(w->proc, res, &w->out, &w->err, &error);
+	g_assert_no_error(error);
+	w->done = TRUE;
+}
+
+static gboolean
+tool_timed_out(gpointer data)
+{
+	struct tool_wait *w = data;
+
+	w->timed_out = TRUE;
+	g_subprocess_force_exit(w->proc);
+	return G_SOURCE_REMOVE;
+}
+
+void
+tool_run(const char *bin, const char *name, const char *const *args, guint timeout_s,
+         struct tool_run *r)
+{
+	g_autoptr(GPtrArray) argv = g_ptr_array_new();
+	struct tool_wait w = { 0 };
+	GError *error = NULL;
+	gint64 started = g_get_monotonic_time();
+	guint timer;
+
+	memset(r, 0, sizeof *r);
+	g_ptr_array_add(argv, (gpointer)bin);
+	for (const char *const *a = args; *a; a++)
+		g_ptr_array_add(argv, (gpointer)*a);
+	g_ptr_array_add(argv, NULL);
+	w.proc = g_subprocess_newv((const char *const *)argv->pdata,
+	                           G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE,
+	                           &error);
+	g_assert_no_error(error);
+	g_subprocess_communicate_utf8_async(w.proc, NULL, NULL, tool_communicated, &w);
+	timer = g_timeout_add_seconds(timeout_s, tool_timed_out, &w);
+	while (!w.done)
+		g_main_context_iteration(NULL, TRUE);
+	if (!w.timed_out)
+		g_source_remove(timer);
+	g_subprocess_wait(w.proc, NULL, NULL);
+	r->status = g_subprocess_get_if_exited(w.proc) ? g_subprocess_get_exit_status(w.proc) : -1;
+	r->out = w.out;
+	r->err = w.err;
+	r->doc = json_loads(r->out ? r->out : "", 0, NULL);
+	r->seconds = (double)(g_get_monotonic_time() - started) / 1e6;
+	g_object_unref(w.proc);
+	g_test_message("%s exit %d after %.1f s\nstdout:\n%s\nstderr:\n%s", name, r->status,
+	               r->seconds, r->out, r->err);
+}
+
+void
+tool_run_clear(struct tool_run *r)
+{
+	g_free(r->out);
+	g_free(r->err);
+	json_decref(r->doc);
+	memset(r, 0, sizeof *r);
+}

@@ -75,4 +75,19 @@ long sim_set_faults(const struct sim_proc *p, unsigned engine, const char *fault
  * (bounded); returns the socket for the caller to close, or -1. */
 int sim_raw_request(guint16 port, const char *path, const char *body, guint timeout_ms);
 
+/* One run of a Narwhal command-line tool (narwhal-check, narwhal-profile). */
+struct tool_run {
+	int status;      /* exit status; -1: killed */
+	char *out;
+	char *err;
+	json_t *doc;     /* stdout as JSON, when it is */
+	double seconds;  /* wall time */
+};
+
+/* Run bin with args (NULL-terminated) on the thread-default main context,
+ * stopped after timeout_s; its outputs go into the test's log under name. */
+void tool_run(const char *bin, const char *name, const char *const *args, guint timeout_s,
+              struct tool_run *r);
+void tool_run_clear(struct tool_run *r);
+
 #endif /* NW_TEST_SIM_CLIENT_H */

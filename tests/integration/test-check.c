@@ -19,22 +19,6 @@
 /* A whole run of narwhal-check is bounded by this. */
 #define RUN_TIMEOUT_S 60
 
-struct run {
-	int status;      /* exit status; -1: killed */
-	char *out;
-	char *err;
-	json_t *doc;     /* stdout as JSON, when it is */
-};
-
-static void
-run_clear(struct run *r)
-{
-	g_free(r->out);
-	g_free(r->err);
-	json_decref(r->doc);
-	memset(r, 0, sizeof *r);
-}
-
 static const char *
 check_bin(void)
 {
@@ -44,67 +28,11 @@ check_bin(void)
 	return bin;
 }
 
-struct wait {
-	GSubprocess *proc;
-	gboolean done;
-	gboolean timed_out;
-	char *out;
-	char *err;
-};
-
-static void
-on_communicated(GObject *source, GAsyncResult *res, gpointer data)
-{
-	struct wait *w = data;
-	GError *error = NULL;
-
-	g_subprocess_communicate_utf8_finish(w->proc, res, &w->out, &w->err, &error);
-	g_assert_no_error(error);
-	w->done = TRUE;
-}
-
-static gboolean
-on_run_timeout(gpointer data)
-{
-	struct wait *w = data;
-
-	w->timed_out = TRUE;
-	g_subprocess_force_exit(w->proc);
-	return G_SOURCE_REMOVE;
-}
-
 /* Run narwhal-check with these arguments (NULL-terminated), bounded. */
 static void
-run_check(const char *const *args, struct run *r)
+run_check(const char *const *args, struct tool_run *r)
 {
-	g_autoptr(GPtrArray) argv = g_ptr_array_new();
-	struct wait w = { 0 };
-	GError *error = NULL;
-	guint timer;
-
-	memset(r, 0, sizeof *r);
-	g_ptr_array_add(argv, (gpointer)check_bin());
-	for (const char *const *a = args; *a; a++)
-		g_ptr_array_add(argv, (gpointer)*a);
-	g_ptr_array_add(argv, NULL);
-	w.proc = g_subprocess_newv((const char *const *)argv->pdata,
-	                           G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE,
-	                           &error);
-	g_assert_no_error(error);
-	g_subprocess_communicate_utf8_async(w.proc, NULL, NULL, on_communicated, &w);
-	timer = g_timeout_add_seconds(RUN_TIMEOUT_S, on_run_timeout, &w);
-	while (!w.done)
-		g_main_context_iteration(NULL, TRUE);
-	if (!w.timed_out)
-		g_source_remove(timer);
-	g_subprocess_wait(w.proc, NULL, NULL);
-	r->status = g_subprocess_get_if_exited(w.proc) ? g_subprocess_get_exit_status(w.proc) : -1;
-	r->out = w.out;
-	r->err = w.err;
-	r->doc = json_loads(r->out ? r->out : "", 0, NULL);
-	g_object_unref(w.proc);
-	g_test_message("narwhal-check exit %d\nstdout:\n%s\nstderr:\n%s", r->status, r->out,
-	               r->err);
+	tool_run(check_bin(), "narwhal-check", args, RUN_TIMEOUT_S, r);
 }
 
 /* A simulated fleet and a configuration file for it. */
@@ -189,7 +117,7 @@ fleet_clear(struct fleet *f)
 
 /* The record of a check on a subject ("sim-0", or "sim-0 -> sim-1"). */
 static json_t *
-find_check(const struct run *r, const char *check, const char *subject)
+find_check(const struct tool_run *r, const char *check, const char *subject)
 {
 	json_t *checks = json_object_get(r->doc, "checks");
 	size_t i;
@@ -211,7 +139,7 @@ find_check(const struct run *r, const char *check, const char *subject)
 }
 
 static void
-assert_verdict(const struct run *r, const char *check, const char *subject, const char *verdict,
+assert_verdict(const struct tool_run *r, const char *check, const char *subject, const char *verdict,
                const char *reason_part)
 {
 	json_t *c = find_check(r, check, subject);
@@ -224,7 +152,7 @@ assert_verdict(const struct run *r, const char *check, const char *subject, cons
 }
 
 static json_int_t
-summary(const struct run *r, const char *verdict)
+summary(const struct tool_run *r, const char *verdict)
 {
 	return json_integer_value(json_object_get(json_object_get(r->doc, "summary"), verdict));
 }
@@ -237,7 +165,7 @@ test_healthy_fleet(void)
 {
 	const char *const sim_args[] = { "--kv-lease-duration", "20", NULL };
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/healthy-fleet: every check of a healthy simulated fleet "
 	               "passes and narwhal-check exits 0, with timings in the JSON");
@@ -275,7 +203,7 @@ test_healthy_fleet(void)
 		                                                    "p99")), <, 1.0);
 		g_assert_cmpfloat(json_number_value(held), >, 0.0);
 	}
-	run_clear(&r);
+	tool_run_clear(&r);
 	/* The readable report: a line per check, then the summary. */
 	{
 		const char *const args[] = { "--samples", "1", "--no-lease-check", f.config, NULL };
@@ -287,7 +215,7 @@ test_healthy_fleet(void)
 	g_assert_nonnull(strstr(r.out, "\nPASS: 8 checks: 8 pass, 0 warn, 0 fail, 0 skip"));
 	/* Not a terminal: no progress line. */
 	g_assert_null(strstr(r.err, "\r"));
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -298,7 +226,7 @@ static void
 test_broken_handoff(void)
 {
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/broken-handoff: a decode engine answering 503 fails both "
 	               "pairs with stage and status; a refusing engine fails health");
@@ -325,7 +253,7 @@ test_broken_handoff(void)
 		g_assert_cmpstr(json_string_value(json_object_get(failure, "stage")), ==, "decode");
 		g_assert_cmpint(json_integer_value(json_object_get(failure, "status")), ==, 503);
 	}
-	run_clear(&r);
+	tool_run_clear(&r);
 
 	g_assert_cmpint(sim_set_faults(&f.sim, 1, "{\"error_rate\": 0, "
 	                               "\"refuse_connections\": true}"), ==, 200);
@@ -340,7 +268,7 @@ test_broken_handoff(void)
 	assert_verdict(&r, "model", "sim-1", "skip", "health check failed");
 	assert_verdict(&r, "handoff", "sim-0 -> sim-1", "skip", "sim-1's health check failed");
 	assert_verdict(&r, "lease", "sim-1", "skip", "health check failed");
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -351,7 +279,7 @@ static void
 test_handoff_above_lease(void)
 {
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/handoff-above-lease: a handoff p99 above the prefill "
 	               "engine's kv_lease_s fails that pair with the reason");
@@ -371,7 +299,7 @@ test_handoff_above_lease(void)
 	               "exceeds sim-0's kv_lease_s (0.001 s)");
 	/* sim-1's lease (1 s) is long enough. */
 	assert_verdict(&r, "handoff", "sim-1 -> sim-0", "pass", NULL);
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -383,7 +311,7 @@ test_lease_not_released(void)
 {
 	const char *const sim_args[] = { "--kv-lease-duration", "200", NULL };
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/lease-not-released: an engine that keeps an abandoned "
 	               "handoff past its configured kv_lease_s fails the lease check");
@@ -399,7 +327,7 @@ test_lease_not_released(void)
 	assert_verdict(&r, "lease", "sim-0", "fail",
 	               "the engine did not release an abandoned handoff within its lease");
 	assert_verdict(&r, "lease", "sim-1", "fail", NULL);
-	run_clear(&r);
+	tool_run_clear(&r);
 	/* A lease longer than the wait allowed is skipped, not failed. */
 	{
 		const char *const args[] = { "--json", "--samples", "1", "--lease-wait-s", "1",
@@ -409,7 +337,7 @@ test_lease_not_released(void)
 	}
 	g_assert_cmpint(r.status, ==, 0);
 	assert_verdict(&r, "lease", "sim-0", "skip", "raise --lease-wait-s");
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -422,7 +350,7 @@ test_lease_below_handoff_timeout(void)
 {
 	const char *const sim_args[] = { "--kv-lease-duration", "20", NULL };
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/lease-below-handoff-timeout: an engine that releases an "
 	               "abandoned handoff before serving.handoff_timeout_s fails the lease check");
@@ -435,7 +363,7 @@ test_lease_below_handoff_timeout(void)
 	}
 	g_assert_cmpint(r.status, ==, 1);
 	assert_verdict(&r, "lease", "sim-0", "fail", "before serving.handoff_timeout_s");
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -444,7 +372,7 @@ static void
 test_model_mismatch(void)
 {
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/model-mismatch: engines that do not serve fleet.model fail "
 	               "their model check");
@@ -458,7 +386,7 @@ test_model_mismatch(void)
 	}
 	g_assert_cmpint(r.status, ==, 1);
 	assert_verdict(&r, "model", "sim-0", "fail", "but fleet.model is \"another-model\"");
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -470,7 +398,7 @@ test_usage_errors(void)
 	g_autofree char *dir = g_dir_make_tmp("narwhal-check-usage-XXXXXX", NULL);
 	g_autofree char *bad = g_build_filename(dir, "bad.json", NULL);
 	g_autofree char *nodialect = g_build_filename(dir, "nodialect.json", NULL);
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/check/issue10/usage-errors: usage and configuration errors exit 2 with "
 	               "a message");
@@ -486,7 +414,7 @@ test_usage_errors(void)
 		run_check(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, "give one configuration file"));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	{
 		const char *const args[] = { "--samples", "0", bad, NULL };
@@ -494,14 +422,14 @@ test_usage_errors(void)
 		run_check(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, "--samples"));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	{
 		const char *const args[] = { "--no-such-option", bad, NULL };
 
 		run_check(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	{
 		const char *const args[] = { bad, NULL };
@@ -510,7 +438,7 @@ test_usage_errors(void)
 		run_check(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, want));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	{
 		const char *const args[] = { nodialect, NULL };
@@ -519,7 +447,7 @@ test_usage_errors(void)
 		run_check(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, want));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	{
 		g_autofree char *missing = g_build_filename(dir, "missing.json", NULL);
@@ -528,7 +456,7 @@ test_usage_errors(void)
 		run_check(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, missing));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	g_unlink(bad);
 	g_unlink(nodialect);

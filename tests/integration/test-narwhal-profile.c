@@ -43,23 +43,6 @@
  * within 5%". */
 #define TOLERANCE 0.05
 
-struct run {
-	int status;      /* exit status; -1: killed */
-	char *out;
-	char *err;
-	json_t *doc;     /* stdout as JSON, when it is */
-	double seconds;  /* wall time */
-};
-
-static void
-run_clear(struct run *r)
-{
-	g_free(r->out);
-	g_free(r->err);
-	json_decref(r->doc);
-	memset(r, 0, sizeof *r);
-}
-
 static const char *
 profile_bin(void)
 {
@@ -69,69 +52,11 @@ profile_bin(void)
 	return bin;
 }
 
-struct wait {
-	GSubprocess *proc;
-	gboolean done;
-	gboolean timed_out;
-	char *out;
-	char *err;
-};
-
-static void
-on_communicated(GObject *source, GAsyncResult *res, gpointer data)
-{
-	struct wait *w = data;
-	GError *error = NULL;
-
-	g_subprocess_communicate_utf8_finish(w->proc, res, &w->out, &w->err, &error);
-	g_assert_no_error(error);
-	w->done = TRUE;
-}
-
-static gboolean
-on_run_timeout(gpointer data)
-{
-	struct wait *w = data;
-
-	w->timed_out = TRUE;
-	g_subprocess_force_exit(w->proc);
-	return G_SOURCE_REMOVE;
-}
-
 /* Run narwhal-profile with these arguments (NULL-terminated), bounded. */
 static void
-run_profile(const char *const *args, struct run *r)
+run_profile(const char *const *args, struct tool_run *r)
 {
-	g_autoptr(GPtrArray) argv = g_ptr_array_new();
-	struct wait w = { 0 };
-	GError *error = NULL;
-	int64_t started = g_get_monotonic_time();
-	guint timer;
-
-	memset(r, 0, sizeof *r);
-	g_ptr_array_add(argv, (gpointer)profile_bin());
-	for (const char *const *a = args; *a; a++)
-		g_ptr_array_add(argv, (gpointer)*a);
-	g_ptr_array_add(argv, NULL);
-	w.proc = g_subprocess_newv((const char *const *)argv->pdata,
-	                           G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE,
-	                           &error);
-	g_assert_no_error(error);
-	g_subprocess_communicate_utf8_async(w.proc, NULL, NULL, on_communicated, &w);
-	timer = g_timeout_add_seconds(RUN_TIMEOUT_S, on_run_timeout, &w);
-	while (!w.done)
-		g_main_context_iteration(NULL, TRUE);
-	if (!w.timed_out)
-		g_source_remove(timer);
-	g_subprocess_wait(w.proc, NULL, NULL);
-	r->status = g_subprocess_get_if_exited(w.proc) ? g_subprocess_get_exit_status(w.proc) : -1;
-	r->out = w.out;
-	r->err = w.err;
-	r->doc = json_loads(r->out ? r->out : "", 0, NULL);
-	r->seconds = (double)(g_get_monotonic_time() - started) / 1e6;
-	g_object_unref(w.proc);
-	g_test_message("narwhal-profile exit %d after %.1f s\nstdout:\n%s\nstderr:\n%s", r->status,
-	               r->seconds, r->out, r->err);
+	tool_run(profile_bin(), "narwhal-profile", args, RUN_TIMEOUT_S, r);
 }
 
 /* A simulated fleet and a configuration file for it, the store in the same
@@ -293,7 +218,7 @@ assert_prefill_close(const char *engine, const struct nw_prefill_profile *p,
 
 /* The summary record of one engine in the --json document. */
 static json_t *
-summary_engine(const struct run *r, const char *id)
+summary_engine(const struct tool_run *r, const char *id)
 {
 	size_t i;
 	json_t *e;
@@ -319,7 +244,7 @@ check_preset(const char *preset)
 {
 	struct sim_model m;
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 	struct nw_profile_store *store;
 	GError *error = NULL;
 	double want_decode[3];
@@ -393,7 +318,7 @@ check_preset(const char *preset)
 	/* Not a terminal: no progress bar. */
 	g_assert_null(strchr(r.err, '\r'));
 	nw_profile_store_free(store);
-	run_clear(&r);
+	tool_run_clear(&r);
 	fleet_clear(&f);
 }
 
@@ -448,7 +373,7 @@ test_unreachable_engine(void)
 	const struct nw_engine_profile *p;
 	GError *error = NULL;
 	struct fleet f;
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/profile/issue12/unreachable-engine: an unreachable engine fails alone "
 	               "(exit 1, named); the other engine is written, old entries are kept");
@@ -482,7 +407,7 @@ test_unreachable_engine(void)
 		g_assert_cmpstr(p->measured_at, ==, "2026-01-01T00:00:00Z");
 	}
 	nw_profile_store_free(store);
-	run_clear(&r);
+	tool_run_clear(&r);
 
 	/* An unwritable store is found before any engine is driven: exit 2,
 	 * the path and the reason named, and the engine saw no request. */
@@ -505,7 +430,7 @@ test_unreachable_engine(void)
 		                                                   "work_requests_total")));
 		json_decref(stats_before);
 		json_decref(stats_after);
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	fleet_clear(&f);
 }
@@ -517,7 +442,7 @@ static void
 test_bad_config(void)
 {
 	struct fleet f = { 0 };
-	struct run r;
+	struct tool_run r;
 
 	g_test_summary("/profile/issue12/bad-config: a bad configuration or option exits 2 "
 	               "with file: json.path: problem: what is valid");
@@ -538,7 +463,7 @@ test_bad_config(void)
 		run_profile(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, want));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	/* No configuration at all. */
 	{
@@ -547,7 +472,7 @@ test_bad_config(void)
 		run_profile(args, &r);
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, "--config"));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	/* An --engine the fleet does not name. */
 	{
@@ -562,7 +487,7 @@ test_bad_config(void)
 		g_assert_cmpint(r.status, ==, 2);
 		g_assert_nonnull(strstr(r.err, "--engine nope"));
 		g_assert_nonnull(strstr(r.err, "e0"));
-		run_clear(&r);
+		tool_run_clear(&r);
 	}
 	fleet_clear(&f);
 }
