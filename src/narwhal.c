@@ -23,21 +23,6 @@
 
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
 
-static void
-print_problems(const char *file, GPtrArray *problems, gboolean warnings_only)
-{
-	for (guint i = 0; problems && i < problems->len; i++) {
-		const struct nw_config_error *e = g_ptr_array_index(problems, i);
-		char *line;
-
-		if (warnings_only && !e->warning)
-			continue;
-		line = nw_config_error_format(file, e);
-		fprintf(stderr, "%s%s\n", e->warning ? "warning: " : "", line);
-		g_free(line);
-	}
-}
-
 static int
 check_config(const char *file)
 {
@@ -46,15 +31,15 @@ check_config(const char *file)
 	int status = 0;
 
 	if (cfg == NULL) {
-		print_problems(file, problems, FALSE);
+		nw_config_print_problems(file, problems, FALSE);
 		status = EXIT_CONFIG;
 	} else if (!nw_daemon_check_plugins(cfg, problems)) {
-		print_problems(file, problems, FALSE);
+		nw_config_print_problems(file, problems, FALSE);
 		status = EXIT_CONFIG;
 	} else {
 		json_t *effective = nw_config_to_json(cfg);
 
-		print_problems(file, problems, TRUE);
+		nw_config_print_problems(file, problems, TRUE);
 		json_dumpf(effective, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
 		fputc('\n', stdout);
 		json_decref(effective);
@@ -81,7 +66,7 @@ run(const char *file)
 	signal(SIGHUP, SIG_IGN);
 	cfg = nw_config_load_file(file, &problems);
 	if (cfg == NULL) {
-		print_problems(file, problems, FALSE);
+		nw_config_print_problems(file, problems, FALSE);
 		g_ptr_array_unref(problems);
 		return EXIT_CONFIG;
 	}

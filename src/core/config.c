@@ -777,6 +777,20 @@ nw_config_error_format(const char *file, const struct nw_config_error *e)
 	return g_string_free(s, FALSE);
 }
 
+void
+nw_config_print_problems(const char *file, const GPtrArray *problems, gboolean warnings_only)
+{
+	for (guint i = 0; problems != NULL && i < problems->len; i++) {
+		const struct nw_config_error *e = g_ptr_array_index(problems, i);
+		g_autofree char *line = NULL;
+
+		if (warnings_only && !e->warning)
+			continue;
+		line = nw_config_error_format(file, e);
+		fprintf(stderr, "%s%s\n", e->warning ? "warning: " : "", line);
+	}
+}
+
 guint
 nw_config_error_count(const GPtrArray *problems)
 {

@@ -227,6 +227,11 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(nw_config, nw_config_free)
 /* Format one problem as "file: path: message", or "file: message" when it
  * has no path. Warnings format the same; callers mark them (caller frees). */
 char *nw_config_error_format(const char *file, const struct nw_config_error *e);
+/* Each problem on stderr, one line each as nw_config_error_format gives
+ * it, warnings marked "warning: "; only the warnings when warnings_only
+ * (the programs that read a configuration file print them so). */
+void nw_config_print_problems(const char *file, const GPtrArray *problems,
+                              gboolean warnings_only);
 
 /* The effective configuration, every field with its value (transfer full). */
 json_t *nw_config_to_json(const struct nw_config *cfg);

@@ -26,20 +26,6 @@ enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
 #define SAMPLES_MAX 1000
 #define LEASE_WAIT_DEFAULT_S 120.0
 
-static void
-print_problems(const char *file, GPtrArray *problems, gboolean warnings_only)
-{
-	for (guint i = 0; problems != NULL && i < problems->len; i++) {
-		const struct nw_config_error *e = g_ptr_array_index(problems, i);
-		g_autofree char *line = NULL;
-
-		if (warnings_only && !e->warning)
-			continue;
-		line = nw_config_error_format(file, e);
-		fprintf(stderr, "%s%s\n", e->warning ? "warning: " : "", line);
-	}
-}
-
 static int
 run_checks(const char *file, struct nw_config *cfg, const struct nw_check_options *opts,
            gboolean json)
@@ -147,11 +133,11 @@ main(int argc, char **argv)
 
 	cfg = nw_config_load_file(argv[1], &problems);
 	if (cfg == NULL) {
-		print_problems(argv[1], problems, FALSE);
+		nw_config_print_problems(argv[1], problems, FALSE);
 		g_ptr_array_unref(problems);
 		return EXIT_USAGE;
 	}
-	print_problems(argv[1], problems, TRUE);
+	nw_config_print_problems(argv[1], problems, TRUE);
 	g_ptr_array_unref(problems);
 	/* Plugins' own lines only when they matter; the report is the output. */
 	nw_log_setup("warning", NW_LOG_FORMAT_TEXT);

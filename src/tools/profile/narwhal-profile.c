@@ -31,20 +31,6 @@ enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
 #define PROMPT_CAP_MIN 64
 #define PROMPT_CAP_MAX (1u << 24)
 
-static void
-print_problems(const char *file, GPtrArray *problems, gboolean warnings_only)
-{
-	for (guint i = 0; problems != NULL && i < problems->len; i++) {
-		const struct nw_config_error *e = g_ptr_array_index(problems, i);
-		g_autofree char *line = NULL;
-
-		if (warnings_only && !e->warning)
-			continue;
-		line = nw_config_error_format(file, e);
-		fprintf(stderr, "%s%s\n", e->warning ? "warning: " : "", line);
-	}
-}
-
 /* Find out now, before any engine is driven, whether the store can be
  * written where it goes: its directory made when missing (the default,
  * runs/profiles.json, is in a directory of its own), then a file made and
@@ -362,11 +348,11 @@ main(int argc, char **argv)
 
 	cfg = nw_config_load_file(config, &problems);
 	if (cfg == NULL) {
-		print_problems(config, problems, FALSE);
+		nw_config_print_problems(config, problems, FALSE);
 		g_ptr_array_unref(problems);
 		return EXIT_USAGE;
 	}
-	print_problems(config, problems, TRUE);
+	nw_config_print_problems(config, problems, TRUE);
 	g_ptr_array_unref(problems);
 	selected = g_new0(bool, MAX(cfg->fleet.n_engines, 1));
 	opts = (struct nw_prof_options){
