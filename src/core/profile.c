@@ -151,20 +151,29 @@ nw_profile_store_to_json(const struct nw_profile_store *s)
 	                 "engines", engines);
 }
 
+static bool models_readable(const struct nw_profile_store *s, const char *file, GError **error);
+
 gboolean
 nw_profile_store_save(const struct nw_profile_store *s, const char *file, GError **error)
 {
-	json_t *doc = nw_profile_store_to_json(s);
+	json_t *doc;
 	char *text;
 	g_autofree char *body = NULL;
 	GError *e = NULL;
 	gboolean ok;
+
+	doc = nw_profile_store_to_json(s);
 
 	/* JSON has no NaN or infinity: json_pack fails on one, and a store
 	 * with it could not be read back anyway. */
 	if (doc == NULL) {
 		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
 		            "%s: a profile holds a number that is not finite: nothing written", file);
+		return FALSE;
+	}
+	/* Never write a store the router would refuse to read. */
+	if (!models_readable(s, file, error)) {
+		json_decref(doc);
 		return FALSE;
 	}
 	text = json_dumps(doc, JSON_INDENT(2));
@@ -520,6 +529,32 @@ check_handoff_model(struct reader *r, const char *path, const struct nw_handoff_
 		}
 	}
 	return true;
+}
+
+/* Whether every fit of s gives a usable time over its measured domain, as
+ * the reader checks it; else error set, "file: engines[i].prefill: ...:
+ * nothing written". */
+static bool
+models_readable(const struct nw_profile_store *s, const char *file, GError **error)
+{
+	GError *e = NULL;
+	struct reader r = { .file = file, .error = &e };
+
+	for (guint i = 0; i < s->engines->len && !r.failed; i++) {
+		const struct nw_engine_profile *p = g_ptr_array_index(s->engines, i);
+		g_autofree char *pf = g_strdup_printf("engines[%u].prefill", i);
+		g_autofree char *dc = g_strdup_printf("engines[%u].decode", i);
+		g_autofree char *ho = g_strdup_printf("engines[%u].handoff", i);
+
+		(void)(check_prefill_model(&r, pf, &p->prefill) &&
+		       check_decode_model(&r, dc, &p->decode) &&
+		       check_handoff_model(&r, ho, &p->handoff));
+	}
+	if (!r.failed)
+		return true;
+	g_set_error(error, e->domain, e->code, "%s: nothing written", e->message);
+	g_error_free(e);
+	return false;
 }
 
 static struct nw_engine_profile *

@@ -191,6 +191,33 @@ test_save_not_finite(void)
 	remove_dir(dir);
 }
 
+/* A fit that gives a negative time inside its measured domain is not
+ * written either: the router would refuse that store (test_load_errors),
+ * so narwhal-profile must not leave one behind. */
+static void
+test_save_unreadable_fit(void)
+{
+	g_autofree char *dir = scratch_dir();
+	g_autofree char *file = g_build_filename(dir, "profiles.json", NULL);
+	struct nw_profile_store *s = sample_store();
+	struct nw_engine_profile *p = g_ptr_array_index(s->engines, 1);
+	g_autofree char *text = NULL;
+	GError *error = NULL;
+
+	p->decode.d0_s = -1.0;
+	g_assert_true(g_file_set_contents(file, "old", -1, NULL));
+	g_assert_false(nw_profile_store_save(s, file, &error));
+	g_assert_nonnull(error);
+	g_assert_true(g_str_has_prefix(error->message, file));
+	g_assert_nonnull(strstr(error->message, "engines[1].decode: the fit gives"));
+	g_assert_nonnull(strstr(error->message, "nothing written"));
+	g_clear_error(&error);
+	g_assert_true(g_file_get_contents(file, &text, NULL, NULL));
+	g_assert_cmpstr(text, ==, "old");
+	nw_profile_store_free(s);
+	remove_dir(dir);
+}
+
 /* One load error: a mutation of the valid store's JSON, and the message
  * the loader must give ("file: json.path: problem: what is valid"). */
 struct load_case {
@@ -459,6 +486,7 @@ main(int argc, char **argv)
 	g_test_add_func("/profile/null-hardware-and-put", test_null_hardware_and_put);
 	g_test_add_func("/profile/save-error", test_save_error);
 	g_test_add_func("/profile/save-not-finite", test_save_not_finite);
+	g_test_add_func("/profile/save-unreadable-fit", test_save_unreadable_fit);
 	g_test_add_func("/profile/load-malformed", test_load_malformed);
 	g_test_add_func("/profile/load-not-a-file", test_load_not_a_file);
 	for (size_t i = 0; i < G_N_ELEMENTS(load_cases); i++) {
