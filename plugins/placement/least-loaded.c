@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "order.h"
+#include "common.h"
 
 #define LEAST_MAGIC 0x4c454153u /* "LEAS" */
 
@@ -49,24 +49,10 @@ least_create(const struct narwhal_host *host, const json_t *config, void **insta
              char *err, size_t err_len)
 {
 	struct least_loaded *ll;
+	int rc = nw_placement_no_options("least-loaded", config, err, err_len);
 
-	if (config != NULL && !json_is_null(config)) {
-		const char *key;
-		json_t *value;
-
-		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the least-loaded "
-			         "placement takes no options");
-			return -EINVAL;
-		}
-		/* Read-only walk; the cast only satisfies the macro's type. */
-		json_object_foreach((json_t *)config, key, value) {
-			(void)value;
-			snprintf(err, err_len, "unknown key \"%s\": the least-loaded placement takes "
-			         "no options", key);
-			return -EINVAL;
-		}
-	}
+	if (rc != 0)
+		return rc;
 	ll = calloc(1, sizeof *ll);
 	if (ll == NULL) {
 		snprintf(err, err_len, "out of memory");

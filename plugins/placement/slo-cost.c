@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "order.h"
+#include "common.h"
 
 #define SLO_COST_MAGIC 0x534c4f43u /* "SLOC" */
 
@@ -77,24 +77,10 @@ slo_cost_create(const struct narwhal_host *host, const json_t *config, void **in
                 char *err, size_t err_len)
 {
 	struct slo_cost *sc;
+	int rc = nw_placement_no_options("slo-cost", config, err, err_len);
 
-	if (config != NULL && !json_is_null(config)) {
-		const char *key;
-		json_t *value;
-
-		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the slo-cost "
-			         "placement takes no options");
-			return -EINVAL;
-		}
-		/* Read-only walk; the cast only satisfies the macro's type. */
-		json_object_foreach((json_t *)config, key, value) {
-			(void)value;
-			snprintf(err, err_len, "unknown key \"%s\": the slo-cost placement takes no "
-			         "options", key);
-			return -EINVAL;
-		}
-	}
+	if (rc != 0)
+		return rc;
 	sc = calloc(1, sizeof *sc);
 	if (sc == NULL) {
 		snprintf(err, err_len, "out of memory");

@@ -791,6 +791,18 @@ nw_config_print_problems(const char *file, const GPtrArray *problems, gboolean w
 	}
 }
 
+struct nw_config *
+nw_config_load_reported(const char *file)
+{
+	GPtrArray *problems = NULL;
+	struct nw_config *cfg = nw_config_load_file(file, &problems);
+
+	nw_config_print_problems(file, problems, cfg != NULL);
+	if (problems != NULL)
+		g_ptr_array_unref(problems);
+	return cfg;
+}
+
 guint
 nw_config_error_count(const GPtrArray *problems)
 {

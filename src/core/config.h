@@ -232,6 +232,10 @@ char *nw_config_error_format(const char *file, const struct nw_config_error *e);
  * (the programs that read a configuration file print them so). */
 void nw_config_print_problems(const char *file, const GPtrArray *problems,
                               gboolean warnings_only);
+/* nw_config_load_file for a program's start: its problems printed
+ * (nw_config_print_problems), the configuration, or NULL when it is
+ * invalid. */
+struct nw_config *nw_config_load_reported(const char *file);
 
 /* The effective configuration, every field with its value (transfer full). */
 json_t *nw_config_to_json(const struct nw_config *cfg);

@@ -166,29 +166,40 @@ test_save_error(void)
 	nw_profile_store_free(s);
 }
 
+/* Save s over a file holding "old": refused with a message that starts
+ * with the file and holds needle, and the old file stays as it was. */
+static void
+assert_save_refused(struct nw_profile_store *s, const char *needle, const char *needle2)
+{
+	g_autofree char *dir = scratch_dir();
+	g_autofree char *file = g_build_filename(dir, "profiles.json", NULL);
+	g_autofree char *text = NULL;
+	GError *error = NULL;
+
+	g_assert_true(g_file_set_contents(file, "old", -1, NULL));
+	g_assert_false(nw_profile_store_save(s, file, &error));
+	g_assert_nonnull(error);
+	g_assert_true(g_str_has_prefix(error->message, file));
+	g_assert_nonnull(strstr(error->message, needle));
+	if (needle2 != NULL)
+		g_assert_nonnull(strstr(error->message, needle2));
+	g_clear_error(&error);
+	g_assert_true(g_file_get_contents(file, &text, NULL, NULL));
+	g_assert_cmpstr(text, ==, "old");
+	remove_dir(dir);
+}
+
 /* A fit that is not finite is not written (JSON cannot hold it and the
  * loader would refuse it): the old store stays as it was. */
 static void
 test_save_not_finite(void)
 {
-	g_autofree char *dir = scratch_dir();
-	g_autofree char *file = g_build_filename(dir, "profiles.json", NULL);
 	struct nw_profile_store *s = sample_store();
 	struct nw_engine_profile *p = g_ptr_array_index(s->engines, 1);
-	g_autofree char *text = NULL;
-	GError *error = NULL;
 
 	p->decode.d1_s = NAN;
-	g_assert_true(g_file_set_contents(file, "old", -1, NULL));
-	g_assert_false(nw_profile_store_save(s, file, &error));
-	g_assert_nonnull(error);
-	g_assert_true(g_str_has_prefix(error->message, file));
-	g_assert_nonnull(strstr(error->message, "not finite"));
-	g_clear_error(&error);
-	g_assert_true(g_file_get_contents(file, &text, NULL, NULL));
-	g_assert_cmpstr(text, ==, "old");
+	assert_save_refused(s, "not finite", NULL);
 	nw_profile_store_free(s);
-	remove_dir(dir);
 }
 
 /* A fit that gives a negative time inside its measured domain is not
@@ -197,25 +208,12 @@ test_save_not_finite(void)
 static void
 test_save_unreadable_fit(void)
 {
-	g_autofree char *dir = scratch_dir();
-	g_autofree char *file = g_build_filename(dir, "profiles.json", NULL);
 	struct nw_profile_store *s = sample_store();
 	struct nw_engine_profile *p = g_ptr_array_index(s->engines, 1);
-	g_autofree char *text = NULL;
-	GError *error = NULL;
 
 	p->decode.d0_s = -1.0;
-	g_assert_true(g_file_set_contents(file, "old", -1, NULL));
-	g_assert_false(nw_profile_store_save(s, file, &error));
-	g_assert_nonnull(error);
-	g_assert_true(g_str_has_prefix(error->message, file));
-	g_assert_nonnull(strstr(error->message, "engines[1].decode: the fit gives"));
-	g_assert_nonnull(strstr(error->message, "nothing written"));
-	g_clear_error(&error);
-	g_assert_true(g_file_get_contents(file, &text, NULL, NULL));
-	g_assert_cmpstr(text, ==, "old");
+	assert_save_refused(s, "engines[1].decode: the fit gives", "nothing written");
 	nw_profile_store_free(s);
-	remove_dir(dir);
 }
 
 /* One load error: a mutation of the valid store's JSON, and the message

@@ -96,7 +96,6 @@ main(int argc, char **argv)
 	g_autoptr(GOptionContext) ctx = g_option_context_new("CONFIG - preflight checks of a "
 	                                                     "Narwhal fleet");
 	struct nw_check_options opts;
-	GPtrArray *problems = NULL;
 	struct nw_config *cfg;
 	GError *error = NULL;
 	int status;
@@ -131,14 +130,9 @@ main(int argc, char **argv)
 		.samples = (unsigned)samples, .lease_check = !no_lease, .lease_wait_s = lease_wait_s,
 	};
 
-	cfg = nw_config_load_file(argv[1], &problems);
-	if (cfg == NULL) {
-		nw_config_print_problems(argv[1], problems, FALSE);
-		g_ptr_array_unref(problems);
+	cfg = nw_config_load_reported(argv[1]);
+	if (cfg == NULL)
 		return EXIT_USAGE;
-	}
-	nw_config_print_problems(argv[1], problems, TRUE);
-	g_ptr_array_unref(problems);
 	/* Plugins' own lines only when they matter; the report is the output. */
 	nw_log_setup("warning", NW_LOG_FORMAT_TEXT);
 

@@ -317,7 +317,6 @@ main(int argc, char **argv)
 	g_autoptr(GOptionContext) ctx = g_option_context_new("- measure a Narwhal fleet's "
 	                                                     "engines and write its profile store");
 	struct nw_prof_options opts = { 0 };
-	GPtrArray *problems = NULL;
 	g_autofree bool *selected = NULL;
 	struct nw_config *cfg;
 	GError *error = NULL;
@@ -346,14 +345,9 @@ main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 
-	cfg = nw_config_load_file(config, &problems);
-	if (cfg == NULL) {
-		nw_config_print_problems(config, problems, FALSE);
-		g_ptr_array_unref(problems);
+	cfg = nw_config_load_reported(config);
+	if (cfg == NULL)
 		return EXIT_USAGE;
-	}
-	nw_config_print_problems(config, problems, TRUE);
-	g_ptr_array_unref(problems);
 	selected = g_new0(bool, MAX(cfg->fleet.n_engines, 1));
 	opts = (struct nw_prof_options){
 		.quick = quick, .json = json, .out = out != NULL ? out : cfg->profiles.path,
