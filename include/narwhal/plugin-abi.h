@@ -97,6 +97,13 @@
  *        start_time_s). A 2.0 dialect loads with the pair absent. Error
  *        class NARWHAL_ERROR_HANDOFF, so a decode engine's failure to load
  *        a handoff is blamed on the prefill engine that made it.
+ *   2.2  Controller: struct narwhal_controller_input gains the demand's
+ *        arrival counts and mean request size, the decode work resident and
+ *        pending, profile coverage, how many engines the host's guards would
+ *        let move each way, and the prompt of an urgent wake. Host service
+ *        price_split (struct narwhal_split_query, struct
+ *        narwhal_split_price): the projected SLO ratios of a prefill/decode
+ *        split on the mean profile (spec 7.5 to 7.7).
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H
@@ -113,7 +120,7 @@ extern "C" {
 
 #define NARWHAL_PLUGIN_MAGIC 0x4e57504cu /* "NWPL" */
 #define NARWHAL_ABI_MAJOR 2
-#define NARWHAL_ABI_MINOR 1
+#define NARWHAL_ABI_MINOR 2
 
 /* The one symbol a plugin exports. */
 #define NARWHAL_PLUGIN_ENTRY_SYMBOL "narwhal_plugin_entry"
@@ -202,6 +209,43 @@ enum {
 	NARWHAL_ESTIMATE_OUT_OF_DOMAIN = 2,  /* input outside the measured domain */
 };
 
+/* A split to price (ABI 2.2, host service price_split). */
+struct narwhal_split_query {
+	uint32_t struct_size;
+	uint32_t prefill;            /* engines serving prefill (at least 1) */
+	uint32_t decode;             /* engines serving decode (at least 1) */
+	double arrivals_per_s;       /* offered requests per second */
+	double prompt_tokens;        /* mean prompt of a request */
+	double output_tokens;        /* mean output of a request */
+	double utilization;          /* usable fraction of each engine, (0, 1]
+	                              * (controller.reactive.utilization) */
+	uint32_t decode_streams;     /* decode work to hold now: resident plus
+	                              * pending streams (spec 7.6) */
+	uint64_t urgent_prompt_tokens; /* non-zero: also project this prompt,
+	                                * arriving now, behind the prefill work
+	                                * the fleet holds, spread over q->prefill
+	                                * engines (the urgent evaluation) */
+};
+
+/* The price of a split. Ratios are projected time over the SLO target: 1.0
+ * meets it exactly. An overloaded phase (arrivals beyond its usable
+ * capacity) has a finite ratio that grows with the overload, so two
+ * overloaded splits still compare. */
+struct narwhal_split_price {
+	uint32_t struct_size;
+	double ttft_s;               /* projected TTFT of the mean request */
+	double tpot_s;               /* projected token interval */
+	double ttft_ratio;           /* ttft_s / slo.ttft_s */
+	double tpot_ratio;           /* tpot_s / slo.tpot_s */
+	double worst_ratio;          /* the larger of the two (spec 7.5) */
+	double prefill_load;         /* projected pool loads, spec 7.1's form */
+	double decode_load;
+	double urgent_ttft_s;        /* the urgent prompt's projected TTFT; NaN without one */
+	bool in_domain;              /* spec 7.3: the split's prefill and decode
+	                              * batches lie inside the measured domain and the
+	                              * decode engines' KV capacity holds the decode work */
+};
+
 struct narwhal_host {
 	uint32_t struct_size;
 	uint16_t abi_major;
@@ -259,6 +303,16 @@ struct narwhal_host {
 	                                                   double *out);
 	narwhal_estimate_status (*prefill_queue_seconds)(void *host_ctx, uint32_t engine,
 	                                                 uint64_t prompt_tokens, double *out);
+
+	/* ABI 2.2. price_split: what a split of the live engines into
+	 * q->prefill prefill and q->decode decode engines would serve the
+	 * demand q describes at, priced on the mean profile (spec 7.7) at the
+	 * host clock (struct narwhal_split_price says what each figure is).
+	 * NO_PROFILE when no mean profile can be made; OUT_OF_DOMAIN never
+	 * (out->in_domain says it instead, so an overloaded split still has a
+	 * price to compare); *out is written only on OK. */
+	narwhal_estimate_status (*price_split)(void *host_ctx, const struct narwhal_split_query *q,
+	                                       struct narwhal_split_price *out);
 };
 
 /* ------------------------------------------------------------------------
@@ -388,6 +442,21 @@ struct narwhal_controller_input {
 	double demand_long;        /* arrivals per second, long horizon */
 	bool evidence_closed;      /* spec 7.6 evidence window */
 	bool urgent;               /* an urgent TTFT wake, not a scheduled pass */
+	/* ABI 2.2 */
+	uint64_t arrivals_short;   /* offers in the short horizon (evidence_span_s) */
+	uint64_t arrivals_long;    /* offers in the long horizon (window_s) */
+	double prompt_tokens_mean; /* per sized offer in the long horizon; 0 unknown */
+	double output_tokens_mean; /* requested per sized offer in the long horizon
+	                            * (delivered, when offers set no max_tokens); 0 unknown */
+	uint32_t resident_decode;  /* decode streams resident on the fleet */
+	uint32_t pending_decode;   /* admitted requests whose decode has not begun */
+	bool profiles_complete;    /* every configured engine has a profile */
+	uint32_t movable_to_prefill; /* decode engines the host's guards would let
+	                              * move to prefill now (0: a D-to-P proposal
+	                              * would be refused) */
+	uint32_t movable_to_decode;  /* and prefill engines to decode */
+	uint64_t urgent_prompt_tokens; /* urgent: the prompt that triggered the wake */
+	double urgent_ttft_s;      /* urgent: its projected TTFT on the current split */
 };
 
 /* The host acts on prefill and decode (after its guards) and records
