@@ -443,11 +443,15 @@ test_domain(void)
 		e.prof[i].kv_capacity_tokens = 69999;
 	profiles_changed(&e);
 	g_assert_false(price(&e, &q).in_domain);
+	/* 39 streams over 2: the busiest engine holds 20 of them */
+	q.decode_streams = 39;
+	g_assert_false(price(&e, &q).in_domain);
+	q.decode_streams = 40;
 	for (uint32_t i = 0; i < 4; i++)
 		e.prof[i].kv_capacity_tokens = 70000;
 	profiles_changed(&e);
 	g_assert_true(price(&e, &q).in_domain);
-	/* the busiest engine holds the ceiling: 41 streams over 2 */
+	/* 41 streams over 2: 21 on the busiest */
 	q.decode_streams = 41;
 	g_assert_false(price(&e, &q).in_domain);
 	env_clear(&e);
