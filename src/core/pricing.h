@@ -100,7 +100,9 @@ struct nw_fleet_pricing {
 	double decode_correction;
 	/* Bumped by every change of the ledger's prefill amounts, so that
 	 * the pool's held work (nw_pricing_pool_backlog_s) is summed again
-	 * only after the ledger, the pool or the clock moved. */
+	 * only after the ledger, the pool or the clock moved. (The progress
+	 * credit also reads the view's resident_prefill, which the data
+	 * plane moves beside a ledger event on the same request.) */
 	uint64_t ledger_gen;
 	uint64_t held_gen, held_epoch;
 	int64_t held_at_ns, held_sum_ns;

@@ -17,7 +17,6 @@
 #include "core/split-price.h"
 
 #include <math.h>
-#include <string.h>
 
 #include <glib.h>
 
@@ -52,11 +51,13 @@ static double
 own_prefill_s(const struct nw_engine_profile *m, double l, bool *in_domain)
 {
 	const struct nw_prefill_profile *pf = &m->prefill;
-	double x = MAX(l, (double)pf->min_tokens), s;
+	double s;
 
-	if (l > (double)pf->max_tokens)
+	if (nw_estimate_prefill_s(m, (uint64_t)l, &s) != NARWHAL_ESTIMATE_OK) {
 		*in_domain = false;
-	s = MAX(pf->a_s + pf->b_s * x + pf->c_s * x * x, 0);
+		s = pf->a_s + pf->b_s * l + pf->c_s * l * l;
+	}
+	s = MAX(s, 0);
 	if (m->handoff.samples > 0) {
 		if (l > (double)m->handoff.max_tokens)
 			*in_domain = false;
@@ -160,8 +161,9 @@ nw_split_price(struct nw_fleet *fleet, const struct narwhal_split_query *q, int6
 	overloaded = !steady_batch(&dm, c, cap, &n);
 	if (overloaded) {
 		/* Past the usable batch: the interval at it, stretched by how far
-		 * the offered streams exceed it (rho_d > 1). A cap of no stream
-		 * at all is priced at one stream, still finite. */
+		 * the offered streams exceed it (rho_d > 1), or at the held work
+		 * when that alone is more. A cap below any stream (no KV room for
+		 * one) is taken as 2^-20 of one: a vast price, still finite. */
 		double at = MAX(cap, 1.0 / (1 << 20));
 		double rho_d = c * interval_s(&dm, at) / at;
 
