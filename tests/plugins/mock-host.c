@@ -38,7 +38,7 @@ struct nw_mock_host {
 	GHashTable *split_prices; /* split_key -> struct narwhal_split_price * */
 	nw_mock_split_pricer pricer;
 	void *pricer_data;
-	GArray *split_queries;    /* struct narwhal_split_query, every call in order */
+	GPtrArray *split_queries; /* struct narwhal_split_query *, every call in order */
 };
 
 static const char *const level_names[] = { "debug", "info", "warning", "error" };
@@ -175,7 +175,7 @@ mock_price_split(void *host_ctx, const struct narwhal_split_query *q,
 
 	g_assert_nonnull(q);
 	g_assert_nonnull(out);
-	g_array_append_val(mh->split_queries, *q);
+	g_ptr_array_add(mh->split_queries, g_memdup2(q, sizeof *q));
 	key = (guint64)q->prefill << 32 | q->decode;
 	scripted = g_hash_table_lookup(mh->split_prices, &key);
 	if (scripted != NULL) {
@@ -219,7 +219,7 @@ nw_mock_host_new(void)
 		mh->engines[i] = g_array_new(FALSE, TRUE, sizeof(struct per_engine));
 	}
 	mh->split_prices = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
-	mh->split_queries = g_array_new(FALSE, TRUE, sizeof(struct narwhal_split_query));
+	mh->split_queries = g_ptr_array_new_with_free_func(g_free);
 	return mh;
 }
 
@@ -234,7 +234,7 @@ nw_mock_host_free(struct nw_mock_host *mh)
 	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
 		g_array_unref(mh->engines[i]);
 	g_hash_table_unref(mh->split_prices);
-	g_array_unref(mh->split_queries);
+	g_ptr_array_unref(mh->split_queries);
 	g_free(mh);
 }
 
@@ -453,7 +453,7 @@ const struct narwhal_split_query *
 nw_mock_host_split_query(const struct nw_mock_host *mh, guint i)
 {
 	g_assert_cmpuint(i, <, mh->split_queries->len);
-	return &g_array_index(mh->split_queries, struct narwhal_split_query, i);
+	return g_ptr_array_index(mh->split_queries, i);
 }
 
 const struct narwhal_split_query *
@@ -471,8 +471,7 @@ nw_mock_host_split_price_calls_for(const struct nw_mock_host *mh, uint32_t prefi
 	guint n = 0;
 
 	for (guint i = 0; i < mh->split_queries->len; i++) {
-		const struct narwhal_split_query *q =
-			&g_array_index(mh->split_queries, struct narwhal_split_query, i);
+		const struct narwhal_split_query *q = g_ptr_array_index(mh->split_queries, i);
 
 		n += q->prefill == prefill && q->decode == decode;
 	}

@@ -112,8 +112,8 @@ void nw_mock_host_set_split_pricer(struct nw_mock_host *mh, nw_mock_split_pricer
  * record of calls stays. */
 void nw_mock_host_clear_split_prices(struct nw_mock_host *mh);
 /* How many times price_split was called, the i-th query (0 the first,
- * i below the count), and the last one (NULL before the first call).
- * Copies, valid until nw_mock_host_free. */
+ * i below the count), and the last one (NULL before the first call):
+ * copies, valid until nw_mock_host_free (later calls move none). */
 guint nw_mock_host_split_price_calls(const struct nw_mock_host *mh);
 const struct narwhal_split_query *nw_mock_host_split_query(const struct nw_mock_host *mh, guint i);
 const struct narwhal_split_query *nw_mock_host_last_split_query(const struct nw_mock_host *mh);

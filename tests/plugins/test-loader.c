@@ -976,11 +976,13 @@ test_mock_host_price_split(void)
 	};
 	struct narwhal_split_price scripted = { .worst_ratio = 1.25, .in_domain = true };
 	struct narwhal_split_price out = { .worst_ratio = -1 };
+	const struct narwhal_split_query *first;
 
 	g_assert_nonnull(h->price_split);
 	g_assert_null(nw_mock_host_last_split_query(mh));
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
 	g_assert_cmpfloat(out.worst_ratio, ==, -1); /* untouched */
+	first = nw_mock_host_last_split_query(mh);
 
 	nw_mock_host_set_split_price(mh, 3, 5, &scripted);
 	scripted.worst_ratio = 9; /* the script is a copy */
@@ -1015,6 +1017,10 @@ test_mock_host_price_split(void)
 	g_assert_cmpuint(nw_mock_host_split_query(mh, 2)->prefill, ==, 4);
 	g_assert_cmpuint(nw_mock_host_last_split_query(mh)->decode_streams, ==, 4);
 	g_assert_cmpfloat(nw_mock_host_last_split_query(mh)->utilization, ==, 0.9);
+	/* a query kept from before stays valid */
+	g_assert_true(first == nw_mock_host_split_query(mh, 0));
+	g_assert_cmpuint(first->prefill, ==, 3);
+	g_assert_cmpfloat(first->arrivals_per_s, ==, 2.5);
 	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 0);
 	nw_mock_host_free(mh);
 }
