@@ -547,7 +547,7 @@ evaluate(struct reactive *r, const struct narwhal_controller_input *in,
          struct narwhal_controller_proposal *out)
 {
 	struct narwhal_split_price cur, p1, d1;
-	const char *rule_p = NULL, *rule_d = NULL, *rule;
+	const char *rule_p = NULL, *rule_d = NULL;
 	enum gate gate_p = GATE_ABSENT, gate_d = GATE_ABSENT;
 	const struct narwhal_split_price *win;
 	struct candidate next;
@@ -567,12 +567,10 @@ evaluate(struct reactive *r, const struct narwhal_controller_input *in,
 	/* When both qualify, the larger improvement wins (ties: P+1). */
 	if (gate_p == QUALIFIES && (gate_d != QUALIFIES || p1.worst_ratio <= d1.worst_ratio)) {
 		win = &p1;
-		rule = rule_p;
 		next = (struct candidate){ 1, in->live_prefill + 1, in->live_decode - 1, rule_p,
 		                           in->evidence_closed };
 	} else if (gate_d == QUALIFIES) {
 		win = &d1;
-		rule = rule_d;
 		next = (struct candidate){ 1, in->live_prefill - 1, in->live_decode + 1, rule_d,
 		                           in->evidence_closed };
 	} else {
@@ -594,7 +592,7 @@ evaluate(struct reactive *r, const struct narwhal_controller_input *in,
 		return;
 	}
 	clear_candidate(r);
-	move(r, in, out, next.prefill, next.decode, rule, cur.worst_ratio, win->worst_ratio);
+	move(r, in, out, next.prefill, next.decode, next.rule, cur.worst_ratio, win->worst_ratio);
 }
 
 static void
