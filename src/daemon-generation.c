@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "core/config-fields.h"
 #include "core/log.h"
 #include "daemon.h"
 
@@ -35,21 +36,43 @@ loaded_plugin_clear(struct loaded_plugin *lp)
 	memset(lp, 0, sizeof *lp);
 }
 
-/* The controller the spec names by default comes with a later version:
- * until then its absence is told as such, with the alternative. */
-#define REACTIVE_MISSING \
-	"\"reactive\" is not available in this build yet: set \"controller\": " \
-	"{\"policy\": \"static\"}"
+/* controller.<name>.* as one object, each field as nw_config_to_json
+ * writes it (transfer full). */
+static json_t *
+config_section(const struct nw_config *cfg, const char *name)
+{
+	g_autofree char *prefix = g_strdup_printf("controller.%s.", name);
+	size_t len = strlen(prefix);
+	json_t *section = json_object();
 
-/* The plugin's config as handed to create(): the admission plugin's also
- * carries serving.admission_margin as "admission_margin" unless it sets
- * its own (docs/configuration.md, "Plugins"); transfer full. */
+	for (size_t i = 0; i < nw_config_table.n_fields; i++) {
+		const struct nw_field *f = &nw_config_table.fields[i];
+
+		if (strncmp(f->path, prefix, len) == 0)
+			json_object_set_new(section, f->path + len, nw_field_to_json(f, cfg));
+	}
+	return section;
+}
+
+/* The plugin's config as handed to create() (docs/plugins.md, "Its
+ * settings"; transfer full): the admission plugin's also carries
+ * serving.admission_margin as "admission_margin" unless it sets its own;
+ * the controller plugin's is {"reactive": controller.reactive, "thresholds":
+ * controller.thresholds} with plugins.controller.config merged over it, so a
+ * key the operator sets there wins. */
 static json_t *
 plugin_config(const struct nw_config *cfg, const struct plugin_slot *slot,
               const struct nw_plugin_config *pc)
 {
 	json_t *config;
 
+	if (slot->kind == NARWHAL_KIND_CONTROLLER) {
+		config = json_pack("{s:o, s:o}", "reactive", config_section(cfg, "reactive"),
+		                   "thresholds", config_section(cfg, "thresholds"));
+		if (json_is_object(pc->config))
+			json_object_update_recursive(config, pc->config);
+		return config;
+	}
 	if (slot->kind != NARWHAL_KIND_ADMISSION || !json_is_object(pc->config) ||
 	    json_object_get(pc->config, "admission_margin") != NULL)
 		return json_incref(pc->config);
@@ -73,17 +96,8 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 
 	*where = slot->config_path;
 	lp.plugin = nw_plugin_load(slot->kind, pc->path ? NULL : pc->name, file, error);
-	if (lp.plugin == NULL) {
-		if (slot->kind == NARWHAL_KIND_CONTROLLER && pc->path == NULL &&
-		    g_strcmp0(pc->name, "reactive") == 0 &&
-		    g_error_matches(*error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND)) {
-			g_clear_error(error);
-			g_set_error_literal(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
-			                    REACTIVE_MISSING);
-			*where = "controller.policy";
-		}
+	if (lp.plugin == NULL)
 		return FALSE;
-	}
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
 	config = plugin_config(cfg, slot, pc);
 	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);
