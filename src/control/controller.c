@@ -25,6 +25,13 @@
  * plugin that makes up new ones each pass cannot grow the host without
  * bound): beyond, a reason is recorded as "other". */
 #define REASONS_KEPT 256
+/* The reason of a controller that rate-limits itself and was called
+ * between its steps (reactive's controller.reactive.step_s: the
+ * role-control document's one evaluation per step): no evaluation took
+ * place, so the records and the gate stay as the last one left them, and
+ * the gate does not flicker to "step" between two real evaluations
+ * (docs/controller.md). */
+#define REASON_STEP "step"
 /* Engines a record names (a move takes more than one only while a pool
  * is below its floor). */
 #define ENGINES_KEPT 8
@@ -104,6 +111,7 @@ struct nw_controller {
 
 	uint64_t evaluations[2];
 	uint64_t results[2][NW_CONTROLLER_RESULTS];
+	uint64_t between_steps;                     /* scheduled calls answered "step" */
 	GHashTable *reasons;                        /* the reasons recorded, owned */
 	struct nw_role_engine *scratch;             /* the engines as a move changes them */
 	uint32_t scratch_cap;
@@ -539,6 +547,10 @@ evaluate(struct nw_controller *c, const struct nw_controller_pass *p, enum kind 
 	rec.prefill = prop.prefill;
 	rec.decode = prop.decode;
 	if (prop.prefill == counts.prefill && prop.decode == counts.decode) {
+		if (kind == KIND_SCHEDULED && g_strcmp0(rec.reason, REASON_STEP) == 0) {
+			c->between_steps++;
+			return 0;
+		}
 		rec.result = RESULT_UNCHANGED;
 		c->gate = rec.reason;
 		record(c, kind, &rec, false);
@@ -698,6 +710,9 @@ static json_t *
 counts_json(const struct nw_controller *c, enum kind kind)
 {
 	json_t *o = json_pack("{s:I}", "total", (json_int_t)c->evaluations[kind]);
+
+	if (kind == KIND_SCHEDULED)
+		json_object_set_new(o, "between_steps", json_integer((json_int_t)c->between_steps));
 
 	for (int k = 0; k < NW_CONTROLLER_RESULTS; k++)
 		json_object_set_new(o, nw_controller_result_names[k],

@@ -424,7 +424,9 @@ test_inputs_open_evidence(void)
 /* --- what becomes of a proposal ----------------------------------------------- */
 
 /* Issue 13, "Exposure": a proposal of no change records the evaluation
- * and the plugin's reason as the gate, and is no proposal; a failing
+ * and the plugin's reason as the gate, and is no proposal; a call
+ * between the plugin's own steps ("step", the role-control document's
+ * one evaluation per step_s) records nothing; a failing
  * plugin changes nothing (plugin-abi.h: "Non-zero: no change this pass")
  * and is recorded as failed. */
 static void
@@ -438,6 +440,14 @@ test_unchanged_and_failed(void)
 	assert_last(&e, "unchanged", NULL);
 	g_assert_cmpstr(gate(&e), ==, "prefill_pressure_low");
 	g_assert_cmpuint(n_proposals(&e), ==, 0);
+
+	/* A self-limiting plugin called between its steps: no evaluation,
+	 * the gate and the last evaluation stay. */
+	g_assert_cmpuint(scheduled(&e, 0, "step"), ==, 0);
+	g_assert_cmpstr(gate(&e), ==, "prefill_pressure_low");
+	assert_last(&e, "unchanged", NULL);
+	nw_controller_summary(e.c, &s);
+	g_assert_cmpuint(s.evaluations[0], ==, 1);
 
 	e.script.rc = -5;
 	g_assert_cmpuint(scheduled(&e, 1, "would_move"), ==, 0);
