@@ -342,6 +342,8 @@ nw_generation_new(struct nw_config *cfg, const struct nw_generation_shared *sh, 
 	so.api_keys = g->api_keys;
 	so.metrics = sh->serve_metrics;
 	so.demand = sh->demand;
+	so.ttft_breach = sh->ttft_breach;
+	so.ttft_breach_data = sh->ttft_breach_data;
 	g->serve = nw_serve_new(&so, error);
 	if (g->serve == NULL)
 		goto fail;
