@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <glib.h>
 
@@ -50,6 +49,7 @@
 #include "core/plugin-loader.h"
 #include "core/profile.h"
 #include "core/split-price.h"
+#include "common.h"
 
 enum { EMPTY, OPEN_LL, PRED_SLO, N_VARIANTS };
 enum queue_mode { QUEUE_AUTO, QUEUE_HOST, QUEUE_STAND_IN };
@@ -96,35 +96,11 @@ struct bench {
 	uint32_t decode_streams;    /* what the decode engines hold at the start */
 };
 
-static int64_t
-now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void
 die(const char *what, GError *error)
 {
 	fprintf(stderr, "decision: %s: %s\n", what, error ? error->message : "failed");
 	exit(1);
-}
-
-/* A profile shaped like an 8B model on one accelerator (the numbers do not
- * matter to the cost of a decision, only that every estimate is in domain). */
-static void
-profile_init(struct nw_engine_profile *p)
-{
-	memset(p, 0, sizeof *p);
-	p->prefill = (struct nw_prefill_profile){ .a_s = 0.012, .b_s = 9.5e-05, .c_s = 1.25e-09,
-	                                          .min_tokens = 1, .max_tokens = 32768,
-	                                          .samples = 40, .rel_rms_error = 0.03 };
-	p->decode = (struct nw_decode_profile){ .d0_s = 0.011, .d1_s = 2e-08, .d2_s = 0.00015,
-	                                        .min_active = 1, .max_active = 4096,
-	                                        .min_kv_tokens = 0, .max_kv_tokens = 100000000,
-	                                        .samples = 96, .rel_rms_error = 0.02 };
 }
 
 static int64_t
@@ -289,25 +265,6 @@ pair_free(struct pair *pr)
 	nw_plugin_free(pr->placement);
 }
 
-/* Some resident work: a third of the prefill engines busy, decode engines
- * holding up to 64 streams of up to 4,000 tokens each. */
-static void
-residents_init(struct bench *b)
-{
-	for (uint32_t i = 0; i < b->n; i++) {
-		struct narwhal_engine_view *e = &b->fleet->engines[i];
-
-		if (e->role == NARWHAL_ROLE_PREFILL) {
-			e->resident_prefill = g_rand_int_range(b->rand, 0, 3) == 0 ? 1 : 0;
-			e->queued_prefill = (uint32_t)g_rand_int_range(b->rand, 0, 3);
-		} else {
-			e->resident_decode = (uint32_t)g_rand_int_range(b->rand, 0, 65);
-			e->resident_kv_tokens = (uint64_t)e->resident_decode *
-			                        (uint64_t)g_rand_int_range(b->rand, 200, 4000);
-		}
-	}
-}
-
 /* Whether the host projects the prefill queue (the FIFO projection of
  * issue 12), asked of a host table over this fleet. */
 static bool
@@ -340,8 +297,8 @@ bench_new(uint32_t n, const char *dir, enum queue_mode queue_mode)
 	b->cfg.fleet.n_engines = n;
 	b->cfg.slo.ttft_s = 2.0;
 	b->cfg.slo.tpot_s = 0.1;
-	b->fleet = nw_fleet_new(&b->cfg, now_ns());
-	profile_init(&b->profile);
+	b->fleet = nw_fleet_new(&b->cfg, bench_now_ns());
+	bench_profile_init(&b->profile);
 	b->prefill = g_new(uint32_t, n);
 	b->decode = g_new(uint32_t, n);
 	for (uint32_t i = 0; i < n; i++) {
@@ -351,7 +308,7 @@ bench_new(uint32_t n, const char *dir, enum queue_mode queue_mode)
 		else
 			b->decode[b->n_decode++] = i;
 	}
-	residents_init(b);
+	bench_residents_init(b->fleet, b->rand);
 	for (uint32_t i = 0; i < n; i++)
 		b->decode_streams += b->fleet->engines[i].resident_decode;
 	b->metrics = nw_plugin_metrics_new();
@@ -427,7 +384,7 @@ decide_once(struct bench *b, int v, uint64_t prompt, uint32_t max_tokens, uint64
 	int64_t t0, t1;
 	int rc;
 
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	rc = pr->admission->ops.admission.decide(pr->admission_inst->ctx, &areq, &dec);
 	/* Placement runs whatever admission said, so every variant does the
 	 * same work whatever the host's estimators answer. */
@@ -437,7 +394,7 @@ decide_once(struct bench *b, int v, uint64_t prompt, uint32_t max_tokens, uint64
 	preq.n_eligible = b->n_decode;
 	preq.paired_engine = (int32_t)p;
 	d = place_with(pr, &preq);
-	t1 = now_ns();
+	t1 = bench_now_ns();
 
 	if (rc != 0)
 		b->failed[v]++;
@@ -486,9 +443,9 @@ price_once(struct bench *b, int row, uint32_t k)
 
 	if (row == PRICE_NEW)
 		b->instant += 1000; /* a microsecond on: the held work is summed again */
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	st = nw_split_price(b->fleet, &q, b->instant, &out);
-	t1 = now_ns();
+	t1 = bench_now_ns();
 	if (st != NARWHAL_ESTIMATE_OK)
 		b->unpriced[row]++;
 	else if (out.in_domain)
@@ -496,38 +453,6 @@ price_once(struct bench *b, int row, uint32_t k)
 	else
 		b->priced_out[row]++;
 	return t1 - t0;
-}
-
-static int
-cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double
-percentile_us(int64_t *ns, size_t n, double q)
-{
-	size_t k = (size_t)ceil(q * (double)n);
-
-	qsort(ns, n, sizeof *ns, cmp_i64);
-	return (double)ns[k == 0 ? 0 : k - 1] / 1000.0;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double
-median(double *v, size_t n)
-{
-	qsort(v, n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 /* Run `runs` runs of `requests` decisions per variant on n engines and
@@ -585,16 +510,16 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 				price_samples[v][i] = price_once(b, v, i);
 		}
 		for (int v = 0; v < N_VARIANTS; v++) {
-			p50[v][r] = percentile_us(samples[v], requests, 0.50);
-			p99[v][r] = percentile_us(samples[v], requests, 0.99);
+			p50[v][r] = bench_percentile_us(samples[v], requests, 0.50);
+			p99[v][r] = bench_percentile_us(samples[v], requests, 0.99);
 		}
 		for (int v = 0; v < N_VARIANTS; v++) {
 			ratio[v][r] = p99[v][r] / p99[EMPTY][r];
 			ratio_ll[v][r] = p99[v][r] / p99[OPEN_LL][r];
 		}
 		for (int v = 0; v < N_PRICES; v++) {
-			price_p50[v][r] = percentile_us(price_samples[v], requests, 0.50);
-			price_p99[v][r] = percentile_us(price_samples[v], requests, 0.99);
+			price_p50[v][r] = bench_percentile_us(price_samples[v], requests, 0.50);
+			price_p99[v][r] = bench_percentile_us(price_samples[v], requests, 0.99);
 			price_ratio[v][r] = price_p99[v][r] / p99[EMPTY][r];
 		}
 	}
@@ -602,9 +527,9 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 	       "p99/open+ll", "last run: admitted refused failed");
 	for (int v = 0; v < N_VARIANTS; v++) {
 		printf("%-9s %9.2f %9.2f %12.1f %14.2f  %" G_GUINT64_FORMAT " %" G_GUINT64_FORMAT
-		       " %" G_GUINT64_FORMAT "\n", variant_names[v], median(p50[v], runs),
-		       median(p99[v], runs), median(ratio[v], runs), median(ratio_ll[v], runs),
-		       b->admitted[v], b->refused[v], b->failed[v]);
+		       " %" G_GUINT64_FORMAT "\n", variant_names[v], bench_median(p50[v], runs),
+		       bench_median(p99[v], runs), bench_median(ratio[v], runs),
+		       bench_median(ratio_ll[v], runs), b->admitted[v], b->refused[v], b->failed[v]);
 		g_free(samples[v]);
 		g_free(p50[v]);
 		g_free(p99[v]);
@@ -616,8 +541,8 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 	for (int v = 0; v < N_PRICES; v++) {
 		printf("%-9s %9.2f %9.2f %12.1f %14s  %" G_GUINT64_FORMAT " %" G_GUINT64_FORMAT
 		       " %" G_GUINT64_FORMAT " (in domain, out, unpriced)\n", price_names[v],
-		       median(price_p50[v], runs), median(price_p99[v], runs),
-		       median(price_ratio[v], runs), "-", b->priced_in[v], b->priced_out[v],
+		       bench_median(price_p50[v], runs), bench_median(price_p99[v], runs),
+		       bench_median(price_ratio[v], runs), "-", b->priced_in[v], b->priced_out[v],
 		       b->unpriced[v]);
 		g_free(price_samples[v]);
 		g_free(price_p50[v]);

@@ -1,7 +1,8 @@
 #!/bin/sh
-# The cost of one admission plus placement decision (issue 12) and of a
-# split's price (issue 13): builds bench/decision/decision in a build
-# directory, runs it and keeps its output. See bench/decision/README.md.
+# The cost of one admission plus placement decision (issue 12), of a
+# split's price and of one scheduled controller evaluation (issue 13):
+# builds bench/decision/decision and bench/decision/controller in a build
+# directory, runs them and keeps their output. See bench/decision/README.md.
 #
 #   bench/decision/run.sh [build directory, default build/plain]
 #
@@ -10,6 +11,8 @@
 #   RUNS [7]             runs per size; figures are medians over runs
 #   REQUESTS             decisions per variant per run (the program's
 #                        default: 20000 up to 256 engines, else 4000)
+#   EVALUATIONS          controller evaluations per variant per run (the
+#                        program's default: 2000 up to 256 engines, else 1000)
 #   QUEUE [auto]         prefill queue projection: host, stand-in or auto
 #   OUT                  output file [a new /tmp/narwhal-bench-decision.*]
 set -eu
@@ -21,9 +24,10 @@ runs=${RUNS:-7}
 queue=${QUEUE:-auto}
 out=${OUT:-$(mktemp "${TMPDIR:-/tmp}/narwhal-bench-decision.XXXXXX")}
 
-make -C "$build" bench/decision/decision >/dev/null
-set -- --engines "$engines" --runs "$runs" --queue "$queue" \
-	--plugin-dir "${NARWHAL_PLUGIN_DIR:-$build/plugins/.libs}"
+plugins=${NARWHAL_PLUGIN_DIR:-$build/plugins/.libs}
+
+make -C "$build" bench/decision/decision bench/decision/controller >/dev/null
+set -- --engines "$engines" --runs "$runs" --queue "$queue" --plugin-dir "$plugins"
 if [ -n "${REQUESTS:-}" ]; then
 	set -- "$@" --requests "$REQUESTS"
 fi
@@ -31,5 +35,11 @@ fi
 	echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	echo "# $(uname -srm), $(getconf _NPROCESSORS_ONLN) cpus"
 	"$build/bench/decision/decision" "$@"
+	echo "# one scheduled controller evaluation"
+	set -- --engines "$engines" --runs "$runs" --plugin-dir "$plugins"
+	if [ -n "${EVALUATIONS:-}" ]; then
+		set -- "$@" --evaluations "$EVALUATIONS"
+	fi
+	"$build/bench/decision/controller" "$@"
 } | tee "$out"
 echo "output: $out" >&2
