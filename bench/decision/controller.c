@@ -31,7 +31,7 @@
  * The monitor's pricing pass before it (nw_pricing_pass) is timed apart.
  *
  *   controller [--engines N[,N...]] [--evaluations K] [--runs R]
- *              [--plugin-dir DIR]
+ *              [--plugin-dir DIR] [--log-level LEVEL]
  */
 #include "build-config.h"
 
@@ -117,16 +117,25 @@ host_clock(void *data)
 	return bench_now_ns() + b->skew_ns;
 }
 
+/* What the command line sets. */
+struct options {
+	const char *dir;             /* the built plugins */
+	const char *log_level;       /* log.level; NULL: its default */
+	uint32_t evaluations, runs;
+};
+
 /* A configuration of n engines, alternately prefill and decode (vLLM's
  * dialect, which takes either role per request), with an advisory
  * reactive controller and the variant's settings. */
 static struct nw_config *
-config_new(uint32_t n, int variant)
+config_new(uint32_t n, int variant, const struct options *o)
 {
 	GString *text = g_string_new("{\"slo\": {\"ttft_s\": 2.0, \"tpot_s\": 0.1}, ");
 	GPtrArray *problems = NULL;
 	struct nw_config *cfg;
 
+	if (o->log_level != NULL)
+		g_string_append_printf(text, "\"log\": {\"level\": \"%s\"}, ", o->log_level);
 	g_string_append_printf(text, "\"controller\": {\"policy\": \"reactive\", \"advisory\": true, "
 	                       "\"reactive\": {%s}}, \"fleet\": {\"engines\": [",
 	                       variant_reactive[variant]);
@@ -164,14 +173,14 @@ controller_section(const struct nw_config *cfg)
 }
 
 static void
-variant_init(struct bench *b, struct variant *v, int variant, const char *dir)
+variant_init(struct bench *b, struct variant *v, int variant, const struct options *o)
 {
 	g_autofree char *file = NULL;
 	GError *error = NULL;
 	json_t *config;
 
-	v->cfg = config_new(b->n, variant);
-	file = nw_plugin_resolve(NARWHAL_KIND_CONTROLLER, v->cfg->controller.policy, NULL, dir);
+	v->cfg = config_new(b->n, variant, o);
+	file = nw_plugin_resolve(NARWHAL_KIND_CONTROLLER, v->cfg->controller.policy, NULL, o->dir);
 	v->plugin = nw_plugin_load(NARWHAL_KIND_CONTROLLER, v->cfg->controller.policy, file, &error);
 	if (v->plugin == NULL)
 		die("controller plugin", error->message);
@@ -222,11 +231,11 @@ residents_init(struct bench *b, int64_t now)
 }
 
 static struct bench *
-bench_new(uint32_t n, const char *dir)
+bench_new(uint32_t n, const struct options *o)
 {
 	struct bench *b = g_new0(struct bench, 1);
 	/* The variants' configurations make the same fleet and windows. */
-	g_autoptr(nw_config) cfg = config_new(n, DEFAULTS);
+	g_autoptr(nw_config) cfg = config_new(n, DEFAULTS, o);
 	struct nw_demand_windows w;
 	int64_t now;
 
@@ -260,7 +269,7 @@ bench_new(uint32_t n, const char *dir)
 	b->roles = g_new(struct nw_role_engine, n);
 	b->out = g_new(struct nw_role_change, n);
 	for (int v = 0; v < N_VARIANTS; v++)
-		variant_init(b, &b->v[v], v, dir);
+		variant_init(b, &b->v[v], v, o);
 	return b;
 }
 
@@ -435,9 +444,11 @@ row_add(struct row *row, int64_t ns)
 
 /* Runs of K evaluations per variant on n engines; one line per row. */
 static void
-bench_size(uint32_t n, uint32_t evaluations, uint32_t runs, const char *dir)
+bench_size(uint32_t n, const struct options *o)
 {
-	struct bench *b = bench_new(n, dir);
+	struct bench *b = bench_new(n, o);
+	uint32_t evaluations = o->evaluations > 0 ? o->evaluations : n <= 256 ? 2000 : 1000;
+	uint32_t runs = o->runs;
 	struct row rows[N_ROWS] = { { 0 } };
 	int advised = result_index("advised");
 	int64_t pass_ns;
@@ -505,7 +516,7 @@ bench_size(uint32_t n, uint32_t evaluations, uint32_t runs, const char *dir)
 int
 main(int argc, char **argv)
 {
-	g_autofree char *engines = NULL, *dir = NULL;
+	g_autofree char *engines = NULL, *dir = NULL, *log_level = NULL;
 	gint evaluations = 0, runs = 5;
 	GOptionEntry entries[] = {
 		{ "engines", 'n', 0, G_OPTION_ARG_STRING, &engines,
@@ -517,11 +528,15 @@ main(int argc, char **argv)
 		  "R" },
 		{ "plugin-dir", 'd', 0, G_OPTION_ARG_FILENAME, &dir,
 		  "Built plugins (default $NARWHAL_PLUGIN_DIR, else ./plugins/.libs)", "DIR" },
+		{ "log-level", 'l', 0, G_OPTION_ARG_STRING, &log_level,
+		  "log.level of the configuration (default its default, info): the plugin's log "
+		  "lines are written to /dev/null", "LEVEL" },
 		{ NULL },
 	};
 	g_autoptr(GOptionContext) ctx = g_option_context_new("- time controller evaluations");
 	GError *error = NULL;
 	g_auto(GStrv) sizes = NULL;
+	struct options o;
 
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, &error))
@@ -531,6 +546,8 @@ main(int argc, char **argv)
 	if (dir == NULL)
 		dir = g_strdup(g_getenv("NARWHAL_PLUGIN_DIR") ? g_getenv("NARWHAL_PLUGIN_DIR")
 		                                               : "plugins/.libs");
+	o = (struct options){ .dir = dir, .log_level = log_level,
+	                      .evaluations = (uint32_t)evaluations, .runs = (uint32_t)runs };
 	sizes = g_strsplit(engines ? engines : "64,1024", ",", -1);
 	for (char **s = sizes; *s != NULL; s++) {
 		guint64 n;
@@ -538,9 +555,7 @@ main(int argc, char **argv)
 		/* At least two engines a side; ports 10000 on stay below 65536. */
 		if (!g_ascii_string_to_unsigned(*s, 10, 4, 50000, &n, &error))
 			die("--engines", error->message);
-		bench_size((uint32_t)n,
-		           evaluations > 0 ? (uint32_t)evaluations : n <= 256 ? 2000 : 1000,
-		           (uint32_t)runs, dir);
+		bench_size((uint32_t)n, &o);
 	}
 	return 0;
 }
