@@ -41,23 +41,6 @@ loaded_plugin_clear(struct loaded_plugin *lp)
 	"\"reactive\" is not available in this build yet: set \"controller\": " \
 	"{\"policy\": \"static\"}"
 
-/* The plugin's config as handed to create(): the admission plugin's also
- * carries serving.admission_margin as "admission_margin" unless it sets
- * its own (docs/configuration.md, "Plugins"); transfer full. */
-static json_t *
-plugin_config(const struct nw_config *cfg, const struct plugin_slot *slot,
-              const struct nw_plugin_config *pc)
-{
-	json_t *config;
-
-	if (slot->kind != NARWHAL_KIND_ADMISSION || !json_is_object(pc->config) ||
-	    json_object_get(pc->config, "admission_margin") != NULL)
-		return json_incref(pc->config);
-	config = json_copy(pc->config);
-	json_object_set_new(config, "admission_margin", json_real(cfg->serving.admission_margin));
-	return config;
-}
-
 /* Load and create the slot's plugin. On failure *where is the
  * configuration path at fault, for the message. */
 static gboolean
@@ -85,7 +68,7 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 		return FALSE;
 	}
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
-	config = plugin_config(cfg, slot, pc);
+	config = nw_config_plugin_section(cfg, pc, slot->kind == NARWHAL_KIND_ADMISSION);
 	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);
 	json_decref(config);
 	if (lp.instance == NULL) {

@@ -880,6 +880,20 @@ nw_config_admission_limit(const struct nw_config *cfg)
 	                                           : cfg->serving.max_connections;
 }
 
+json_t *
+nw_config_plugin_section(const struct nw_config *cfg, const struct nw_plugin_config *pc,
+                         bool admission)
+{
+	json_t *config;
+
+	if (!admission || !json_is_object(pc->config) ||
+	    json_object_get(pc->config, "admission_margin") != NULL)
+		return json_incref(pc->config);
+	config = json_copy(pc->config);
+	json_object_set_new(config, "admission_margin", json_real(cfg->serving.admission_margin));
+	return config;
+}
+
 const char *
 nw_config_admission_name(nw_admission_mode mode)
 {

@@ -246,6 +246,13 @@ json_t *nw_config_to_json(const struct nw_config *cfg);
 uint32_t nw_config_control_connections(const struct nw_config *cfg);
 uint32_t nw_config_admission_limit(const struct nw_config *cfg);
 
+/* The section a plugin's create() gets (transfer full): pc's config, and
+ * for the admission plugin also serving.admission_margin as
+ * "admission_margin" unless the section sets its own (docs/configuration.md,
+ * "Plugins"). */
+json_t *nw_config_plugin_section(const struct nw_config *cfg, const struct nw_plugin_config *pc,
+                                 bool admission);
+
 /* Append a problem of the caller's own (a plugin that will not load, a
  * field a reload cannot change) to a problems array; path may be NULL.
  * The strings are copied. */

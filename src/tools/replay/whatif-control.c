@@ -1,0 +1,219 @@
+/*
+ * The monitor's pass under virtual time (control/monitor.c, nw_monitor_pass,
+ * the parts that do not probe engines): every controller.monitor_interval_s
+ * from the run's start, the host's floor repair (control/roles.h), the
+ * pricing pass (a decode-correction window ends and the loads of spec 7.1
+ * are written), then the controller's scheduled evaluation; and the urgent
+ * evaluation an admission decision's projected TTFT breach arms. Role
+ * changes are applied to the fleet view (new placements only, as the
+ * monitor applies them) and kept, every one, for the report.
+ *
+ * Every engine stays healthy and available: the what-if mode has no faults.
+ */
+#include "build-config.h"
+
+#include <math.h>
+
+#include "control/roles.h"
+#include "tools/replay/whatif-internal.h"
+
+struct wi_control {
+	struct nw_role_rules rules;
+	struct nw_role_engine *roles;     /* the guards' view, one per engine */
+	struct nw_role_change *changes;   /* scratch, one per engine */
+	GArray *history;                  /* struct nw_role_change, the run's all */
+	struct nw_floor_report floors;
+	struct nw_role_change last_advised;
+	uint64_t passes;
+	uint64_t urgent_wakes;
+	uint32_t initial_prefill, initial_decode;
+};
+
+static void
+split_of(const struct nw_fleet *f, uint32_t *prefill, uint32_t *decode)
+{
+	*prefill = *decode = 0;
+	for (uint32_t i = 0; i < f->view.n_engines; i++) {
+		if (f->engines[i].role == NARWHAL_ROLE_PREFILL)
+			(*prefill)++;
+		else
+			(*decode)++;
+	}
+}
+
+struct wi_control *
+wi_control_new(struct wi_world *w)
+{
+	struct wi_control *c = g_new0(struct wi_control, 1);
+	const struct nw_config *cfg = w->cfg;
+	uint32_t n = w->fleet->view.n_engines;
+
+	c->rules = (struct nw_role_rules){
+		.min_prefill = cfg->controller.min_prefill,
+		.min_decode = cfg->controller.min_decode,
+		.dwell_s = cfg->controller.thresholds.dwell_s,
+		.advisory = cfg->controller.advisory,
+		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
+	};
+	c->roles = g_new0(struct nw_role_engine, MAX(n, 1));
+	c->changes = g_new0(struct nw_role_change, MAX(n, 1));
+	c->history = g_array_new(FALSE, FALSE, sizeof(struct nw_role_change));
+	c->last_advised.engine = UINT32_MAX;
+	split_of(w->fleet, &c->initial_prefill, &c->initial_decode);
+	return c;
+}
+
+void
+wi_control_free(struct wi_control *c)
+{
+	if (c == NULL)
+		return;
+	g_free(c->roles);
+	g_free(c->changes);
+	g_array_free(c->history, TRUE);
+	g_free(c);
+}
+
+/* The engines as the guards see them (monitor.c, fill_role_engines). */
+static void
+fill_roles(struct wi_world *w)
+{
+	const struct nw_fleet *f = w->fleet;
+
+	for (uint32_t i = 0; i < f->view.n_engines; i++) {
+		const struct narwhal_engine_view *v = &f->engines[i];
+		const struct nw_dialect *d = &w->dialects->dialects[i];
+
+		w->control->roles[i] = (struct nw_role_engine){
+			.role = v->role,
+			.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
+			.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
+			.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
+			.role_since_ns = v->role_since_ns,
+			.resident = v->role == NARWHAL_ROLE_DECODE
+			                    ? v->resident_decode
+			                    : v->resident_prefill + v->queued_prefill,
+		};
+	}
+}
+
+/* monitor.c, apply_change: the view changes, nothing resident moves. */
+static void
+apply(struct wi_world *w, const struct nw_role_change *c)
+{
+	struct narwhal_engine_view *v = &w->fleet->engines[c->engine];
+
+	g_array_append_val(w->control->history, *c);
+	if (!c->applied)
+		return;
+	v->role = c->to;
+	v->role_since_ns = c->at_ns;
+	nw_fleet_changed(w->fleet);
+}
+
+/* The controller host's evaluation (control/controller.h: scheduled, or
+ * the urgent wake). Its implementation is not in this tree yet: until it
+ * is, the what-if mode runs the configured split, as the static controller
+ * keeps it, and no evaluation proposes anything. */
+static uint32_t
+controller_evaluate(struct wi_world *w, bool urgent, struct nw_role_change *out, uint32_t max)
+{
+	(void)w;
+	(void)urgent;
+	(void)out;
+	(void)max;
+	return 0;
+}
+
+static void
+floor_repair(struct wi_world *w, int64_t now)
+{
+	struct wi_control *c = w->control;
+	uint32_t n = w->fleet->view.n_engines, k;
+
+	fill_roles(w);
+	/* One engine serves whole requests whatever its role (spec 7.2). */
+	k = nw_roles_repair_floors(c->roles, n, &c->rules, now, c->changes, n < 2 ? 0 : n,
+	                           &c->floors);
+	for (uint32_t i = 0; i < k; i++) {
+		const struct nw_role_change *ch = &c->changes[i];
+
+		/* Advisory mode proposes the same move every pass: kept once. */
+		if (!ch->applied && c->last_advised.engine == ch->engine &&
+		    c->last_advised.to == ch->to && c->last_advised.caller == ch->caller)
+			continue;
+		if (!ch->applied)
+			c->last_advised = *ch;
+		apply(w, ch);
+	}
+}
+
+static void
+evaluate(struct wi_world *w, bool urgent)
+{
+	struct wi_control *c = w->control;
+	uint32_t k;
+
+	fill_roles(w);
+	k = controller_evaluate(w, urgent, c->changes, w->fleet->view.n_engines);
+	for (uint32_t i = 0; i < k; i++)
+		apply(w, &c->changes[i]);
+}
+
+void
+wi_control_pass(struct wi_world *w)
+{
+	int64_t now = w->queue.now_ns;
+
+	w->control->passes++;
+	floor_repair(w, now);
+	nw_pricing_pass(w->fleet, now);
+	evaluate(w, false);
+	wi_queue_push(&w->queue, now + wi_ns(w->cfg->controller.monitor_interval_s), WI_EV_PASS,
+	              NULL, 0);
+}
+
+void
+wi_control_admission_priced(struct wi_world *w, uint64_t prompt_tokens, double projected_ttft_s)
+{
+	(void)prompt_tokens;
+	if (!(isfinite(projected_ttft_s) && projected_ttft_s > w->cfg->slo.ttft_s))
+		return;
+	/* The controller host coalesces triggers (nw_controller_urgent_note);
+	 * without it there is nothing to wake. */
+}
+
+void
+wi_control_urgent(struct wi_world *w)
+{
+	w->control->urgent_wakes++;
+	evaluate(w, true);
+}
+
+json_t *
+wi_control_json(const struct wi_control *c, const struct wi_world *w)
+{
+	json_t *changes = json_array();
+	uint32_t prefill, decode;
+
+	for (guint i = 0; i < c->history->len; i++) {
+		const struct nw_role_change *ch = &g_array_index(c->history, struct nw_role_change, i);
+
+		json_array_append_new(changes, json_pack(
+			"{s:f, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I}",
+			"at_s", wi_s(ch->at_ns), "engine", w->fleet->ids[ch->engine],
+			"from", nw_role_name(ch->from), "to", nw_role_name(ch->to),
+			"caller", ch->caller, "reason", ch->reason ? ch->reason : "",
+			"applied", ch->applied, "prefill", (json_int_t)ch->prefill_after,
+			"decode", (json_int_t)ch->decode_after));
+	}
+	split_of(w->fleet, &prefill, &decode);
+	return json_pack("{s:{s:I, s:I}, s:{s:I, s:I}, s:I, s:I, s:I, s:o}",
+	                 "initial_split", "prefill", (json_int_t)c->initial_prefill,
+	                 "decode", (json_int_t)c->initial_decode,
+	                 "final_split", "prefill", (json_int_t)prefill, "decode", (json_int_t)decode,
+	                 "monitor_passes", (json_int_t)c->passes,
+	                 "urgent_evaluations", (json_int_t)c->urgent_wakes,
+	                 "proposals", (json_int_t)0,
+	                 "role_changes", changes);
+}
