@@ -418,6 +418,8 @@ replay(struct rp_trace *trace, const double *scales, guint n_scales,
 			g_printerr("narwhal-replay: %s\n", error->message);
 			g_clear_error(&error);
 			status = 1;
+			/* A run that did not start has nothing to report. */
+			g_ptr_array_remove_index(rep.runs, rep.runs->len - 1);
 			break;
 		}
 		next_id += (uint32_t)rr->run.n;

@@ -170,6 +170,16 @@ wi_setup_new(const struct wi_options *o, GError **error)
 	}
 	if (!load_profiles(s, template_id, error))
 		goto fail;
+	/* Fail before a long run, not after it: a world is made once here, as
+	 * the daemon checks its plugins before it serves. */
+	{
+		struct wi_run_opts ro = { .timeout_s = 1 };
+		struct wi_world *w = wi_world_new(s, &ro, error);
+
+		if (w == NULL)
+			goto fail;
+		wi_world_free(w);
+	}
 	return s;
 fail:
 	wi_setup_free(s);
