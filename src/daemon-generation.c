@@ -35,12 +35,6 @@ loaded_plugin_clear(struct loaded_plugin *lp)
 	memset(lp, 0, sizeof *lp);
 }
 
-/* The controller the spec names by default comes with a later version:
- * until then its absence is told as such, with the alternative. */
-#define REACTIVE_MISSING \
-	"\"reactive\" is not available in this build yet: set \"controller\": " \
-	"{\"policy\": \"static\"}"
-
 /* Load and create the slot's plugin. On failure *where is the
  * configuration path at fault, for the message. */
 static gboolean
@@ -56,19 +50,10 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 
 	*where = slot->config_path;
 	lp.plugin = nw_plugin_load(slot->kind, pc->path ? NULL : pc->name, file, error);
-	if (lp.plugin == NULL) {
-		if (slot->kind == NARWHAL_KIND_CONTROLLER && pc->path == NULL &&
-		    g_strcmp0(pc->name, "reactive") == 0 &&
-		    g_error_matches(*error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND)) {
-			g_clear_error(error);
-			g_set_error_literal(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
-			                    REACTIVE_MISSING);
-			*where = "controller.policy";
-		}
+	if (lp.plugin == NULL)
 		return FALSE;
-	}
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
-	config = nw_config_plugin_section(cfg, pc, slot->kind == NARWHAL_KIND_ADMISSION);
+	config = nw_config_plugin_section(cfg, pc, slot->kind);
 	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);
 	json_decref(config);
 	if (lp.instance == NULL) {
@@ -311,6 +296,8 @@ nw_generation_new(struct nw_config *cfg, const struct nw_generation_shared *sh, 
 	so.api_keys = g->api_keys;
 	so.metrics = sh->serve_metrics;
 	so.demand = sh->demand;
+	so.ttft_breach = sh->ttft_breach;
+	so.ttft_breach_data = sh->ttft_breach_data;
 	g->serve = nw_serve_new(&so, error);
 	if (g->serve == NULL)
 		goto fail;

@@ -49,6 +49,9 @@ struct nw_generation_shared {
 	struct nw_plugin_metrics *plugin_metrics;
 	struct nw_serve_metrics *serve_metrics;
 	struct nw_demand *demand;
+	/* The serve's urgent TTFT hook (serve.h, ttft_breach). */
+	void (*ttft_breach)(void *data, uint64_t prompt_tokens, double projected_ttft_s);
+	void *ttft_breach_data;
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	uint32_t control_connections;      /* the control pool's size */

@@ -11,6 +11,7 @@
 
 #include <microhttpd.h>
 
+#include "control/controller.h"
 #include "control/monitor.h"
 #include "daemon-generation.h"
 #include "core/config.h"
@@ -39,6 +40,8 @@ struct nw_daemon {
 	struct nw_plugin_metrics *plugin_metrics;
 	struct nw_serve_metrics serve_metrics; /* shared by every generation */
 	struct nw_demand *demand;              /* the demand ledger, likewise */
+	struct nw_controller *controller;      /* the controller host, likewise */
+	guint urgent_wake;                     /* the urgent evaluation armed; 0: none */
 	struct nw_upstream *serving_pool;
 	struct nw_upstream *control_pool;
 	uint32_t control_connections;          /* the control pool's size */
@@ -68,6 +71,14 @@ struct nw_generation_shared nw_daemon_shared(struct nw_daemon *d);
 /* Make g (adopted from the current generation) current: the current one
  * is superseded and finishes its requests (daemon-reload.c). */
 void nw_daemon_generation_switch(struct nw_daemon *d, struct nw_generation *g);
+
+/* The controller host (daemon-controller.c; docs/controller.md): g's
+ * monitor evaluates the controller on each pass and tells it of every
+ * role change; call before g starts. */
+void nw_daemon_controller_attach(struct nw_daemon *d, struct nw_generation *g);
+/* The serve's urgent TTFT hook (struct nw_serve_options.ttft_breach;
+ * data is the daemon). */
+void nw_daemon_ttft_breach(void *data, uint64_t prompt_tokens, double projected_ttft_s);
 
 /* The parts in force now. */
 struct nw_serve *nw_daemon_serve(struct nw_daemon *d);

@@ -75,7 +75,7 @@ nw_daemon_state_json(struct nw_daemon *d, bool operator)
 	json_t *history = nw_admin_history_json(d->admin, operator);
 	const struct nw_state_sources src = {
 		.serve = nw_daemon_serve(d), .monitor = nw_daemon_monitor(d),
-		.fleet = nw_daemon_fleet(d), .cfg = nw_daemon_config(d),
+		.fleet = nw_daemon_fleet(d), .cfg = nw_daemon_config(d), .controller = d->controller,
 		.plugins = plugins, .operator_history = history,
 		.uptime_s = (g_get_monotonic_time() - d->started_us) / 1e6, .operator = operator,
 	};
@@ -193,7 +193,7 @@ route_metrics(struct nw_daemon *d, struct MHD_Connection *conn)
 	struct nw_exposition_daemon daemon;
 	const struct nw_exposition_sources src = {
 		.serve = nw_daemon_serve(d), .monitor = nw_daemon_monitor(d), .fleet = nw_daemon_fleet(d),
-		.plugin_metrics = d->plugin_metrics, .daemon = &daemon,
+		.plugin_metrics = d->plugin_metrics, .controller = d->controller, .daemon = &daemon,
 	};
 	GString *text;
 	size_t len;

@@ -69,9 +69,12 @@ nw_daemon_generation_switch(struct nw_daemon *d, struct nw_generation *g)
 	struct nw_generation *old = d->gen;
 	struct nw_demand_windows w;
 
-	/* The ledger goes on under the new windows (spec 7.7). */
+	/* The ledger goes on under the new windows (spec 7.7), the controller
+	 * host under the new rules (docs/controller.md). */
 	nw_demand_windows_from_config(g->cfg, &w);
 	nw_demand_configure(d->demand, &w, g_get_monotonic_time() * 1000);
+	nw_controller_configure(d->controller, g->cfg);
+	nw_daemon_controller_attach(d, g);
 	nw_generation_supersede(old);
 	nw_generation_start(g, d->http);
 	d->gen = g;
@@ -197,6 +200,7 @@ nw_daemon_shared(struct nw_daemon *d)
 	return (struct nw_generation_shared){
 		.plugin_metrics = d->plugin_metrics, .serve_metrics = &d->serve_metrics,
 		.demand = d->demand,
+		.ttft_breach = nw_daemon_ttft_breach, .ttft_breach_data = d,
 		.serving_pool = d->serving_pool, .control_pool = d->control_pool,
 		.control_connections = d->control_connections,
 	};
@@ -221,6 +225,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 		nw_demand_windows_from_config(cfg, &w);
 		d->demand = nw_demand_new(&w, g_get_monotonic_time() * 1000);
 	}
+	d->controller = nw_controller_new(cfg);
 
 	pool.tls_ca_file = cfg->engine.tls_ca_file;
 	pool.tls_no_verify = !cfg->engine.tls_verify;
@@ -234,6 +239,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	d->gen = nw_generation_new(cfg, &shared, error);
 	if (d->gen == NULL)
 		goto fail;
+	nw_daemon_controller_attach(d, d->gen);
 
 	http.host = cfg->server.host;
 	http.port = (uint16_t)cfg->server.port;
@@ -330,6 +336,8 @@ nw_daemon_free(struct nw_daemon *d)
 		g_source_remove(d->stop_poll);
 	if (d->overlap_tick)
 		g_source_remove(d->overlap_tick);
+	if (d->urgent_wake)
+		g_source_remove(d->urgent_wake);
 	/* Requests still held are answered and cancelled before MHD lets
 	 * them go; they need their serve, which needs the pools. */
 	for (struct nw_generation *g = d->gen; g != NULL; g = g->older) {
@@ -347,6 +355,8 @@ nw_daemon_free(struct nw_daemon *d)
 	nw_upstream_free(d->serving_pool);
 	nw_upstream_free(d->control_pool);
 	nw_plugin_metrics_free(d->plugin_metrics);
+	/* After the monitors: their flip histories hold its reasons. */
+	nw_controller_free(d->controller);
 	nw_demand_free(d->demand);
 	g_main_loop_unref(d->loop);
 	if (ran) {

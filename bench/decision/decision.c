@@ -21,6 +21,12 @@
  * p99 per variant, and the medians over runs are printed with the ratio of
  * each variant's p99 to the empty decision's p99 of the same run.
  *
+ * Beside the decisions, in the same loop, one split priced by the host
+ * (core/split-price.h, the price_split service of ABI 2.2) around the
+ * fleet's split: once at an instant not yet priced (the pool's held
+ * prefill work is summed over the live pool) and once more at the same
+ * instant (the sum is reused, as by the other splits of one evaluation).
+ *
  * The host's prefill_queue_seconds (the FIFO projection) may answer "no
  * profile" in a build without it; then, unless told --queue=host, the
  * bench gives the plugins a stand-in projection so that they take their
@@ -43,10 +49,14 @@
 #include "core/host.h"
 #include "core/plugin-loader.h"
 #include "core/profile.h"
+#include "core/split-price.h"
 
 enum { EMPTY, OPEN_LL, PRED_SLO, N_VARIANTS };
 enum queue_mode { QUEUE_AUTO, QUEUE_HOST, QUEUE_STAND_IN };
 static const char *const variant_names[N_VARIANTS] = { "empty", "open+ll", "pred+slo" };
+/* The split price rows: at a new instant, and again at the same one. */
+enum { PRICE_NEW, PRICE_SAME, N_PRICES };
+static const char *const price_names[N_PRICES] = { "price-new", "price-hit" };
 
 /* A plugin's host table: the real one (src/core/host.c), with the
  * prefill queue projection answered by a stand-in when the host has none
@@ -79,6 +89,11 @@ struct bench {
 	GRand *rand;
 	/* Outcomes of the last run, by variant: admitted, refused, failed. */
 	uint64_t admitted[N_VARIANTS], refused[N_VARIANTS], failed[N_VARIANTS];
+	/* The split prices of the last run: in the domain, outside it, not
+	 * priced (not OK). */
+	uint64_t priced_in[N_PRICES], priced_out[N_PRICES], unpriced[N_PRICES];
+	int64_t instant;            /* the last instant priced at (virtual) */
+	uint32_t decode_streams;    /* what the decode engines hold at the start */
 };
 
 static int64_t
@@ -337,6 +352,8 @@ bench_new(uint32_t n, const char *dir, enum queue_mode queue_mode)
 			b->decode[b->n_decode++] = i;
 	}
 	residents_init(b);
+	for (uint32_t i = 0; i < n; i++)
+		b->decode_streams += b->fleet->engines[i].resident_decode;
 	b->metrics = nw_plugin_metrics_new();
 	switch (queue_mode) {
 	case QUEUE_HOST:
@@ -447,6 +464,40 @@ decide_once(struct bench *b, int v, uint64_t prompt, uint32_t max_tokens, uint64
 	return t1 - t0;
 }
 
+/* One split priced, k-th of the three around the fleet's split (the live
+ * one, one engine more prefill, one more decode), at a new instant or at
+ * the last one again; returns its nanoseconds. The demand is half a
+ * request per second per engine, of 2,000-token prompts and 200-token
+ * outputs, at the spec's default utilization. */
+static int64_t
+price_once(struct bench *b, int row, uint32_t k)
+{
+	static const int shift[3] = { 0, 1, -1 };
+	struct narwhal_split_query q = {
+		.struct_size = sizeof q,
+		.prefill = (uint32_t)((int)b->n_prefill + shift[k % 3]),
+		.decode = (uint32_t)((int)b->n_decode - shift[k % 3]),
+		.arrivals_per_s = 0.5 * b->n, .prompt_tokens = 2000, .output_tokens = 200,
+		.utilization = 0.8, .decode_streams = b->decode_streams,
+	};
+	struct narwhal_split_price out;
+	narwhal_estimate_status st;
+	int64_t t0, t1;
+
+	if (row == PRICE_NEW)
+		b->instant += 1000; /* a microsecond on: the held work is summed again */
+	t0 = now_ns();
+	st = nw_split_price(b->fleet, &q, b->instant, &out);
+	t1 = now_ns();
+	if (st != NARWHAL_ESTIMATE_OK)
+		b->unpriced[row]++;
+	else if (out.in_domain)
+		b->priced_in[row]++;
+	else
+		b->priced_out[row]++;
+	return t1 - t0;
+}
+
 static int
 cmp_i64(const void *a, const void *b)
 {
@@ -486,8 +537,9 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
            enum queue_mode queue_mode)
 {
 	struct bench *b = bench_new(n, dir, queue_mode);
-	int64_t *samples[N_VARIANTS];
+	int64_t *samples[N_VARIANTS], *price_samples[N_PRICES];
 	double *p50[N_VARIANTS], *p99[N_VARIANTS], *ratio[N_VARIANTS], *ratio_ll[N_VARIANTS];
+	double *price_p50[N_PRICES], *price_p99[N_PRICES], *price_ratio[N_PRICES];
 	uint64_t handle = 1;
 
 	printf("engines %u (%u prefill, %u decode), %u runs of %u decisions per variant\n", n,
@@ -502,15 +554,26 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 		ratio[v] = g_new(double, runs);
 		ratio_ll[v] = g_new(double, runs);
 	}
+	for (int v = 0; v < N_PRICES; v++) {
+		price_samples[v] = g_new(int64_t, requests);
+		price_p50[v] = g_new(double, runs);
+		price_p99[v] = g_new(double, runs);
+		price_ratio[v] = g_new(double, runs);
+	}
 	/* Warm up the code paths, the caches and the metric tables. */
 	for (uint32_t i = 0; i < 200; i++) {
 		for (int v = 0; v < N_VARIANTS; v++)
 			decide_once(b, v, 1000, 128, handle++);
+		for (int v = 0; v < N_PRICES; v++)
+			price_once(b, v, i);
 	}
 	for (uint32_t r = 0; r < runs; r++) {
 		memset(b->admitted, 0, sizeof b->admitted);
 		memset(b->refused, 0, sizeof b->refused);
 		memset(b->failed, 0, sizeof b->failed);
+		memset(b->priced_in, 0, sizeof b->priced_in);
+		memset(b->priced_out, 0, sizeof b->priced_out);
+		memset(b->unpriced, 0, sizeof b->unpriced);
 		for (uint32_t i = 0; i < requests; i++) {
 			uint64_t prompt = (uint64_t)g_rand_int_range(b->rand, 64, 8192);
 			uint32_t max_tokens = (uint32_t)g_rand_int_range(b->rand, 16, 512);
@@ -518,6 +581,8 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 			/* The variants take turns, so drift hits them alike. */
 			for (int v = 0; v < N_VARIANTS; v++)
 				samples[v][i] = decide_once(b, v, prompt, max_tokens, handle++);
+			for (int v = 0; v < N_PRICES; v++)
+				price_samples[v][i] = price_once(b, v, i);
 		}
 		for (int v = 0; v < N_VARIANTS; v++) {
 			p50[v][r] = percentile_us(samples[v], requests, 0.50);
@@ -526,6 +591,11 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 		for (int v = 0; v < N_VARIANTS; v++) {
 			ratio[v][r] = p99[v][r] / p99[EMPTY][r];
 			ratio_ll[v][r] = p99[v][r] / p99[OPEN_LL][r];
+		}
+		for (int v = 0; v < N_PRICES; v++) {
+			price_p50[v][r] = percentile_us(price_samples[v], requests, 0.50);
+			price_p99[v][r] = percentile_us(price_samples[v], requests, 0.99);
+			price_ratio[v][r] = price_p99[v][r] / p99[EMPTY][r];
 		}
 	}
 	printf("%-9s %9s %9s %12s %14s  %s\n", "variant", "p50 us", "p99 us", "p99/empty",
@@ -540,6 +610,19 @@ bench_size(uint32_t n, uint32_t requests, uint32_t runs, const char *dir,
 		g_free(p99[v]);
 		g_free(ratio[v]);
 		g_free(ratio_ll[v]);
+	}
+	/* The split price rows: the last column counts priced inside the
+	 * measured domain, outside it, and not priced. */
+	for (int v = 0; v < N_PRICES; v++) {
+		printf("%-9s %9.2f %9.2f %12.1f %14s  %" G_GUINT64_FORMAT " %" G_GUINT64_FORMAT
+		       " %" G_GUINT64_FORMAT " (in domain, out, unpriced)\n", price_names[v],
+		       median(price_p50[v], runs), median(price_p99[v], runs),
+		       median(price_ratio[v], runs), "-", b->priced_in[v], b->priced_out[v],
+		       b->unpriced[v]);
+		g_free(price_samples[v]);
+		g_free(price_p50[v]);
+		g_free(price_p99[v]);
+		g_free(price_ratio[v]);
 	}
 	printf("\n");
 	bench_free(b);

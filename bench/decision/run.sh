@@ -1,7 +1,7 @@
 #!/bin/sh
-# The cost of one admission plus placement decision (issue 12): builds
-# bench/decision/decision in a build directory, runs it and keeps its
-# output. See bench/decision/README.md.
+# The cost of one admission plus placement decision (issue 12) and of a
+# split's price (issue 13): builds bench/decision/decision in a build
+# directory, runs it and keeps its output. See bench/decision/README.md.
 #
 #   bench/decision/run.sh [build directory, default build/plain]
 #

@@ -3,8 +3,11 @@
  * live prefill and decode counts it is given, which the host reads as "no
  * change"; roles then move only by operator action (pins, the admin API).
  *
- * Config: none. An empty object (or no section) is accepted; any key is
- * refused by name.
+ * Config: no options. The host hands every controller plugin the keys
+ * "reactive" and "thresholds" (controller.reactive and
+ * controller.thresholds, docs/plugins.md "Its settings"), which the split
+ * that never moves has no use for: they are accepted and ignored. Any
+ * other key is refused by name.
  */
 #include <narwhal/plugin-abi.h>
 
@@ -12,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define STATIC_MAGIC 0x53544154u /* "STAT" */
 
@@ -41,13 +45,15 @@ static_create(const struct narwhal_host *host, const json_t *config, void **inst
 		json_t *value;
 
 		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the static "
+			snprintf(err, err_len, "config must be an object: the static "
 			         "controller takes no options");
 			return -EINVAL;
 		}
 		/* Read-only walk; the cast only satisfies the macro's type. */
 		json_object_foreach((json_t *)config, key, value) {
 			(void)value;
+			if (strcmp(key, "reactive") == 0 || strcmp(key, "thresholds") == 0)
+				continue; /* the host's, ignored */
 			snprintf(err, err_len, "unknown key \"%s\": the static controller takes "
 			         "no options", key);
 			return -EINVAL;

@@ -1,6 +1,7 @@
 /*
  * The monitor as its modules see it: monitor.c (passes, availability,
- * floors, degraded state), engine-probe.c (each engine's health, model and
+ * degraded state), monitor-roles.c (floors, roles, the flip history),
+ * engine-probe.c (each engine's health, model and
  * metrics calls on the control pool) and verify.c (the breaker's
  * verification legs).
  */
@@ -103,6 +104,8 @@ struct nw_monitor {
 
 	nw_monitor_pass_fn on_pass;
 	void *on_pass_data;
+	nw_monitor_change_fn on_change;
+	void *on_change_data;
 };
 
 static inline int64_t
@@ -124,8 +127,15 @@ void nw_monitor_health_event(struct nw_monitor *m, uint32_t engine, nw_health_ev
 void nw_monitor_health_step(struct nw_monitor *m, uint32_t engine,
                             const struct nw_health_event *ev, const char *detail);
 void nw_monitor_refresh(struct nw_monitor *m);
-void nw_monitor_readmitted(struct nw_monitor *m, uint32_t engine);
 void nw_monitor_model_seen(struct nw_monitor *m, uint32_t engine);
+/* Live engines of a role. */
+uint32_t nw_monitor_live_of(const struct nw_monitor *m, narwhal_role role);
+
+/* monitor-roles.c */
+/* A pass's floor repair (spec 7.2). */
+void nw_monitor_repair_floors(struct nw_monitor *m, int64_t now);
+/* An ejected engine is back: the role it takes. */
+void nw_monitor_readmitted(struct nw_monitor *m, uint32_t engine);
 
 /* engine-probe.c */
 void nw_engine_probe_pass(struct nw_monitor_engine *e);

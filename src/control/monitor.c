@@ -175,8 +175,8 @@ nw_monitor_refresh(struct nw_monitor *m)
 }
 
 /* Live engines of a role. */
-static uint32_t
-live_of(const struct nw_monitor *m, narwhal_role role)
+uint32_t
+nw_monitor_live_of(const struct nw_monitor *m, narwhal_role role)
 {
 	uint32_t n = 0;
 
@@ -194,7 +194,7 @@ last_of_role(const struct nw_monitor *m, uint32_t engine)
 {
 	const struct narwhal_engine_view *v = &m->fleet->engines[engine];
 
-	return live_of(m, v->role) <= ((v->flags & NARWHAL_ENGINE_AVAILABLE) != 0);
+	return nw_monitor_live_of(m, v->role) <= ((v->flags & NARWHAL_ENGINE_AVAILABLE) != 0);
 }
 
 void
@@ -253,116 +253,6 @@ leg_outcome(void *data, uint32_t engine, nw_leg_outcome outcome, const char *det
 	if (engine >= m->n || m->stopped)
 		return;
 	nw_monitor_health_event(m, engine, kinds[outcome], detail);
-}
-
-/* --- roles ------------------------------------------------------------- */
-
-static void
-fill_role_engines(struct nw_monitor *m)
-{
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct narwhal_engine_view *v = &m->fleet->engines[i];
-		const struct nw_dialect *d = &m->dialects[i];
-
-		m->role_scratch[i] = (struct nw_role_engine){
-			.role = v->role,
-			.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
-			.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
-			/* Only an engine that takes either role per request can move
-			 * without a restart (plugin-abi.h). */
-			.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
-			.role_since_ns = v->role_since_ns,
-			.resident = v->role == NARWHAL_ROLE_DECODE
-			                    ? v->resident_decode
-			                    : v->resident_prefill + v->queued_prefill,
-		};
-	}
-}
-
-static void
-apply_change(struct nw_monitor *m, const struct nw_role_change *c)
-{
-	struct narwhal_engine_view *v = &m->fleet->engines[c->engine];
-
-	nw_flip_history_add(&m->history, c);
-	nw_log(NARWHAL_LOG_WARNING, c->applied ? "role_change" : "role_change_advised", "engine",
-	       m->fleet->ids[c->engine], "from", nw_role_name(c->from), "to", nw_role_name(c->to),
-	       "caller", c->caller, "reason", c->reason, NULL);
-	if (!c->applied)
-		return;
-	/* New placements see the role at once; resident requests keep their
-	 * engine (spec 5). */
-	v->role = c->to;
-	v->role_since_ns = c->at_ns;
-	nw_fleet_changed(m->fleet);
-}
-
-static void
-repair_floors(struct nw_monitor *m, int64_t now)
-{
-	struct nw_floor_report before = m->floors;
-	uint32_t k;
-
-	fill_role_engines(m);
-	/* One engine serves whole requests whatever its role (spec 7.2): no
-	 * floor to repair or breach. */
-	k = nw_roles_repair_floors(m->role_scratch, m->n, &m->role_rules, now, m->change_scratch,
-	                           m->n < 2 ? 0 : m->n, &m->floors);
-	if (m->n < 2)
-		m->floors.prefill_breach = m->floors.decode_breach = false;
-	for (uint32_t i = 0; i < k; i++) {
-		const struct nw_role_change *c = &m->change_scratch[i];
-
-		/* Advisory mode proposes the same move every pass: recorded once. */
-		if (!c->applied && m->last_advised.engine == c->engine &&
-		    m->last_advised.to == c->to && m->last_advised.caller == c->caller)
-			continue;
-		if (!c->applied)
-			m->last_advised = *c;
-		apply_change(m, c);
-	}
-	if ((m->floors.prefill_breach || m->floors.decode_breach) &&
-	    (m->floors.prefill_breach != before.prefill_breach ||
-	     m->floors.decode_breach != before.decode_breach)) {
-		char p[16], d[16];
-
-		g_snprintf(p, sizeof p, "%u", m->floors.reachable_prefill);
-		g_snprintf(d, sizeof d, "%u", m->floors.reachable_decode);
-		nw_log(NARWHAL_LOG_WARNING, "floor_breach", "phase",
-		       m->floors.decode_breach ? "decode" : "prefill", "reachable_prefill", p,
-		       "reachable_decode", d, NULL);
-	}
-}
-
-void
-nw_monitor_readmitted(struct nw_monitor *m, uint32_t engine)
-{
-	struct narwhal_engine_view *v = &m->fleet->engines[engine];
-	narwhal_role role;
-
-	fill_role_engines(m);
-	m->role_scratch[engine].live = false;
-	role = nw_roles_readmit_role(m->role_scratch, m->n, engine, &m->role_rules);
-	nw_log(NARWHAL_LOG_WARNING, "engine_readmitted", "engine", m->fleet->ids[engine], "role",
-	       nw_role_name(role), NULL);
-	if (role != v->role) {
-		struct nw_role_change c = {
-			.engine = engine, .from = v->role, .to = role, .at_ns = nw_monitor_now(m),
-			.caller = "readmission", .reason = "current_demand",
-			.applied = !m->role_rules.advisory,
-		};
-
-		for (uint32_t i = 0; i < m->n; i++) {
-			const struct narwhal_engine_view *w = &m->fleet->engines[i];
-			narwhal_role r = i == engine ? role : w->role;
-
-			if (i == engine || (w->flags & NARWHAL_ENGINE_AVAILABLE)) {
-				c.prefill_after += r == NARWHAL_ROLE_PREFILL;
-				c.decode_after += r == NARWHAL_ROLE_DECODE;
-			}
-		}
-		apply_change(m, &c);
-	}
 }
 
 /* --- the served model --------------------------------------------------- */
@@ -505,7 +395,7 @@ nw_monitor_pass(struct nw_monitor *m)
 	nw_monitor_refresh(m); /* quarantines end on the pass after them */
 	check_stalls(m, now);
 	check_drains(m);
-	repair_floors(m, now);
+	nw_monitor_repair_floors(m, now);
 	for (uint32_t i = 0; i < m->n; i++)
 		nw_engine_probe_pass(&m->engines[i]);
 	/* A decode-correction window ends, and the loads are priced anew. */
@@ -559,49 +449,6 @@ nw_monitor_draining(const struct nw_monitor *m, uint32_t engine)
 }
 
 void
-nw_monitor_pin(struct nw_monitor *m, uint32_t engine, bool pinned)
-{
-	struct narwhal_engine_view *v = &m->fleet->engines[engine];
-
-	m->engines[engine].operator_pin = pinned;
-	if (pinned)
-		v->flags |= NARWHAL_ENGINE_PINNED;
-	else
-		v->flags &= ~NARWHAL_ENGINE_PINNED;
-}
-
-const char *
-nw_monitor_pinned_by(const struct nw_monitor *m, uint32_t engine)
-{
-	if (!(m->fleet->engines[engine].flags & NARWHAL_ENGINE_PINNED))
-		return NULL;
-	return m->engines[engine].operator_pin ? "operator" : "config";
-}
-
-nw_role_guard
-nw_monitor_set_role(struct nw_monitor *m, uint32_t engine, narwhal_role to, const char *caller,
-                    const char *reason)
-{
-	int64_t now = nw_monitor_now(m);
-	struct nw_role_change c = {
-		.engine = engine, .from = m->fleet->engines[engine].role, .to = to, .at_ns = now,
-		.caller = caller, .reason = reason, .applied = true,
-	};
-	nw_role_guard g;
-
-	fill_role_engines(m);
-	g = nw_roles_check_move(m->role_scratch, m->n, engine, to, &m->role_rules, now);
-	if (g != NW_ROLE_GUARD_OK)
-		return g;
-	c.prefill_after = live_of(m, NARWHAL_ROLE_PREFILL) + (to == NARWHAL_ROLE_PREFILL) -
-	                  (c.from == NARWHAL_ROLE_PREFILL);
-	c.decode_after = live_of(m, NARWHAL_ROLE_DECODE) + (to == NARWHAL_ROLE_DECODE) -
-	                 (c.from == NARWHAL_ROLE_DECODE);
-	apply_change(m, &c);
-	return NW_ROLE_GUARD_OK;
-}
-
-void
 nw_monitor_eject(struct nw_monitor *m, uint32_t engine)
 {
 	if (engine < m->n)
@@ -635,15 +482,15 @@ reasons_json(const struct nw_monitor *m, const char **status)
 		add_reason(reasons, "monitoring_failures", "the monitor failed in "
 		           "controller.monitor_failure_limit passes in a row: new requests are "
 		           "refused until a clean pass");
-	if (live_of(m, NARWHAL_ROLE_PREFILL) + live_of(m, NARWHAL_ROLE_DECODE) == 0) {
+	if (nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL) + nw_monitor_live_of(m, NARWHAL_ROLE_DECODE) == 0) {
 		add_reason(reasons, "no_live_engine", "no engine is available to serve");
 		*status = "unavailable";
 		return reasons;
 	}
-	if (live_of(m, NARWHAL_ROLE_PREFILL) == 0)
+	if (nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL) == 0)
 		add_reason(reasons, "prefill_pool_empty", "no live prefill engine: live decode "
 		           "engines serve whole requests (the aggregate fallback)");
-	if (live_of(m, NARWHAL_ROLE_DECODE) == 0)
+	if (nw_monitor_live_of(m, NARWHAL_ROLE_DECODE) == 0)
 		add_reason(reasons, "decode_pool_empty", "no live decode engine: live prefill "
 		           "engines serve whole requests");
 	if (m->floors.prefill_breach || m->floors.decode_breach)
@@ -717,8 +564,8 @@ nw_monitor_to_json(const struct nw_monitor *m, bool operator)
 	                  * been ejected or readmitted since the last pass); the
 	                  * breach and the reachable split are the last pass's. */
 	                 "roles",
-	                 "live_prefill", (json_int_t)live_of(m, NARWHAL_ROLE_PREFILL),
-	                 "live_decode", (json_int_t)live_of(m, NARWHAL_ROLE_DECODE),
+	                 "live_prefill", (json_int_t)nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL),
+	                 "live_decode", (json_int_t)nw_monitor_live_of(m, NARWHAL_ROLE_DECODE),
 	                 "prefill_breach", m->floors.prefill_breach,
 	                 "decode_breach", m->floors.decode_breach,
 	                 "reachable_prefill", (json_int_t)m->floors.reachable_prefill,
@@ -763,9 +610,15 @@ nw_monitor_summary(const struct nw_monitor *m, struct nw_monitor_summary *out)
 	out->min_decode = m->role_rules.min_decode;
 	out->floors = m->floors;
 	/* As nw_monitor_to_json: the live split as the engines show it now. */
-	out->floors.live_prefill = live_of(m, NARWHAL_ROLE_PREFILL);
-	out->floors.live_decode = live_of(m, NARWHAL_ROLE_DECODE);
+	out->floors.live_prefill = nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL);
+	out->floors.live_decode = nw_monitor_live_of(m, NARWHAL_ROLE_DECODE);
 	memcpy(out->role_changes, m->history.by_caller, sizeof out->role_changes);
+}
+
+int64_t
+nw_monitor_start_ns(const struct nw_monitor *m)
+{
+	return m->start_ns;
 }
 
 json_t *

@@ -65,6 +65,27 @@ void nw_monitor_pass(struct nw_monitor *m);
 typedef void (*nw_monitor_pass_fn)(void *data, struct nw_monitor *m, int64_t now_ns);
 void nw_monitor_on_pass(struct nw_monitor *m, nw_monitor_pass_fn fn, void *data);
 
+/* Every role change the monitor records (floor repair, readmission, the
+ * operator, the controller; applied or only advised), once it is
+ * applied: the controller host's cooldown and evidence window hear of
+ * them (control/controller.h, nw_controller_note_change). */
+typedef void (*nw_monitor_change_fn)(void *data, const struct nw_role_change *change);
+void nw_monitor_on_change(struct nw_monitor *m, nw_monitor_change_fn fn, void *data);
+
+/* The engines as the role rules see them now (live, pinned, movable,
+ * role time, resident work), one per engine in fleet order: the
+ * controller host's view (borrowed, until the next call on m). */
+const struct nw_role_engine *nw_monitor_role_engines(struct nw_monitor *m);
+
+/* A change the controller host returned (nw_controller_scheduled,
+ * nw_controller_urgent): recorded in the flip history and logged
+ * (role_change, or role_change_advised when not applied: advisory mode
+ * records the same move once), and applied to the fleet when applied. */
+void nw_monitor_apply_role_change(struct nw_monitor *m, const struct nw_role_change *c);
+/* Time 0 of the flip history's at_s (the first monitor's start; a reload
+ * keeps it). */
+int64_t nw_monitor_start_ns(const struct nw_monitor *m);
+
 /* Operator lifecycle holds (spec 5; the admin API drives them). */
 void nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain);
 void nw_monitor_eject(struct nw_monitor *m, uint32_t engine);

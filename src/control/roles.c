@@ -176,13 +176,18 @@ nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
 	return count;
 }
 
-nw_role_guard
-nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
-                    narwhal_role to, const struct nw_role_rules *rules, int64_t now_ns)
+void
+nw_roles_count(const struct nw_role_engine *engines, uint32_t n, struct nw_role_counts *out)
 {
-	const struct nw_role_engine *e = &engines[i];
 	struct split s = count_split(engines, n);
 
+	*out = (struct nw_role_counts){ .prefill = s.prefill, .decode = s.decode };
+}
+
+nw_role_guard
+nw_roles_check_counted(const struct nw_role_counts *s, const struct nw_role_engine *e,
+                       narwhal_role to, const struct nw_role_rules *rules, int64_t now_ns)
+{
 	if (e->role == to)
 		return NW_ROLE_GUARD_SAME_ROLE;
 	if (!e->live)
@@ -193,9 +198,9 @@ nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i
 		return NW_ROLE_GUARD_PINNED;
 	/* Spec 7.2: every change preserves the floors; the engine is live, so
 	 * it is counted in the phase it leaves. */
-	if (e->role == NARWHAL_ROLE_PREFILL && s.prefill - 1 < rules->min_prefill)
+	if (e->role == NARWHAL_ROLE_PREFILL && s->prefill - 1 < rules->min_prefill)
 		return NW_ROLE_GUARD_PREFILL_FLOOR;
-	if (e->role == NARWHAL_ROLE_DECODE && s.decode - 1 < rules->min_decode)
+	if (e->role == NARWHAL_ROLE_DECODE && s->decode - 1 < rules->min_decode)
 		return NW_ROLE_GUARD_DECODE_FLOOR;
 	if (!dwell_over(e, rules, now_ns))
 		return NW_ROLE_GUARD_DWELL;
@@ -203,6 +208,16 @@ nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i
 	    rules->flip_resident_guard > 0 && e->resident > rules->flip_resident_guard)
 		return NW_ROLE_GUARD_RESIDENT;
 	return NW_ROLE_GUARD_OK;
+}
+
+nw_role_guard
+nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
+                    narwhal_role to, const struct nw_role_rules *rules, int64_t now_ns)
+{
+	struct nw_role_counts s;
+
+	nw_roles_count(engines, n, &s);
+	return nw_roles_check_counted(&s, &engines[i], to, rules, now_ns);
 }
 
 static const struct {
@@ -268,7 +283,7 @@ nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n, uint32_t
 }
 
 const char *const nw_role_callers[NW_ROLE_CALLERS] = {
-	"floor_repair", "readmission", "controller", "operator", "other",
+	"floor_repair", "readmission", "controller", "controller_urgent", "operator", "other",
 };
 
 uint32_t

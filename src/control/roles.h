@@ -59,6 +59,17 @@ typedef enum nw_role_guard {
 nw_role_guard nw_roles_check_move(const struct nw_role_engine *engines, uint32_t n, uint32_t i,
                                   narwhal_role to, const struct nw_role_rules *rules,
                                   int64_t now_ns);
+/* The same for many engines of one fleet: the live engines by role,
+ * counted once (nw_roles_count), and engine e checked against them, so
+ * that checking every engine stays O(n) (the controller host weighs every
+ * candidate donor each evaluation, docs/controller.md). */
+struct nw_role_counts {
+	uint32_t prefill, decode;     /* live, by role */
+};
+void nw_roles_count(const struct nw_role_engine *engines, uint32_t n, struct nw_role_counts *out);
+nw_role_guard nw_roles_check_counted(const struct nw_role_counts *counts,
+                                     const struct nw_role_engine *e, narwhal_role to,
+                                     const struct nw_role_rules *rules, int64_t now_ns);
 /* "same_role", "engine_not_live", "engine_not_movable", "engine_pinned",
  * "prefill_floor", "decode_floor", "dwell", "resident_guard"; NULL for OK. */
 const char *nw_role_guard_code(nw_role_guard g);
@@ -71,7 +82,7 @@ struct nw_role_change {
 	narwhal_role from, to;
 	int64_t at_ns;             /* also the dwell timestamp when applied */
 	const char *caller;        /* static: "floor_repair", "readmission",
-	                            * "controller", "operator" */
+	                            * "controller", "controller_urgent", "operator" */
 	const char *reason;        /* static: e.g. "decode_below_floor" */
 	bool applied;              /* false in advisory mode */
 	uint32_t prefill_after;    /* live split after the change */
@@ -120,7 +131,7 @@ narwhal_role nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_
 
 /* Who changes roles (nw_role_change.caller), for the counts by caller
  * (docs/metrics.md): a caller outside the list is counted as "other". */
-#define NW_ROLE_CALLERS 5
+#define NW_ROLE_CALLERS 6
 extern const char *const nw_role_callers[NW_ROLE_CALLERS];
 /* caller's index in nw_role_callers; the last ("other") when not listed. */
 uint32_t nw_role_caller_index(const char *caller);

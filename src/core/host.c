@@ -9,6 +9,7 @@
 #include "core/estimate.h"
 #include "core/log.h"
 #include "core/plugin-loader.h"
+#include "core/split-price.h"
 
 struct nw_plugin_metrics {
 	GHashTable *values; /* full name -> double * */
@@ -246,6 +247,22 @@ svc_prefill_queue_seconds(void *ctx, uint32_t engine, uint64_t tokens, double *o
 	return nw_pricing_prefill_queue_s(h->fleet, engine, tokens, h->clock(h->clock_data), out);
 }
 
+/* A split priced on the mean profile (core/split-price.c), at the host
+ * clock. The query is read up to its struct_size (plugin-abi.h): a field
+ * beyond it reads as 0, so a query that ends before the split's sizes is
+ * one without sense (NO_PROFILE). */
+static narwhal_estimate_status
+svc_price_split(void *ctx, const struct narwhal_split_query *q, struct narwhal_split_price *out)
+{
+	struct nw_host *h = ctx;
+	struct narwhal_split_query query = { 0 };
+
+	if (h->fleet == NULL || q == NULL || out == NULL)
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	memcpy(&query, q, MIN(q->struct_size, sizeof query));
+	return nw_split_price(h->fleet, &query, h->clock(h->clock_data), out);
+}
+
 struct nw_host *
 nw_host_new(narwhal_plugin_kind kind, const char *plugin_name, nw_clock_fn clock,
             void *clock_data, struct nw_fleet *fleet, struct nw_plugin_metrics *metrics)
@@ -277,6 +294,7 @@ nw_host_new(narwhal_plugin_kind kind, const char *plugin_name, nw_clock_fn clock
 	h->table.prefill_seconds = svc_prefill_seconds;
 	h->table.decode_interval_seconds = svc_decode_interval_seconds;
 	h->table.prefill_queue_seconds = svc_prefill_queue_seconds;
+	h->table.price_split = svc_price_split;
 	return h;
 }
 

@@ -141,6 +141,25 @@ in_pool(const struct nw_fleet *f, uint32_t i)
 	return v->role != NARWHAL_ROLE_DECODE || f->stats[i].handoff_decodes == 0;
 }
 
+/* The mean correction of the available decode engines (roles and flags
+ * change with the epoch, corrections at each pass). */
+static void
+decode_correction_refresh(struct nw_fleet *f)
+{
+	double sum = 0;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < f->view.n_engines; i++) {
+		const struct narwhal_engine_view *v = &f->engines[i];
+
+		if (available(v) && v->role == NARWHAL_ROLE_DECODE) {
+			sum += f->ledger[i].correction;
+			n++;
+		}
+	}
+	f->pricing.decode_correction = n > 0 ? sum / n : 1.0;
+}
+
 /* Count the pool again when the fleet changed since (nw_fleet_changed). */
 static void
 pool_refresh(struct nw_fleet *f)
@@ -161,6 +180,7 @@ pool_refresh(struct nw_fleet *f)
 	for (uint32_t i = 0; i < f->view.n_engines; i++)
 		pr->pool_n += in_pool(f, i);
 	pr->pool_epoch = pr->epoch;
+	decode_correction_refresh(f);
 }
 
 /* Whether engine's prefills end in a handoff its profile measured: a
@@ -214,6 +234,8 @@ prefill_take(struct nw_fleet *f, struct nw_price_hold *h)
 {
 	struct nw_engine_ledger *l = &f->ledger[h->engine];
 
+	/* Every event that moves a prefill amount passes here. */
+	f->pricing.ledger_gen++;
 	switch ((nw_price_where)h->where) {
 	case NW_PRICE_NONE:
 		return;
@@ -375,12 +397,13 @@ nw_pricing_release(struct nw_fleet *f, struct nw_price_hold *h)
 
 /* --- estimators -------------------------------------------------------------- */
 
-/* The prefill work ahead of a new prompt on engine i, in nanoseconds. */
+/* The prefill work engine i holds at now_ns, in nanoseconds: its
+ * resident work less the progress made on it, and its queued work. */
 static int64_t
-backlog_ns(struct nw_fleet *f, uint32_t i, int64_t now_ns)
+held_ns(const struct nw_fleet *f, uint32_t i, int64_t now_ns)
 {
 	const struct nw_engine_ledger *l = &f->ledger[i];
-	int64_t resident = l->resident_prefill_ns, total;
+	int64_t resident = l->resident_prefill_ns;
 
 	/* Progress credit: the head resident has run since progress_since_ns.
 	 * With no prefill slot taken on the engine nothing runs, and an
@@ -388,7 +411,16 @@ backlog_ns(struct nw_fleet *f, uint32_t i, int64_t now_ns)
 	if (l->prefill_holds > 0 && f->engines[i].resident_prefill > 0 &&
 	    now_ns > l->progress_since_ns)
 		resident -= MIN(now_ns - l->progress_since_ns, resident);
-	total = MAX(resident, 0) + l->queued_prefill_ns;
+	return MAX(resident, 0) + l->queued_prefill_ns;
+}
+
+/* The prefill work ahead of a new prompt on engine i, in nanoseconds:
+ * what it holds and its share of the pool's pending work. */
+static int64_t
+backlog_ns(struct nw_fleet *f, uint32_t i, int64_t now_ns)
+{
+	int64_t total = held_ns(f, i, now_ns);
+
 	pool_refresh(f);
 	if (f->pricing.pool_n > 0 && in_pool(f, i))
 		total += f->pricing.pending_ns / f->pricing.pool_n;
@@ -511,6 +543,36 @@ nw_pricing_backlog_s(struct nw_fleet *f, uint32_t engine, int64_t now_ns, double
 	return NARWHAL_ESTIMATE_OK;
 }
 
+double
+nw_pricing_pool_backlog_s(struct nw_fleet *f, int64_t now_ns)
+{
+	struct nw_fleet_pricing *pr = &f->pricing;
+	int64_t held;
+
+	pool_refresh(f);
+	if (pr->held_valid && pr->held_gen == pr->ledger_gen && pr->held_epoch == pr->epoch &&
+	    pr->held_at_ns == now_ns)
+		return (double)pr->held_sum_ns / 1e9;
+	held = pr->pending_ns;
+	for (uint32_t i = 0; i < f->view.n_engines; i++) {
+		if (in_pool(f, i))
+			held += held_ns(f, i, now_ns);
+	}
+	pr->held_sum_ns = held;
+	pr->held_gen = pr->ledger_gen;
+	pr->held_epoch = pr->epoch;
+	pr->held_at_ns = now_ns;
+	pr->held_valid = true;
+	return (double)held / 1e9;
+}
+
+double
+nw_pricing_decode_correction(struct nw_fleet *f)
+{
+	pool_refresh(f);
+	return f->pricing.decode_correction;
+}
+
 /* --- loads and the pass ------------------------------------------------------ */
 
 double
@@ -582,6 +644,7 @@ nw_pricing_pass(struct nw_fleet *f, int64_t now_ns)
 		l->window_gaps = l->window_priced_gaps = 0;
 		l->window_s = l->window_priced_s = l->window_profiled_s = 0;
 	}
+	decode_correction_refresh(f);
 }
 
 void

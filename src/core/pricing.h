@@ -95,6 +95,16 @@ struct nw_fleet_pricing {
 	uint64_t epoch, pool_epoch;
 	uint32_t pool_n;
 	bool pool_paired;
+	/* The mean correction of the live decode engines, made again when
+	 * the pool is counted and at each pass (1 without one). */
+	double decode_correction;
+	/* Bumped by every change of the ledger's prefill amounts, so that
+	 * the pool's held work (nw_pricing_pool_backlog_s) is summed again
+	 * only after the ledger, the pool or the clock moved. */
+	uint64_t ledger_gen;
+	uint64_t held_gen, held_epoch;
+	int64_t held_at_ns, held_sum_ns;
+	bool held_valid;
 };
 
 /* Reset the ledger (every amount 0, corrections 1) and take the
@@ -179,6 +189,17 @@ narwhal_estimate_status nw_pricing_decode_interval_s(const struct nw_fleet *f, u
  * profile. */
 narwhal_estimate_status nw_pricing_backlog_s(struct nw_fleet *f, uint32_t engine, int64_t now_ns,
                                              double *out);
+
+/* The prefill work the live prefill pool holds at now_ns, in seconds:
+ * every pool engine's backlog (resident less progress, queued) and all of
+ * the pool's pending work, what nw_pricing_backlog_s sums engine by
+ * engine. Counted over the pool only when the ledger, the pool or now_ns
+ * changed since the last answer, so the splits of one evaluation cost
+ * O(1) each (core/split-price.h). */
+double nw_pricing_pool_backlog_s(struct nw_fleet *f, int64_t now_ns);
+/* The mean live decode correction (spec 7.7) of the available decode
+ * engines; 1 without one. */
+double nw_pricing_decode_correction(struct nw_fleet *f);
 
 /* --- loads (spec 7.1) and the monitor's pass ---------------------------- */
 

@@ -653,6 +653,66 @@ write_monitor(GString *out, const struct nw_exposition_sources *src)
 	}
 }
 
+/* --- the controller host (docs/metrics.md, "Controller") ------------------- */
+
+static void
+write_controller(GString *out, const struct nw_controller *c)
+{
+	static const char *const kinds[] = { "scheduled", "urgent" };
+	static const char *const callers[] = { "controller", "controller_urgent" };
+	static const char *const horizons[] = { "short", "long" };
+	static const char *const splits[] = { "current", "proposed" };
+	struct nw_controller_summary s;
+	const char *gate[3] = { "gate", NULL, NULL };
+	double v[2];
+
+	nw_controller_summary(c, &s);
+	v[0] = (double)s.evaluations[0];
+	v[1] = (double)s.evaluations[1];
+	write_labelled(out, "narwhal_controller_evaluations_total", "counter",
+	               "Controller evaluations: scheduled (each monitor pass) or urgent (a "
+	               "projected TTFT breach).", "kind", kinds, v, 2);
+	nw_prom_family(out, "narwhal_controller_proposals_total", "counter",
+	               "Controller evaluations by caller and what became of the proposal.");
+	for (int k = 0; k < 2; k++) {
+		for (int r = 0; r < NW_CONTROLLER_RESULTS; r++) {
+			const char *labels[] = {
+				"caller", callers[k], "result", nw_controller_result_names[r], NULL,
+			};
+
+			nw_prom_sample(out, "narwhal_controller_proposals_total", labels,
+			               (double)s.results[k][r]);
+		}
+	}
+	gate[1] = s.gate != NULL ? s.gate : "none";
+	nw_prom_family(out, "narwhal_controller_gate", "gauge",
+	               "What blocks role movement now (label gate), 1.");
+	nw_prom_sample(out, "narwhal_controller_gate", gate, 1);
+	write_by_role(out, "narwhal_controller_proposed_engines", "gauge",
+	              "The split the last evaluation proposed.", s.proposed_prefill,
+	              s.proposed_decode);
+	write_by_role(out, "narwhal_controller_pool_load", "gauge",
+	              "The pool loads the last evaluation was priced on (spec 7.1).",
+	              s.prefill_load, s.decode_load);
+	v[0] = s.demand_short;
+	v[1] = s.demand_long;
+	write_labelled(out, "narwhal_controller_demand_arrivals_per_second", "gauge",
+	               "The demand the last evaluation was priced on, by horizon.", "horizon",
+	               horizons, v, 2);
+	nw_prom_family(out, "narwhal_controller_evidence_closed", "gauge",
+	               "1 when the last evaluation saw the arrival-evidence window closed.");
+	nw_prom_sample(out, "narwhal_controller_evidence_closed", NULL, s.evidence_closed);
+	v[0] = s.worst_ratio_current;
+	v[1] = s.worst_ratio_proposed;
+	write_labelled(out, "narwhal_controller_worst_slo_ratio", "gauge",
+	               "The worst projected SLO ratio of the current and proposed splits at the "
+	               "last evaluation (NaN: not priced).", "split", splits, v, 2);
+	nw_prom_family(out, "narwhal_controller_urgent_pending", "gauge",
+	               "1 while an urgent evaluation waits for its wake.");
+	nw_prom_sample(out, "narwhal_controller_urgent_pending", NULL,
+	               nw_controller_urgent_pending(c));
+}
+
 static void
 write_daemon(GString *out, const struct nw_exposition_daemon *d)
 {
@@ -729,6 +789,8 @@ nw_exposition_render(const struct nw_exposition_sources *src)
 	               "1 while admission is stopped by the degraded state (docs/recovery.md).");
 	nw_prom_sample(out, "narwhal_admission_stopped", NULL, src->fleet->admission_stopped);
 	write_monitor(out, src);
+	if (src->controller != NULL)
+		write_controller(out, src->controller);
 	if (src->daemon != NULL)
 		write_daemon(out, src->daemon);
 	write_serve(out, src->serve);

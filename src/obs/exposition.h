@@ -8,6 +8,7 @@
 
 #include <glib.h>
 
+#include "control/controller.h"
 #include "control/monitor.h"
 #include "core/host.h"
 #include "serve/serve.h"
@@ -38,6 +39,7 @@ struct nw_exposition_sources {
 	const struct nw_monitor *monitor;
 	const struct nw_fleet *fleet;
 	const struct nw_plugin_metrics *plugin_metrics;
+	const struct nw_controller *controller;     /* NULL: its families are left out */
 	const struct nw_exposition_daemon *daemon;  /* NULL: its families are left out */
 };
 

@@ -244,6 +244,12 @@ nw_state_to_json(const struct nw_state_sources *src)
 		"config", config_json(src),
 		"plugins", src->plugins));
 	json_decref(gauges);
+	/* Its times count from the flip history's time 0, so the two read
+	 * together (docs/state.md, "controller"). */
+	if (src->controller != NULL)
+		json_object_set_new(doc, "controller", nw_controller_to_json(
+			src->controller, (const char *const *)src->fleet->ids,
+			nw_monitor_start_ns(src->monitor)));
 	return doc;
 }
 

@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "control/controller.h"
 #include "control/monitor.h"
 #include "core/config.h"
 #include "core/host.h"
@@ -23,6 +24,8 @@ struct nw_state_sources {
 	const struct nw_monitor *monitor;
 	const struct nw_fleet *fleet;
 	const struct nw_config *cfg;          /* the configuration in force */
+	const struct nw_controller *controller; /* the controller host; NULL: no
+	                                       * "controller" section */
 	const json_t *plugins;                /* {"admission": {"name", "version"}, ...,
 	                                       * "dialects": {...}}; copied */
 	const json_t *operator_history;       /* the admin API's calls; copied; NULL: no

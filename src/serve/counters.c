@@ -79,7 +79,7 @@ nw_outcome_status_index(unsigned status)
 }
 
 const char *const nw_plugin_failure_kinds[NW_PLUGIN_FAILURE_N] = {
-	"admission", "placement", "dialect", "other",
+	"admission", "placement", "dialect", "controller", "other",
 };
 
 #define SCALE(name, ...) \

@@ -109,6 +109,7 @@ typedef enum nw_plugin_failure_kind {
 	NW_PLUGIN_FAILURE_ADMISSION,
 	NW_PLUGIN_FAILURE_PLACEMENT,
 	NW_PLUGIN_FAILURE_DIALECT,
+	NW_PLUGIN_FAILURE_CONTROLLER, /* the daemon counts them (docs/controller.md) */
 	NW_PLUGIN_FAILURE_OTHER,
 	NW_PLUGIN_FAILURE_N
 } nw_plugin_failure_kind;

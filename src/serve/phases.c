@@ -364,6 +364,12 @@ admission(struct nw_request *r)
 	nw_demand_note_admission(s->demand, g_get_monotonic_time() * 1000, r->id, r->prompt_tokens,
 	                         r->prompt_tokens_exact,
 	                         s->cfg->slo.ttft_s * (1 + s->cfg->serving.admission_margin), &dec);
+	/* A projected TTFT breach asks the controller for an urgent
+	 * evaluation (role-control document, "Prefill queue projections"),
+	 * whatever the verdict: a refusal is demand too (spec 7.6). */
+	if (s->ttft_breach != NULL && dec.verdict != NARWHAL_REFUSE_TOO_LONG &&
+	    dec.projected_ttft_s > s->cfg->slo.ttft_s)
+		s->ttft_breach(s->ttft_breach_data, r->prompt_tokens, dec.projected_ttft_s);
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
 	case NARWHAL_ADMIT_QUEUE:

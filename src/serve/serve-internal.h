@@ -45,6 +45,8 @@ struct nw_serve {
 	struct nw_serve_metrics *own_metrics; /* when none was lent */
 	struct nw_demand *demand;        /* borrowed, or own_demand */
 	struct nw_demand *own_demand;    /* when none was lent */
+	void (*ttft_breach)(void *data, uint64_t prompt_tokens, double projected_ttft_s);
+	void *ttft_breach_data;          /* the urgent TTFT path's listener */
 
 	uint32_t retained;               /* completion requests held (ceiling) */
 	uint32_t ceiling;                /* max_connections + queue_capacity */

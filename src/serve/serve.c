@@ -49,6 +49,8 @@ nw_serve_new(const struct nw_serve_options *o, GError **error)
 		s->own_demand = nw_demand_new(&w, g_get_monotonic_time() * 1000);
 	}
 	s->demand = o->demand ? o->demand : s->own_demand;
+	s->ttft_breach = o->ttft_breach;
+	s->ttft_breach_data = o->ttft_breach_data;
 	s->api_keys = o->api_keys ? g_strdupv(o->api_keys) : NULL;
 	s->dialects = o->dialects;
 	s->router_keys = nw_dialects_router_keys(s->dialects, n);

@@ -34,6 +34,11 @@ struct nw_serve_options {
 	char **api_keys;                           /* NULL-terminated, copied; NULL: open */
 	struct nw_serve_metrics *metrics;          /* borrowed; NULL: the serve keeps its own */
 	struct nw_demand *demand;                  /* borrowed; NULL: the serve keeps its own */
+	/* The urgent TTFT path (docs/controller.md): told of each sized offer
+	 * whose admission decision projects a TTFT beyond slo.ttft_s (a prompt
+	 * too long for the target even idle aside); NULL: nobody listens. */
+	void (*ttft_breach)(void *data, uint64_t prompt_tokens, double projected_ttft_s);
+	void *ttft_breach_data;
 };
 
 /* NULL with error set when the serving context cannot be made. */

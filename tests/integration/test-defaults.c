@@ -2,10 +2,10 @@
  * The spec's defaults run (issue 12): a configuration that names only the
  * fleet starts with predictive admission and slo-cost placement once the
  * fleet is profiled; without profiles predictive stops the start with a
- * message that says how to make them; the default controller "reactive",
- * not in this build yet, stops it with one that names "static"; and
- * --check-config says the same as the start. serving.admission_margin
- * reaches the admission plugin (docs/configuration.md, "plugins").
+ * message that says how to make them, and --check-config says the same
+ * as the start; the default controller, "reactive", gets its sections
+ * (issue 13). serving.admission_margin reaches the admission plugin
+ * (docs/configuration.md, "plugins").
  */
 #include "build-config.h"
 
@@ -146,27 +146,41 @@ test_unprofiled_stops_start(void)
 	env_clear(&e);
 }
 
-/* Issue 12: until the controller issue lands, the default "reactive"
- * stops the start with a message that names "static", the same in
- * --check-config. */
+/* Issue 13: the default controller is "reactive"; it gets
+ * controller.reactive and controller.thresholds with
+ * plugins.controller.config merged over them, a key set there winning
+ * (docs/plugins.md, "Its settings"); the plugin's start line says what it
+ * was given. */
 static void
-test_reactive_stops_start(void)
+test_reactive_by_default(void)
 {
 	struct env e = { 0 };
-	g_autofree char *err = NULL, *check = NULL, *expect = NULL;
+	g_autofree char *body = NULL, *err = NULL, *check = NULL;
+	json_t *state;
 
-	env_init(&e, "", "", STORE);
-	expect = g_strdup_printf("%s: controller.policy: \"reactive\" is not available in this "
-	                         "build yet: set \"controller\": {\"policy\": \"static\"}",
-	                         e.config);
-	g_assert_cmpint(run("--config", e.config, &err), ==, 1);
+	env_init(&e, "  \"controller\": {\"reactive\": {\"step_s\": 2.5, \"utilization\": 0.7},"
+	             " \"thresholds\": {\"sustained_intervals\": 5}},\n",
+	         "  \"plugins\": {\"controller\": {\"config\": {\"reactive\": {\"step_s\": 1}}}},\n",
+	         STORE);
+	g_assert_cmpint(run("--check-config", e.config, &check), ==, 0);
+	g_assert_true(harness_start_daemon(&e.p, e.config));
+	g_assert_cmpint(harness_http(e.p.port, "GET", "/narwhal/state", NULL, &body), ==, 200);
+	state = json_loads(body, 0, NULL);
+	g_assert_nonnull(state);
+	g_assert_cmpstr(plugin_name(state, "controller"), ==, "reactive");
+	json_decref(state);
+	g_assert_true(harness_wait_log(&e.p, "reactive controller: step_s=1 confirmations=5 "
+	                                     "movement_margin=0.05 utilization=0.7", 10000));
+	g_assert_cmpint(harness_stop(&e.p, SIGTERM, 10000), ==, 0);
+	env_clear(&e);
+
+	/* The plugin's refusal of a key is the configuration error. */
+	env_init(&e, "", "  \"plugins\": {\"controller\": {\"config\": {\"reactive\": "
+	                 "{\"step\": 1}}}},\n", STORE);
+	g_assert_cmpint(run("--check-config", e.config, &err), ==, 1);
 	g_test_message("%s", err);
-	g_assert_nonnull(strstr(err, expect));
-	g_assert_cmpint(run("--check-config", e.config, &check), ==, 1);
-	g_assert_nonnull(strstr(check, expect));
-	/* The profiled fleet passes predictive: the controller is the only
-	 * problem left. */
-	g_assert_null(strstr(check, "plugins.admission"));
+	g_assert_nonnull(strstr(err, "plugins.controller: "));
+	g_assert_nonnull(strstr(err, "unknown key \"reactive.step\""));
 	env_clear(&e);
 }
 
@@ -177,6 +191,6 @@ main(int argc, char **argv)
 
 	g_test_add_func("/defaults/profiled-defaults-start", test_profiled_defaults_start);
 	g_test_add_func("/defaults/unprofiled-stops-start", test_unprofiled_stops_start);
-	g_test_add_func("/defaults/reactive-stops-start", test_reactive_stops_start);
+	g_test_add_func("/defaults/reactive-by-default", test_reactive_by_default);
 	return g_test_run();
 }

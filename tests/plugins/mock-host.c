@@ -35,6 +35,10 @@ struct nw_mock_host {
 	guint fleet_reads;
 	struct canned estimates[NW_MOCK_N_ESTIMATORS];
 	GArray *engines[NW_MOCK_N_ESTIMATORS]; /* struct per_engine, by engine index */
+	GHashTable *split_prices; /* split_key -> struct narwhal_split_price * */
+	nw_mock_split_pricer pricer;
+	void *pricer_data;
+	GArray *split_queries;    /* struct narwhal_split_query, every call in order */
 };
 
 static const char *const level_names[] = { "debug", "info", "warning", "error" };
@@ -152,6 +156,42 @@ mock_prefill_queue_seconds(void *host_ctx, uint32_t engine, uint64_t prompt_toke
 	return answer(host_ctx, NW_MOCK_PREFILL_QUEUE_SECONDS, engine, prompt_tokens, 0, out);
 }
 
+/* A split's key in split_prices: prefill in the high half. */
+static gpointer
+split_key(uint32_t prefill, uint32_t decode)
+{
+	return g_memdup2(&(guint64){ (guint64)prefill << 32 | decode }, sizeof(guint64));
+}
+
+static narwhal_estimate_status
+mock_price_split(void *host_ctx, const struct narwhal_split_query *q,
+                 struct narwhal_split_price *out)
+{
+	struct nw_mock_host *mh = host_ctx;
+	guint64 key;
+	const struct narwhal_split_price *scripted;
+	struct narwhal_split_price priced = { .struct_size = sizeof priced };
+	narwhal_estimate_status st = NARWHAL_ESTIMATE_NO_PROFILE;
+
+	g_assert_nonnull(q);
+	g_assert_nonnull(out);
+	g_array_append_val(mh->split_queries, *q);
+	key = (guint64)q->prefill << 32 | q->decode;
+	scripted = g_hash_table_lookup(mh->split_prices, &key);
+	if (scripted != NULL) {
+		priced = *scripted;
+		st = NARWHAL_ESTIMATE_OK;
+	} else if (mh->pricer != NULL) {
+		st = mh->pricer(q, &priced, mh->pricer_data);
+	}
+	/* Like the real service: *out is written only on OK. */
+	if (st == NARWHAL_ESTIMATE_OK) {
+		*out = priced;
+		out->struct_size = sizeof *out;
+	}
+	return st;
+}
+
 struct nw_mock_host *
 nw_mock_host_new(void)
 {
@@ -169,6 +209,7 @@ nw_mock_host_new(void)
 	mh->table.prefill_seconds = mock_prefill_seconds;
 	mh->table.decode_interval_seconds = mock_decode_interval_seconds;
 	mh->table.prefill_queue_seconds = mock_prefill_queue_seconds;
+	mh->table.price_split = mock_price_split;
 
 	mh->logs = g_ptr_array_new_with_free_func(g_free);
 	mh->counters = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -177,6 +218,8 @@ nw_mock_host_new(void)
 		mh->estimates[i].status = NARWHAL_ESTIMATE_NO_PROFILE;
 		mh->engines[i] = g_array_new(FALSE, TRUE, sizeof(struct per_engine));
 	}
+	mh->split_prices = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, g_free);
+	mh->split_queries = g_array_new(FALSE, TRUE, sizeof(struct narwhal_split_query));
 	return mh;
 }
 
@@ -190,6 +233,8 @@ nw_mock_host_free(struct nw_mock_host *mh)
 	g_hash_table_unref(mh->gauges);
 	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
 		g_array_unref(mh->engines[i]);
+	g_hash_table_unref(mh->split_prices);
+	g_array_unref(mh->split_queries);
 	g_free(mh);
 }
 
@@ -367,4 +412,69 @@ nw_mock_host_last_estimate_for(const struct nw_mock_host *mh, nw_mock_estimator 
 	if (nw_mock_host_estimate_calls_for(mh, which, engine) == 0)
 		return NULL;
 	return &g_array_index(mh->engines[which], struct per_engine, engine).last;
+}
+
+void
+nw_mock_host_set_split_price(struct nw_mock_host *mh, uint32_t prefill, uint32_t decode,
+                             const struct narwhal_split_price *price)
+{
+	if (price == NULL) {
+		g_autofree gpointer key = split_key(prefill, decode);
+
+		g_hash_table_remove(mh->split_prices, key);
+		return;
+	}
+	g_hash_table_replace(mh->split_prices, split_key(prefill, decode),
+	                     g_memdup2(price, sizeof *price));
+}
+
+void
+nw_mock_host_set_split_pricer(struct nw_mock_host *mh, nw_mock_split_pricer pricer, void *data)
+{
+	mh->pricer = pricer;
+	mh->pricer_data = data;
+}
+
+void
+nw_mock_host_clear_split_prices(struct nw_mock_host *mh)
+{
+	g_hash_table_remove_all(mh->split_prices);
+	mh->pricer = NULL;
+	mh->pricer_data = NULL;
+}
+
+guint
+nw_mock_host_split_price_calls(const struct nw_mock_host *mh)
+{
+	return mh->split_queries->len;
+}
+
+const struct narwhal_split_query *
+nw_mock_host_split_query(const struct nw_mock_host *mh, guint i)
+{
+	g_assert_cmpuint(i, <, mh->split_queries->len);
+	return &g_array_index(mh->split_queries, struct narwhal_split_query, i);
+}
+
+const struct narwhal_split_query *
+nw_mock_host_last_split_query(const struct nw_mock_host *mh)
+{
+	if (mh->split_queries->len == 0)
+		return NULL;
+	return nw_mock_host_split_query(mh, mh->split_queries->len - 1);
+}
+
+guint
+nw_mock_host_split_price_calls_for(const struct nw_mock_host *mh, uint32_t prefill,
+                                   uint32_t decode)
+{
+	guint n = 0;
+
+	for (guint i = 0; i < mh->split_queries->len; i++) {
+		const struct narwhal_split_query *q =
+			&g_array_index(mh->split_queries, struct narwhal_split_query, i);
+
+		n += q->prefill == prefill && q->decode == decode;
+	}
+	return n;
 }

@@ -4,7 +4,8 @@
  * kept for inspection, counters and gauges in a table, a fleet view the test
  * supplies, and estimators that answer with canned values (NO_PROFILE until
  * told otherwise), for every engine or scripted per engine, while
- * remembering what they were asked.
+ * remembering what they were asked, and a price_split service (ABI 2.2)
+ * that answers a scripted price per split and keeps every query.
  *
  * Pass nw_mock_host_table(mh) wherever a plugin wants a struct narwhal_host.
  */
@@ -88,5 +89,36 @@ guint nw_mock_host_estimate_calls_for(const struct nw_mock_host *mh, nw_mock_est
 const struct nw_mock_estimate_call *nw_mock_host_last_estimate_for(const struct nw_mock_host *mh,
                                                                    nw_mock_estimator which,
                                                                    uint32_t engine);
+
+/* price_split (ABI 2.2). The answer for a split (q->prefill, q->decode):
+ * its scripted price when one is set (status OK, *out a copy of price with
+ * struct_size set), else the pricer's answer when one is set, else
+ * NO_PROFILE (*out untouched, as the real service). Every call is
+ * recorded. */
+
+/* Script the split prefill/decode: OK with *price (copied). price NULL
+ * forgets that split's script. */
+void nw_mock_host_set_split_price(struct nw_mock_host *mh, uint32_t prefill, uint32_t decode,
+                                  const struct narwhal_split_price *price);
+/* A function that prices the splits without a script (NULL: none, they
+ * answer NO_PROFILE). It may return any status; its *out is passed on only
+ * on OK. data is passed back. */
+typedef narwhal_estimate_status (*nw_mock_split_pricer)(const struct narwhal_split_query *q,
+                                                        struct narwhal_split_price *out,
+                                                        void *data);
+void nw_mock_host_set_split_pricer(struct nw_mock_host *mh, nw_mock_split_pricer pricer,
+                                   void *data);
+/* Forgets every script and the pricer: every split NO_PROFILE again. The
+ * record of calls stays. */
+void nw_mock_host_clear_split_prices(struct nw_mock_host *mh);
+/* How many times price_split was called, the i-th query (0 the first,
+ * i below the count), and the last one (NULL before the first call).
+ * Copies, valid until nw_mock_host_free. */
+guint nw_mock_host_split_price_calls(const struct nw_mock_host *mh);
+const struct narwhal_split_query *nw_mock_host_split_query(const struct nw_mock_host *mh, guint i);
+const struct narwhal_split_query *nw_mock_host_last_split_query(const struct nw_mock_host *mh);
+/* Calls about one split (q->prefill, q->decode). */
+guint nw_mock_host_split_price_calls_for(const struct nw_mock_host *mh, uint32_t prefill,
+                                         uint32_t decode);
 
 #endif /* NW_TEST_MOCK_HOST_H */

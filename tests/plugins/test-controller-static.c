@@ -124,10 +124,18 @@ test_proposes_live_split(void)
 	nw_harness_free(h);
 }
 
+/* What the host hands every controller plugin (docs/plugins.md, "Its
+ * settings"): controller.reactive and controller.thresholds, accepted and
+ * ignored, whatever they hold. */
 static void
-test_empty_configs(void)
+test_accepted_configs(void)
 {
-	const char *const configs[] = { NULL, "{}", "null" };
+	const char *const configs[] = {
+		NULL, "{}", "null",
+		"{\"reactive\": {\"step_s\": 5.0, \"confirmations\": 2},"
+		" \"thresholds\": {\"expand\": 1.0, \"shrink\": 0.5}}",
+		"{\"thresholds\": {}}",
+	};
 
 	for (size_t i = 0; i < G_N_ELEMENTS(configs); i++) {
 		struct nw_harness *h = static_with(configs[i]);
@@ -164,8 +172,11 @@ test_config_errors(void)
 	expect_config_error("{\"dwell_s\": 10}",
 	                    "unknown key \"dwell_s\": the static controller takes no options");
 	expect_config_error("{\"prefill\": 2, \"decode\": 2}", "unknown key \"");
-	expect_config_error("[]", "config must be an empty object");
-	expect_config_error("\"static\"", "config must be an empty object");
+	/* Beside the host's keys, another is still refused. */
+	expect_config_error("{\"reactive\": {}, \"thresholds\": {}, \"react\": {}}",
+	                    "unknown key \"react\": the static controller takes no options");
+	expect_config_error("[]", "config must be an object");
+	expect_config_error("\"static\"", "config must be an object");
 }
 
 int
@@ -175,7 +186,7 @@ main(int argc, char **argv)
 
 	g_test_add_func("/controller-static/descriptor", test_descriptor);
 	g_test_add_func("/controller-static/live-split", test_proposes_live_split);
-	g_test_add_func("/controller-static/empty-configs", test_empty_configs);
+	g_test_add_func("/controller-static/accepted-configs", test_accepted_configs);
 	g_test_add_func("/controller-static/bad-arguments", test_bad_arguments);
 	g_test_add_func("/controller-static/config-errors", test_config_errors);
 	return g_test_run();

@@ -636,7 +636,7 @@ test_dialect_optional_slots(void)
 	nw_mock_host_free(mh);
 }
 
-/* Compatibility (plugin-abi.h): a dialect built for ABI 2.0 loads on a 2.1
+/* Compatibility (plugin-abi.h): a dialect built for ABI 2.0 loads on a 2.2
  * host; its ops table ends before the metrics pair, which reads as absent
  * even though the mock's table has both slots in memory. */
 static void
@@ -951,6 +951,74 @@ test_mock_host(void)
 	nw_mock_host_free(mh);
 }
 
+/* A pricer for the mock's unscripted splits: ratio prefill/decode. */
+static narwhal_estimate_status
+ratio_pricer(const struct narwhal_split_query *q, struct narwhal_split_price *out, void *data)
+{
+	(void)data;
+	if (q->prefill == 7)
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	out->worst_ratio = (double)q->prefill / q->decode;
+	return NARWHAL_ESTIMATE_OK;
+}
+
+/* The mock's price_split (ABI 2.2): NO_PROFILE by default, a scripted
+ * price per split, the pricer for the rest, every query kept. */
+static void
+test_mock_host_price_split(void)
+{
+	struct nw_mock_host *mh = nw_mock_host_new();
+	const struct narwhal_host *h = nw_mock_host_table(mh);
+	struct narwhal_split_query q = {
+		.struct_size = sizeof q, .prefill = 3, .decode = 5, .arrivals_per_s = 2.5,
+		.prompt_tokens = 1000, .output_tokens = 200, .utilization = 0.9,
+		.decode_streams = 4, .urgent_prompt_tokens = 0,
+	};
+	struct narwhal_split_price scripted = { .worst_ratio = 1.25, .in_domain = true };
+	struct narwhal_split_price out = { .worst_ratio = -1 };
+
+	g_assert_nonnull(h->price_split);
+	g_assert_null(nw_mock_host_last_split_query(mh));
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
+	g_assert_cmpfloat(out.worst_ratio, ==, -1); /* untouched */
+
+	nw_mock_host_set_split_price(mh, 3, 5, &scripted);
+	scripted.worst_ratio = 9; /* the script is a copy */
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(out.worst_ratio, ==, 1.25);
+	g_assert_true(out.in_domain);
+	g_assert_cmpuint(out.struct_size, ==, sizeof out);
+	q.prefill = 4;
+	q.decode = 4;
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
+
+	nw_mock_host_set_split_pricer(mh, ratio_pricer, NULL);
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(out.worst_ratio, ==, 1.0);
+	q.prefill = 7;
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
+	q.prefill = 3;
+	q.decode = 5;
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(out.worst_ratio, ==, 1.25); /* the script wins */
+
+	nw_mock_host_set_split_price(mh, 3, 5, NULL);
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(out.worst_ratio, ==, 0.6);
+	nw_mock_host_set_split_price(mh, 3, 5, &scripted);
+	nw_mock_host_clear_split_prices(mh);
+	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
+
+	g_assert_cmpuint(nw_mock_host_split_price_calls(mh), ==, 8);
+	g_assert_cmpuint(nw_mock_host_split_price_calls_for(mh, 3, 5), ==, 5);
+	g_assert_cmpuint(nw_mock_host_split_price_calls_for(mh, 4, 4), ==, 2);
+	g_assert_cmpuint(nw_mock_host_split_query(mh, 2)->prefill, ==, 4);
+	g_assert_cmpuint(nw_mock_host_last_split_query(mh)->decode_streams, ==, 4);
+	g_assert_cmpfloat(nw_mock_host_last_split_query(mh)->utilization, ==, 0.9);
+	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 0);
+	nw_mock_host_free(mh);
+}
+
 /* ------------------------------------------------------- pkg-config --- */
 
 /* configure.ac mirrors the header's ABI version into narwhal-plugin.pc for
@@ -1039,6 +1107,7 @@ main(int argc, char **argv)
 	g_test_add_func("/loader/kind-names", test_kind_names);
 	g_test_add_func("/loader/resolve/path", test_resolve_path_wins);
 	g_test_add_func("/mock-host/services", test_mock_host);
+	g_test_add_func("/mock-host/price-split", test_mock_host_price_split);
 	g_test_add_func("/loader/pkgconfig-abi", test_pkgconfig_abi);
 	for (size_t i = 0; i < G_N_ELEMENTS(isolated_tests); i++)
 		g_test_add_data_func(isolated_tests[i].path, &isolated_tests[i], run_isolated);

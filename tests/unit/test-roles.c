@@ -504,6 +504,9 @@ test_history_by_caller(void)
 	uint32_t other = nw_role_caller_index("someone");
 
 	g_assert_cmpuint(nw_role_caller_index("floor_repair"), ==, 0);
+	/* Issue 13: the urgent TTFT evaluation is a caller of its own. */
+	g_assert_cmpstr(nw_role_callers[nw_role_caller_index("controller_urgent")], ==,
+	                "controller_urgent");
 	g_assert_cmpstr(nw_role_callers[op], ==, "operator");
 	g_assert_cmpstr(nw_role_callers[other], ==, "other");
 	g_assert_cmpuint(nw_role_caller_index(NULL), ==, other);

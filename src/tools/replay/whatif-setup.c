@@ -255,7 +255,7 @@ load_plugin(struct wi_world *w, narwhal_plugin_kind kind, const struct nw_plugin
 	/* The host clock is the world's virtual clock (ARCHITECTURE.md 10). */
 	out->host = nw_host_new(kind, out->plugin->desc->name, wi_queue_clock, &w->queue, w->fleet,
 	                        w->metrics);
-	section = nw_config_plugin_section(cfg, pc, kind == NARWHAL_KIND_ADMISSION);
+	section = nw_config_plugin_section(cfg, pc, kind);
 	out->instance = nw_plugin_instance_new(out->plugin, nw_host_table(out->host), section,
 	                                       error);
 	json_decref(section);
