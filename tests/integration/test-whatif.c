@@ -346,6 +346,73 @@ test_engines(void)
 	dir_clear(&d);
 }
 
+/* The controller in the what-if mode (issue 13: "the real ... controller
+ * plugins, the host's guards"): with reactive on a prefill-heavy phase and
+ * then a decode-heavy one, the controller host moves engines towards
+ * prefill in the first phase and towards decode in the second, every move
+ * in the report with its time, caller and reason, never below a floor. */
+static void
+test_reactive_phases(void)
+{
+	struct dir d;
+	g_autofree char *cfg = NULL, *json = NULL;
+	struct tool_run r;
+	json_t *doc, *wi, *changes;
+	size_t i;
+	gboolean to_prefill_first = FALSE, to_decode_second = FALSE;
+
+	dir_make(&d);
+	write_store(&d);
+	cfg = write_config(&d, "predictive", "slo-cost", NULL);
+	{
+		/* The same file with the reactive controller. */
+		g_autofree char *text = NULL;
+		g_autofree char *swapped = NULL;
+		g_auto(GStrv) parts = NULL;
+
+		g_assert_true(g_file_get_contents(cfg, &text, NULL, NULL));
+		parts = g_strsplit(text, "\"static\"", -1);
+		swapped = g_strjoinv("\"reactive\"", parts);
+		g_assert_true(g_file_set_contents(cfg, swapped, -1, NULL));
+	}
+	json = dir_file(&d, "out.json");
+	{
+		const char *args[] = { "--what-if", cfg, "--synthetic",
+		                       "name=prefill,rate=8,input=lognormal:1500:0.2,output=8,duration=300;"
+		                       "name=decode,rate=6,input=200,output=uniform:200:400,duration=300",
+		                       "--max-prompt-tokens", "1800", "--slo-ttft", "0.5",
+		                       "--out-json", json, "--quiet", NULL };
+
+		replay(args, &r);
+	}
+	g_assert_cmpint(r.status, ==, 0);
+	tool_run_clear(&r);
+	doc = load_json(json);
+	wi = json_object_get(json_array_get(json_object_get(doc, "runs"), 0), "what_if");
+	changes = json_object_get(wi, "role_changes");
+	g_assert_cmpuint(json_array_size(changes), >, 0);
+	g_assert_cmpint(json_integer_value(json_object_get(wi, "proposals")), >=,
+	                (json_int_t)json_array_size(changes));
+	for (i = 0; i < json_array_size(changes); i++) {
+		const json_t *c = json_array_get(changes, i);
+		double at = json_real_value(json_object_get(c, "at_s"));
+		const char *to = json_string_value(json_object_get(c, "to"));
+
+		g_assert_cmpstr(json_string_value(json_object_get(c, "caller")), !=, NULL);
+		g_assert_cmpint(json_integer_value(json_object_get(c, "prefill")), >=, 1);
+		g_assert_cmpint(json_integer_value(json_object_get(c, "decode")), >=, 1);
+		if (at < 300 && strcmp(to, "prefill") == 0)
+			to_prefill_first = TRUE;
+		if (at >= 300 && strcmp(to, "decode") == 0)
+			to_decode_second = TRUE;
+	}
+	g_assert_true(to_prefill_first);
+	g_assert_true(to_decode_second);
+	g_assert_true(json_is_object(json_object_get(wi, "controller")));
+	json_decref(doc);
+	dir_clear(&d);
+}
+
 /* What cannot run is said before anything runs. */
 static void
 test_errors(void)
@@ -416,6 +483,7 @@ main(int argc, char **argv)
 	g_test_add_func("/whatif/deterministic", test_deterministic);
 	g_test_add_func("/whatif/predictive-overload", test_predictive_overload);
 	g_test_add_func("/whatif/engines", test_engines);
+	g_test_add_func("/whatif/reactive-phases", test_reactive_phases);
 	g_test_add_func("/whatif/errors", test_errors);
 	return g_test_run();
 }

@@ -4,20 +4,24 @@
  * from the run's start, the host's floor repair (control/roles.h), the
  * pricing pass (a decode-correction window ends and the loads of spec 7.1
  * are written), then the controller's scheduled evaluation; and the urgent
- * evaluation an admission decision's projected TTFT breach arms. Role
- * changes are applied to the fleet view (new placements only, as the
- * monitor applies them) and kept, every one, for the report.
+ * evaluation an admission decision's projected TTFT breach arms, as the
+ * daemon's controller host runs them (daemon-controller.c). Role changes
+ * are applied to the fleet view (new placements only, as the monitor
+ * applies them), told to the controller host, and kept, every one, for the
+ * report.
  *
  * Every engine stays healthy and available: the what-if mode has no faults.
  */
 #include "build-config.h"
 
-#include <math.h>
+#include <string.h>
 
+#include "control/controller.h"
 #include "control/roles.h"
 #include "tools/replay/whatif-internal.h"
 
 struct wi_control {
+	struct nw_controller *host;       /* the controller host (control/controller.h) */
 	struct nw_role_rules rules;
 	struct nw_role_engine *roles;     /* the guards' view, one per engine */
 	struct nw_role_change *changes;   /* scratch, one per engine */
@@ -25,7 +29,6 @@ struct wi_control {
 	struct nw_floor_report floors;
 	struct nw_role_change last_advised;
 	uint64_t passes;
-	uint64_t urgent_wakes;
 	uint32_t initial_prefill, initial_decode;
 };
 
@@ -55,6 +58,7 @@ wi_control_new(struct wi_world *w)
 		.advisory = cfg->controller.advisory,
 		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
 	};
+	c->host = nw_controller_new(cfg);
 	c->roles = g_new0(struct nw_role_engine, MAX(n, 1));
 	c->changes = g_new0(struct nw_role_change, MAX(n, 1));
 	c->history = g_array_new(FALSE, FALSE, sizeof(struct nw_role_change));
@@ -68,6 +72,7 @@ wi_control_free(struct wi_control *c)
 {
 	if (c == NULL)
 		return;
+	nw_controller_free(c->host);
 	g_free(c->roles);
 	g_free(c->changes);
 	g_array_free(c->history, TRUE);
@@ -97,32 +102,47 @@ fill_roles(struct wi_world *w)
 	}
 }
 
-/* monitor.c, apply_change: the view changes, nothing resident moves. */
+/* monitor-roles.c, apply_change and propose_change: advisory mode
+ * proposes the same move every pass and it is kept once; the view
+ * changes, nothing resident moves; the controller host hears of it. */
 static void
-apply(struct wi_world *w, const struct nw_role_change *c)
+apply(struct wi_world *w, const struct nw_role_change *ch)
 {
-	struct narwhal_engine_view *v = &w->fleet->engines[c->engine];
+	struct wi_control *c = w->control;
+	struct narwhal_engine_view *v = &w->fleet->engines[ch->engine];
 
-	g_array_append_val(w->control->history, *c);
-	if (!c->applied)
+	if (!ch->applied && c->last_advised.engine == ch->engine && c->last_advised.to == ch->to &&
+	    g_strcmp0(c->last_advised.caller, ch->caller) == 0)
 		return;
-	v->role = c->to;
-	v->role_since_ns = c->at_ns;
-	nw_fleet_changed(w->fleet);
+	if (!ch->applied)
+		c->last_advised = *ch;
+	g_array_append_val(c->history, *ch);
+	if (ch->applied) {
+		v->role = ch->to;
+		v->role_since_ns = ch->at_ns;
+		nw_fleet_changed(w->fleet);
+	}
+	nw_controller_note_change(c->host, w->demand, ch);
 }
 
-/* The controller host's evaluation (control/controller.h: scheduled, or
- * the urgent wake). Its implementation is not in this tree yet: until it
- * is, the what-if mode runs the configured split, as the static controller
- * keeps it, and no evaluation proposes anything. */
+/* One evaluation of the controller host with the run's controller plugin
+ * (daemon-controller.c, evaluate): scheduled, or the urgent wake. A
+ * failing propose is no change, as in the daemon. */
 static uint32_t
 controller_evaluate(struct wi_world *w, bool urgent, struct nw_role_change *out, uint32_t max)
 {
-	(void)w;
-	(void)urgent;
-	(void)out;
-	(void)max;
-	return 0;
+	struct wi_control *c = w->control;
+	const struct nw_controller_plugin plugin = {
+		w->controller.plugin->desc->name, &w->controller.plugin->ops.controller,
+		w->controller.instance->ctx,
+	};
+	const struct nw_controller_pass pass = {
+		.fleet = w->fleet, .demand = w->demand, .engines = c->roles,
+		.n = w->fleet->view.n_engines, .plugin = &plugin, .now_ns = w->queue.now_ns,
+	};
+
+	return urgent ? nw_controller_urgent(c->host, &pass, out, max)
+	              : nw_controller_scheduled(c->host, &pass, out, max);
 }
 
 static void
@@ -135,17 +155,8 @@ floor_repair(struct wi_world *w, int64_t now)
 	/* One engine serves whole requests whatever its role (spec 7.2). */
 	k = nw_roles_repair_floors(c->roles, n, &c->rules, now, c->changes, n < 2 ? 0 : n,
 	                           &c->floors);
-	for (uint32_t i = 0; i < k; i++) {
-		const struct nw_role_change *ch = &c->changes[i];
-
-		/* Advisory mode proposes the same move every pass: kept once. */
-		if (!ch->applied && c->last_advised.engine == ch->engine &&
-		    c->last_advised.to == ch->to && c->last_advised.caller == ch->caller)
-			continue;
-		if (!ch->applied)
-			c->last_advised = *ch;
-		apply(w, ch);
-	}
+	for (uint32_t i = 0; i < k; i++)
+		apply(w, &c->changes[i]);
 }
 
 static void
@@ -174,19 +185,23 @@ wi_control_pass(struct wi_world *w)
 }
 
 void
-wi_control_admission_priced(struct wi_world *w, uint64_t prompt_tokens, double projected_ttft_s)
+wi_control_admission_priced(struct wi_world *w, uint64_t prompt_tokens,
+                            const struct narwhal_admission_decision *dec)
 {
-	(void)prompt_tokens;
-	if (!(isfinite(projected_ttft_s) && projected_ttft_s > w->cfg->slo.ttft_s))
+	/* serve/phases.c: a refusal is demand too (spec 7.6), a prompt too
+	 * long even on an idle fleet is no reason to move. The controller
+	 * host coalesces the triggers until its wake, which runs right after
+	 * this (the daemon's wake is a zero timeout on its loop). */
+	if (dec->verdict == NARWHAL_REFUSE_TOO_LONG || !(dec->projected_ttft_s > w->cfg->slo.ttft_s))
 		return;
-	/* The controller host coalesces triggers (nw_controller_urgent_note);
-	 * without it there is nothing to wake. */
+	if (nw_controller_urgent_note(w->control->host, w->queue.now_ns, prompt_tokens,
+	                              dec->projected_ttft_s))
+		wi_queue_push(&w->queue, w->queue.now_ns, WI_EV_URGENT, NULL, 0);
 }
 
 void
 wi_control_urgent(struct wi_world *w)
 {
-	w->control->urgent_wakes++;
 	evaluate(w, true);
 }
 
@@ -194,6 +209,8 @@ json_t *
 wi_control_json(const struct wi_control *c, const struct wi_world *w)
 {
 	json_t *changes = json_array();
+	struct nw_controller_summary sum;
+	uint64_t proposals = 0;
 	uint32_t prefill, decode;
 
 	for (guint i = 0; i < c->history->len; i++) {
@@ -208,12 +225,24 @@ wi_control_json(const struct wi_control *c, const struct wi_world *w)
 			"decode", (json_int_t)ch->decode_after));
 	}
 	split_of(w->fleet, &prefill, &decode);
-	return json_pack("{s:{s:I, s:I}, s:{s:I, s:I}, s:I, s:I, s:I, s:o}",
+	nw_controller_summary(c->host, &sum);
+	/* Proposals that would change the split, whatever became of them. */
+	for (int r = 0; r < NW_CONTROLLER_RESULTS; r++) {
+		const char *name = nw_controller_result_names[r];
+
+		if (strcmp(name, "applied") == 0 || strcmp(name, "advised") == 0 ||
+		    strcmp(name, "refused") == 0)
+			proposals += sum.results[0][r] + sum.results[1][r];
+	}
+	return json_pack("{s:{s:I, s:I}, s:{s:I, s:I}, s:I, s:I, s:I, s:I, s:o, s:o}",
 	                 "initial_split", "prefill", (json_int_t)c->initial_prefill,
 	                 "decode", (json_int_t)c->initial_decode,
 	                 "final_split", "prefill", (json_int_t)prefill, "decode", (json_int_t)decode,
 	                 "monitor_passes", (json_int_t)c->passes,
-	                 "urgent_evaluations", (json_int_t)c->urgent_wakes,
-	                 "proposals", (json_int_t)0,
-	                 "role_changes", changes);
+	                 "evaluations", (json_int_t)sum.evaluations[0],
+	                 "urgent_evaluations", (json_int_t)sum.evaluations[1],
+	                 "proposals", (json_int_t)proposals,
+	                 "role_changes", changes,
+	                 "controller", nw_controller_to_json(c->host, (const char *const *)w->fleet->ids,
+	                                                     0));
 }

@@ -634,7 +634,7 @@ admission(struct wi_request *r)
 	                         cfg->slo.ttft_s * (1 + cfg->serving.admission_margin), &dec);
 	/* A projected breach may wake the controller (role-control document,
 	 * "Prefill queue projections"). */
-	wi_control_admission_priced(w, r->prompt_tokens, dec.projected_ttft_s);
+	wi_control_admission_priced(w, r->prompt_tokens, &dec);
 	switch (dec.verdict) {
 	case NARWHAL_ADMIT:
 	case NARWHAL_ADMIT_QUEUE:

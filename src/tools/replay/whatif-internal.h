@@ -159,10 +159,10 @@ void wi_control_free(struct wi_control *c);
 /* The monitor's pass at now: floor repair, the pricing pass, the
  * controller's scheduled evaluation; the next pass is queued. */
 void wi_control_pass(struct wi_world *w);
-/* An admission decision projected projected_ttft_s for a prompt: beyond
- * slo.ttft_s it may arm the urgent evaluation (an event right after). */
+/* An admission decision on a prompt: a projected TTFT beyond slo.ttft_s
+ * may arm the urgent evaluation (an event right after). */
 void wi_control_admission_priced(struct wi_world *w, uint64_t prompt_tokens,
-                                 double projected_ttft_s);
+                                 const struct narwhal_admission_decision *dec);
 void wi_control_urgent(struct wi_world *w);
 /* The run's role changes, passes and proposals (transfer full). */
 json_t *wi_control_json(const struct wi_control *c, const struct wi_world *w);
