@@ -15,6 +15,7 @@
 #include <glib.h>
 #include <jansson.h>
 
+#include "core/log.h"
 #include "core/process.h"
 #include "tools/replay/client.h"
 #include "tools/replay/report.h"
@@ -531,6 +532,10 @@ main(int argc, char **argv)
 			.time_scale = opt.sim_time_scale, .engines = (uint32_t)opt.engines,
 		};
 
+		/* The plugins' log lines, as narwhal-check and narwhal-profile keep
+		 * them: warnings and errors, as text (the report holds the role
+		 * changes with their virtual times). */
+		nw_log_setup("warning", NW_LOG_FORMAT_TEXT);
 		wi = wi_setup_new(&wo, &error);
 		if (wi == NULL) {
 			g_printerr("narwhal-replay: %s\n", error->message);
