@@ -378,7 +378,8 @@ replay(struct rp_trace *trace, const double *scales, guint n_scales,
        enum rp_long_policy policy, const struct rp_body_opts *body, const struct wi_setup *wi)
 {
 	struct rp_report rep = {
-		.url = wi ? wi_setup_target(wi) : opt.url, .api = opt.api ? opt.api : "completions", .model = opt.model,
+		.url = wi ? wi_setup_target(wi) : opt.url,
+		.api = opt.api ? opt.api : "completions", .model = opt.model,
 		.stream = opt.stream, .source = trace->label, .seed = (uint64_t)opt.seed,
 		.slo = { .ttft = opt.slo_ttft, .tpot = opt.slo_tpot },
 		.phase_names = trace->phase_names->len ? trace->phase_names : NULL,
