@@ -154,6 +154,8 @@ timeout -k 5 $((window * 2 + timeout_s + 60)) "$replay" --url "$url" --model "$m
 	--out-json "$out/real.json" --out-csv "$out/real.csv" </dev/null >"$out/real.out" 2>&1 ||
 	nwb_die "the real replay failed (see $out/real.out)"
 real_wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+# The daemon's own record of the run (its role changes, the controller's).
+curl -s -m 5 "$url/narwhal/state" >"$out/real-state.json" || echo '{}' >"$out/real-state.json"
 
 # --- the what-if run: the same options, the same configuration.
 say "what-if: the same through narwhal-replay --what-if"
@@ -169,7 +171,8 @@ nwb_cleanup
 # --- the comparison.
 cmd_real="$replay --url URL --model $model $opts"
 cmd_wi="$replay --what-if config.json --sim-preset $preset --sim-seed $seed --sim-time-scale $time_scale $opts"
-jq -n --slurpfile r "$out/real.json" --slurpfile w "$out/whatif.json" --arg rw "$real_wall" \
+jq -n --slurpfile r "$out/real.json" --slurpfile w "$out/whatif.json" \
+	--slurpfile st "$out/real-state.json" --arg rw "$real_wall" \
 	--arg ww "$wi_wall" --arg cr "$cmd_real" --arg cw "$cmd_wi" '
 	def rel(a; b): if b == 0 then null else ((a - b) / b * 1000 | round / 10) end;
 	def row(name; f): {metric: name, real: ($r[0].runs[0] | f), what_if: ($w[0].runs[0] | f)}
@@ -180,7 +183,10 @@ jq -n --slurpfile r "$out/real.json" --slurpfile w "$out/whatif.json" --arg rw "
 	        row("ok"; .counts.ok), row("refused_429"; .counts.status["429"] // 0),
 	        row("ttft_p50_s"; .ttft_s.p50), row("ttft_p99_s"; .ttft_s.p99),
 	        row("tpot_p50_s"; .tpot_s.p50), row("tpot_p99_s"; .tpot_s.p99),
-	        row("elapsed_s"; .elapsed_s)]}' >"$out/agreement.json"
+	        row("elapsed_s"; .elapsed_s),
+	        ({metric: "role_changes", real: ($st[0].flip_history.entries // [] | length),
+	          what_if: ($w[0].runs[0].what_if.role_changes | length)}
+	         | . + {diff_pct: rel(.what_if; .real)})]}' >"$out/agreement.json"
 jq -r '"metric\treal\twhat-if\tdiff %", (.rows[] | "\(.metric)\t\(.real)\t\(.what_if)\t\(.diff_pct)"),
 	"wall seconds\t\(.wall_s.real)\t\(.wall_s.what_if)"' "$out/agreement.json" | column -t -s $'\t'
 say "output in $out (agreement.json, real.json, whatif.json, the CSVs, config.json)"
