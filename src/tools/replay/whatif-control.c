@@ -51,13 +51,7 @@ wi_control_new(struct wi_world *w)
 	const struct nw_config *cfg = w->cfg;
 	uint32_t n = w->fleet->view.n_engines;
 
-	c->rules = (struct nw_role_rules){
-		.min_prefill = cfg->controller.min_prefill,
-		.min_decode = cfg->controller.min_decode,
-		.dwell_s = cfg->controller.thresholds.dwell_s,
-		.advisory = cfg->controller.advisory,
-		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
-	};
+	nw_role_rules_from_config(&c->rules, cfg);
 	c->host = nw_controller_new(cfg);
 	c->roles = g_new0(struct nw_role_engine, MAX(n, 1));
 	c->changes = g_new0(struct nw_role_change, MAX(n, 1));
@@ -79,27 +73,13 @@ wi_control_free(struct wi_control *c)
 	g_free(c);
 }
 
-/* The engines as the guards see them (monitor.c, fill_role_engines). */
+/* The engines as the guards see them, as the monitor sees them. */
 static void
 fill_roles(struct wi_world *w)
 {
-	const struct nw_fleet *f = w->fleet;
-
-	for (uint32_t i = 0; i < f->view.n_engines; i++) {
-		const struct narwhal_engine_view *v = &f->engines[i];
-		const struct nw_dialect *d = &w->dialects->dialects[i];
-
-		w->control->roles[i] = (struct nw_role_engine){
-			.role = v->role,
-			.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
-			.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
-			.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
-			.role_since_ns = v->role_since_ns,
-			.resident = v->role == NARWHAL_ROLE_DECODE
-			                    ? v->resident_decode
-			                    : v->resident_prefill + v->queued_prefill,
-		};
-	}
+	for (uint32_t i = 0; i < w->fleet->view.n_engines; i++)
+		w->control->roles[i] = nw_role_engine_of(&w->fleet->engines[i],
+		                                         &w->dialects->dialects[i]);
 }
 
 /* monitor-roles.c, apply_change and propose_change: advisory mode
