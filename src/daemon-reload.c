@@ -135,11 +135,14 @@ plugins_changed(json_t *running, json_t *next)
 		const char *rn = json_string_value(json_object_get(r, "name"));
 		const char *nn = json_string_value(json_object_get(n, "name"));
 
-		if (json_equal(r, n))
+		/* The controller is named by controller.policy, not in its
+		 * plugins section. */
+		if (json_equal(r, n) &&
+		    (i != 2 || json_equal(path_get(running, "controller.policy"),
+		                          path_get(next, "controller.policy"))))
 			continue;
 		if (out->len > 0)
 			g_string_append(out, ", ");
-		/* The controller's name is controller.policy's. */
 		if (rn == NULL && nn == NULL && i == 2) {
 			rn = json_string_value(path_get(running, "controller.policy"));
 			nn = json_string_value(path_get(next, "controller.policy"));

@@ -70,6 +70,7 @@ struct inputs {
 	/* The urgent path: the prompt, its projection at the trigger and on
 	 * the current and proposed splits now (NaN: not priced). */
 	uint64_t urgent_prompt_tokens;
+	int64_t urgent_trigger_at_ns;
 	double urgent_trigger_s, urgent_current_s, urgent_proposed_s;
 };
 
@@ -359,8 +360,8 @@ check_to_prefill(enum kind kind, narwhal_estimate_status st,
 }
 
 /* The host's guards on a proposal that changes the split (controller.h):
- * the changes go to out (at most max, none when refused); returns the
- * code of the guard that refused, NULL when the move may go. */
+ * the changes go to out (at most max; *n_out of them when it may go);
+ * returns the code of the guard that refused, NULL when the move may go. */
 static const char *
 guard(struct nw_controller *c, const struct nw_controller_pass *p, enum kind kind,
       const struct nw_role_counts *counts, const struct narwhal_controller_proposal *prop,
@@ -397,10 +398,8 @@ guard(struct nw_controller *c, const struct nw_controller_pass *p, enum kind kin
 		nw_role_guard refused;
 		uint32_t i = donor(c, c->scratch, n, &after, from, to, p->now_ns, &refused);
 
-		if (i == UINT32_MAX) {
-			*n_out = 0;
+		if (i == UINT32_MAX)
 			return nw_role_guard_code(refused);
-		}
 		c->scratch[i].role = to;
 		c->scratch[i].role_since_ns = p->now_ns;
 		if (to_prefill) {
@@ -418,8 +417,8 @@ guard(struct nw_controller *c, const struct nw_controller_pass *p, enum kind kin
 		};
 		if (rec->n_engines < ENGINES_KEPT && i < p->fleet->view.n_engines)
 			rec->engines[rec->n_engines++] = g_intern_string(p->fleet->ids[i]);
-		*n_out = j + 1;
 	}
+	*n_out = k;
 
 	st = price(c, p, &rec->in, after.prefill, after.decode, &priced);
 	if (st == NARWHAL_ESTIMATE_OK) {
@@ -481,6 +480,7 @@ evaluate(struct nw_controller *c, const struct nw_controller_pass *p, enum kind 
 	if (kind == KIND_URGENT) {
 		rec.in.urgent_prompt_tokens = c->urgent.prompt_tokens;
 		rec.in.urgent_trigger_s = c->urgent.projected_ttft_s;
+		rec.in.urgent_trigger_at_ns = c->urgent.at_ns;
 		c->urgent.pending = false;
 		c->urgent.evaluations++;
 	}
@@ -653,7 +653,7 @@ evidence_json(const struct inputs *in)
 }
 
 static json_t *
-inputs_json(const struct inputs *in)
+inputs_json(const struct inputs *in, int64_t start_ns)
 {
 	json_t *o = json_pack(
 		"{s:{s:o, s:o}, s:o, s:o, s:f, s:f, s:I, s:I, s:b, s:{s:I, s:I}, s:o, s:o, s:o}",
@@ -674,7 +674,8 @@ inputs_json(const struct inputs *in)
 
 	if (in->urgent_prompt_tokens > 0)
 		json_object_set_new(o, "urgent", json_pack(
-			"{s:I, s:o, s:o, s:o}", "prompt_tokens", (json_int_t)in->urgent_prompt_tokens,
+			"{s:I, s:f, s:o, s:o, s:o}", "prompt_tokens", (json_int_t)in->urgent_prompt_tokens,
+			"trigger_at_s", (double)(in->urgent_trigger_at_ns - start_ns) / 1e9,
 			"trigger_ttft_s", finite_json(in->urgent_trigger_s),
 			"current_ttft_s", finite_json(in->urgent_current_s),
 			"proposed_ttft_s", finite_json(in->urgent_proposed_s)));
@@ -696,7 +697,7 @@ record_json(const struct record *r, int64_t start_ns)
 	                 "result", nw_controller_result_names[r->result],
 	                 "refused_by", r->refused_by,
 	                 "engines", engines,
-	                 "inputs", inputs_json(&r->in));
+	                 "inputs", inputs_json(&r->in, start_ns));
 }
 
 /* Evaluations of one kind by result. */

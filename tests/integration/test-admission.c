@@ -7,9 +7,8 @@
  * idle fleet gets its envelope at once with no engine work; the spec's
  * defaults start once a profile store exists.
  *
- * The profile store is written here from the simulator's preset (the
- * coefficients narwhal-profile recovers, tests/integration/
- * test-narwhal-profile.c), scaled by --time-scale, so each test prices
+ * The profile store is written from the simulator's preset
+ * (serve_store_write), scaled by --time-scale, so each test prices
  * exactly the engine it runs against.
  */
 #include "build-config.h"
@@ -22,79 +21,10 @@
 
 #include "integration/test-serve-common.h"
 
-/* narwhal-sim's opt-13b-a100 preset (src/sim/model.c), milliseconds. */
-#define OPT_PREFILL_A_MS 18.10
-#define OPT_PREFILL_B_MS 0.10191
-#define OPT_PREFILL_C_MS 7.122e-6
-#define OPT_DECODE_D0_MS 19.93
-#define OPT_DECODE_D1_MS 6.269e-4
-#define OPT_DECODE_D2_MS 0.03851
-#define OPT_KV_BYTES_PER_TOKEN (800.0 * 1024)
-#define OPT_KV_GBS 45.0
-#define OPT_KV_SETUP_MS 1.0
-#define OPT_MAX_LEN 2048
-
-/* A directory with a profile store for engines sim-0, sim-1 (narwhal-sim's ids) of the opt-13b-a100
- * preset running at time_scale (model seconds per real second). */
-struct store {
-	char *dir;
-	char *path;
-};
-
-static void
-store_write(struct store *s, double time_scale)
-{
-	GError *error = NULL;
-	double k = 1e-3 / time_scale; /* model ms -> real s */
-	json_t *engines = json_array(), *doc;
-
-	s->dir = g_dir_make_tmp("narwhal-admission-test-XXXXXX", &error);
-	g_assert_no_error(error);
-	s->path = g_build_filename(s->dir, "profiles.json", NULL);
-	for (int i = 0; i < 2; i++) {
-		char id[8];
-
-		g_snprintf(id, sizeof id, "sim-%d", i);
-		json_array_append_new(engines, json_pack(
-			"{s:s, s:s, s:s, s:s, s:n, s:I, s:s,"
-			" s:{s:f, s:f, s:f, s:I, s:I, s:I, s:f},"
-			" s:{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:f},"
-			" s:{s:f, s:f, s:I, s:I}}",
-			"engine", id, "url", "http://127.0.0.1:1", "dialect", "vllm",
-			"model", "opt-13b-a100", "hardware", "kv_capacity_tokens", (json_int_t)0,
-			"measured_at", "2026-12-01T20:00:00Z",
-			"prefill", "a_s", OPT_PREFILL_A_MS * k, "b_s", OPT_PREFILL_B_MS * k,
-			"c_s", OPT_PREFILL_C_MS * k, "min_tokens", (json_int_t)1,
-			"max_tokens", (json_int_t)OPT_MAX_LEN, "samples", (json_int_t)100,
-			"rel_rms_error", 0.0,
-			"decode", "d0_s", OPT_DECODE_D0_MS * k, "d1_s", OPT_DECODE_D1_MS * k,
-			"d2_s", OPT_DECODE_D2_MS * k, "min_active", (json_int_t)1,
-			"max_active", (json_int_t)64, "min_kv_tokens", (json_int_t)0,
-			"max_kv_tokens", (json_int_t)200000, "samples", (json_int_t)100,
-			"rel_rms_error", 0.0,
-			"handoff", "setup_s", OPT_KV_SETUP_MS * k,
-			"per_token_s", OPT_KV_BYTES_PER_TOKEN / (OPT_KV_GBS * 1e9) / time_scale,
-			"max_tokens", (json_int_t)OPT_MAX_LEN, "samples", (json_int_t)10));
-	}
-	doc = json_pack("{s:i, s:s, s:s, s:o}", "version", 1, "created_at",
-	                "2026-12-01T20:00:00Z", "tool", "test-admission", "engines", engines);
-	g_assert_cmpint(json_dump_file(doc, s->path, JSON_INDENT(1)), ==, 0);
-	json_decref(doc);
-}
-
-static void
-store_clear(struct store *s)
-{
-	g_unlink(s->path);
-	g_rmdir(s->dir);
-	g_free(s->path);
-	g_free(s->dir);
-}
-
 /* The daemon's settings over the harness's: the admission policy, the
  * TTFT target, the store; slo-cost placement. */
 static char *
-config_text(const struct store *s, const char *admission, double ttft_s, const char *extra)
+config_text(const struct serve_store *s, const char *admission, double ttft_s, const char *extra)
 {
 	return g_strdup_printf("{\"serving\": {\"admission\": \"%s\"},"
 	                       " \"slo\": {\"ttft_s\": %g, \"tpot_s\": 0.5},"
@@ -142,16 +72,16 @@ test_too_long(void)
 	static const char *const sim_args[] = { "--engines", "2", "--preset", "opt-13b-a100",
 		                                "--seed", "3", NULL };
 	struct serve_env e;
-	struct store s;
+	struct serve_store s;
 	struct sim_reply r = { 0 };
 	g_autofree char *cfg = NULL, *body = NULL, *text = NULL;
 	GString *words = g_string_new(NULL);
 
-	store_write(&s, 1.0);
+	serve_store_write(&s, 2, 1.0);
 	/* 0.1 s: a 1,900-token prompt alone takes about 0.24 s to prefill. */
 	cfg = config_text(&s, "predictive", 0.1, "\"engine\": {\"tokenize\": false}");
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
-		store_clear(&s);
+		serve_store_clear(&s);
 		g_string_free(words, TRUE);
 		return;
 	}
@@ -179,7 +109,7 @@ test_too_long(void)
 	sim_reply_clear(&r);
 	g_string_free(words, TRUE);
 	serve_clear(&e);
-	store_clear(&s);
+	serve_store_clear(&s);
 }
 
 /* The refusals that came before any engine work, once more on a fresh
@@ -190,14 +120,14 @@ test_too_long_no_engine_call(void)
 	static const char *const sim_args[] = { "--engines", "2", "--preset", "opt-13b-a100",
 		                                NULL };
 	struct serve_env e;
-	struct store s;
+	struct serve_store s;
 	struct sim_reply r = { 0 };
 	g_autofree char *cfg = NULL, *body = NULL;
 
-	store_write(&s, 1.0);
+	serve_store_write(&s, 2, 1.0);
 	cfg = config_text(&s, "predictive", 0.1, "\"engine\": {\"tokenize\": false}");
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
-		store_clear(&s);
+		serve_store_clear(&s);
 		return;
 	}
 	body = ids_body(&e, 2000, 4, TRUE);
@@ -209,7 +139,7 @@ test_too_long_no_engine_call(void)
 	}
 	assert_no_engine_work(&e);
 	serve_clear(&e);
-	store_clear(&s);
+	serve_store_clear(&s);
 }
 
 /* Spec 6 (engine.chars_per_token: "Positive"): a ratio so small that a
@@ -222,15 +152,15 @@ test_tiny_chars_per_token(void)
 	static const char *const sim_args[] = { "--engines", "2", "--preset", "opt-13b-a100",
 		                                NULL };
 	struct serve_env e;
-	struct store s;
+	struct serve_store s;
 	struct sim_reply r = { 0 };
 	g_autofree char *cfg = NULL, *body = NULL;
 
-	store_write(&s, 1.0);
+	serve_store_write(&s, 2, 1.0);
 	cfg = config_text(&s, "predictive", 1.0,
 	                  "\"engine\": {\"tokenize\": false, \"chars_per_token\": 1e-300}");
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
-		store_clear(&s);
+		serve_store_clear(&s);
 		return;
 	}
 	body = g_strdup_printf("{\"model\":\"%s\",\"max_tokens\":4,\"prompt\":\"whale\"}", e.model);
@@ -239,7 +169,7 @@ test_tiny_chars_per_token(void)
 	sim_reply_clear(&r);
 	assert_no_engine_work(&e);
 	serve_clear(&e);
-	store_clear(&s);
+	serve_store_clear(&s);
 }
 
 /* --- the overload ramp ------------------------------------------------- */
@@ -289,19 +219,19 @@ ramp_once(const char *admission, struct ramp_result *out)
 	static const char *const sim_args[] = { "--engines", "2", "--preset", "opt-13b-a100",
 		                                "--seed", "5", NULL };
 	struct serve_env e;
-	struct store s;
+	struct serve_store s;
 	g_autofree char *cfg = NULL;
 
-	store_write(&s, 1.0);
+	serve_store_write(&s, 2, 1.0);
 	cfg = config_text(&s, admission, 0.5, NULL);
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
-		store_clear(&s);
+		serve_store_clear(&s);
 		out->ok = -1;
 		return;
 	}
 	run_ramp(&e, s.dir, admission, out);
 	serve_clear(&e);
-	store_clear(&s);
+	serve_store_clear(&s);
 }
 
 /* Issue 12: "an overload ramp in which, with predictive, the admitted
@@ -342,17 +272,17 @@ test_retry_after_honest(void)
 		                                "--time-scale", "0.05", NULL };
 	static const char *const no_buffering[] = { "Connection: close", NULL };
 	struct serve_env e;
-	struct store s;
+	struct serve_store s;
 	struct sim_reply r = { 0 };
 	struct serve_async *fill[2];
 	g_autofree char *cfg = NULL, *body = NULL, *ra = NULL;
 	double promised, waited = -1;
 	gint64 refused_at, deadline;
 
-	store_write(&s, 0.05);
+	serve_store_write(&s, 2, 0.05);
 	cfg = config_text(&s, "predictive", 12.0, NULL);
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
-		store_clear(&s);
+		serve_store_clear(&s);
 		return;
 	}
 	body = ids_body(&e, 2000, 1, TRUE);
@@ -398,7 +328,7 @@ test_retry_after_honest(void)
 		sim_reply_clear(&r);
 	}
 	serve_clear(&e);
-	store_clear(&s);
+	serve_store_clear(&s);
 }
 
 /* --- the spec's defaults ----------------------------------------------- */
@@ -432,19 +362,19 @@ test_defaults_start(void)
 	static const char *const sim_args[] = { "--engines", "2", "--preset", "opt-13b-a100",
 		                                NULL };
 	struct serve_env e;
-	struct store s;
+	struct serve_store s;
 	struct sim_reply r = { 0 };
 	g_autofree char *cfg = NULL, *body = NULL, *missing = NULL, *err = NULL;
 	g_autofree char *open_cfg = NULL;
 	json_t *state, *adm, *file_cfg;
 
-	store_write(&s, 1.0);
+	serve_store_write(&s, 2, 1.0);
 	/* serve_base_config sets open admission: predictive is asked for
 	 * here, everything else (placement included) is the default. */
 	cfg = g_strdup_printf("{\"serving\": {\"admission\": \"predictive\"},"
 	                      " \"profiles\": {\"path\": \"%s\"}}", s.path);
 	if (!serve_start(&e, sim_args, "pd", cfg)) {
-		store_clear(&s);
+		serve_store_clear(&s);
 		return;
 	}
 	sim_http(e.port, "GET", "/narwhal/state", NULL, NULL, 5000, &r);
@@ -491,7 +421,7 @@ test_defaults_start(void)
 	g_assert_cmpint(r.status, ==, 200);
 	sim_reply_clear(&r);
 	serve_clear(&e);
-	store_clear(&s);
+	serve_store_clear(&s);
 }
 
 int

@@ -649,3 +649,69 @@ serve_fake_engine_stop(struct serve_fake_engine *f)
 	g_thread_join(f->acceptor);
 	close(f->fd);
 }
+
+/* --- profile stores ---------------------------------------------------- */
+
+/* narwhal-sim's opt-13b-a100 preset (src/sim/model.c), milliseconds: the
+ * coefficients narwhal-profile recovers (tests/integration/
+ * test-narwhal-profile.c). */
+#define OPT_PREFILL_A_MS 18.10
+#define OPT_PREFILL_B_MS 0.10191
+#define OPT_PREFILL_C_MS 7.122e-6
+#define OPT_DECODE_D0_MS 19.93
+#define OPT_DECODE_D1_MS 6.269e-4
+#define OPT_DECODE_D2_MS 0.03851
+#define OPT_KV_BYTES_PER_TOKEN (800.0 * 1024)
+#define OPT_KV_GBS 45.0
+#define OPT_KV_SETUP_MS 1.0
+#define OPT_MAX_LEN 2048
+
+void
+serve_store_write(struct serve_store *s, unsigned n_engines, double time_scale)
+{
+	GError *error = NULL;
+	double k = 1e-3 / time_scale; /* model ms -> real s */
+	json_t *engines = json_array(), *doc;
+
+	s->dir = g_dir_make_tmp("narwhal-store-test-XXXXXX", &error);
+	g_assert_no_error(error);
+	s->path = g_build_filename(s->dir, "profiles.json", NULL);
+	for (unsigned i = 0; i < n_engines; i++) {
+		char id[8];
+
+		g_snprintf(id, sizeof id, "sim-%u", i);
+		json_array_append_new(engines, json_pack(
+			"{s:s, s:s, s:s, s:s, s:n, s:I, s:s,"
+			" s:{s:f, s:f, s:f, s:I, s:I, s:I, s:f},"
+			" s:{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:f},"
+			" s:{s:f, s:f, s:I, s:I}}",
+			"engine", id, "url", "http://127.0.0.1:1", "dialect", "vllm",
+			"model", "opt-13b-a100", "hardware", "kv_capacity_tokens", (json_int_t)0,
+			"measured_at", "2026-12-01T20:00:00Z",
+			"prefill", "a_s", OPT_PREFILL_A_MS * k, "b_s", OPT_PREFILL_B_MS * k,
+			"c_s", OPT_PREFILL_C_MS * k, "min_tokens", (json_int_t)1,
+			"max_tokens", (json_int_t)OPT_MAX_LEN, "samples", (json_int_t)100,
+			"rel_rms_error", 0.0,
+			"decode", "d0_s", OPT_DECODE_D0_MS * k, "d1_s", OPT_DECODE_D1_MS * k,
+			"d2_s", OPT_DECODE_D2_MS * k, "min_active", (json_int_t)1,
+			"max_active", (json_int_t)64, "min_kv_tokens", (json_int_t)0,
+			"max_kv_tokens", (json_int_t)200000, "samples", (json_int_t)100,
+			"rel_rms_error", 0.0,
+			"handoff", "setup_s", OPT_KV_SETUP_MS * k,
+			"per_token_s", OPT_KV_BYTES_PER_TOKEN / (OPT_KV_GBS * 1e9) / time_scale,
+			"max_tokens", (json_int_t)OPT_MAX_LEN, "samples", (json_int_t)10));
+	}
+	doc = json_pack("{s:i, s:s, s:s, s:o}", "version", 1, "created_at",
+	                "2026-12-01T20:00:00Z", "tool", "test-serve-common", "engines", engines);
+	g_assert_cmpint(json_dump_file(doc, s->path, JSON_INDENT(1)), ==, 0);
+	json_decref(doc);
+}
+
+void
+serve_store_clear(struct serve_store *s)
+{
+	g_unlink(s->path);
+	g_rmdir(s->dir);
+	g_free(s->path);
+	g_free(s->dir);
+}

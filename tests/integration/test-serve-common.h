@@ -138,4 +138,15 @@ size_t serve_fake_read_request(int fd, GString *in);
  * else whether the answer was written. */
 int serve_fake_answer_control(int fd, const char *request, gboolean close);
 
+/* A profile store in a directory of its own for engines sim-0 ...
+ * sim-(n_engines - 1) (narwhal-sim's ids) of the opt-13b-a100 preset
+ * running at time_scale (model seconds per real second), so a test prices
+ * exactly the engines it runs against. */
+struct serve_store {
+	char *dir;
+	char *path;
+};
+void serve_store_write(struct serve_store *s, unsigned n_engines, double time_scale);
+void serve_store_clear(struct serve_store *s);
+
 #endif /* NW_TEST_SERVE_COMMON_H */

@@ -884,6 +884,8 @@ test_urgent_moves_one(void)
 		"controller_urgent");
 	u = json_object_get(json_object_get(json_object_get(d, "last"), "inputs"), "urgent");
 	g_assert_cmpint(json_integer_value(json_object_get(u, "prompt_tokens")), ==, 1000);
+	g_assert_cmpfloat(json_real_value(json_object_get(u, "trigger_at_s")), ==, 1000.0);
+	g_assert_cmpfloat(json_real_value(json_object_get(u, "trigger_ttft_s")), ==, 3.5);
 	g_assert_cmpfloat(json_real_value(json_object_get(u, "proposed_ttft_s")), <,
 	                  json_real_value(json_object_get(u, "current_ttft_s")));
 	json_decref(d);
