@@ -27,9 +27,9 @@ nw_eligible_phase_limit(const struct nw_config *cfg, narwhal_phase phase)
 	                                     : cfg->serving.prefill_concurrency;
 }
 
-bool
-nw_eligible_role_fits(const struct nw_fleet *f, const struct nw_dialect *dialects, uint32_t i,
-                      narwhal_phase phase, int32_t prefill_pair)
+static bool
+role_fits(const struct nw_fleet *f, const struct nw_dialect *dialects, uint32_t i,
+          narwhal_phase phase, int32_t prefill_pair)
 {
 	const struct narwhal_engine_view *e = &f->engines[i];
 
@@ -60,7 +60,7 @@ nw_eligible_collect(const struct nw_fleet *f, const struct nw_dialect *dialects,
 
 	*full = 0;
 	for (uint32_t i = 0; i < f->view.n_engines; i++) {
-		if (!nw_eligible_role_fits(f, dialects, i, q->phase, q->prefill_pair) ||
+		if (!role_fits(f, dialects, i, q->phase, q->prefill_pair) ||
 		    !nw_engine_available(f, i) || (q->excluded != NULL && q->excluded[i]))
 			continue;
 		if (q->limit > 0 && phase_resident(&f->engines[i], q->phase) >= q->limit)

@@ -47,17 +47,13 @@ struct nw_eligible_query {
 	uint32_t limit;            /* the phase's slots per engine; 0: room is not asked */
 };
 
-/* Whether engine i may take the phase by its role and dialect. An engine
- * whose dialect cannot pair (aggregate-only) starts requests whatever its
- * role and runs them whole; a decode engine must take the prefill engine's
- * handoff; the aggregate fallback takes a decode engine only once its
- * resident handoff decodes have drained. */
-bool nw_eligible_role_fits(const struct nw_fleet *f, const struct nw_dialect *dialects,
-                           uint32_t i, narwhal_phase phase, int32_t prefill_pair);
-
 /* Write into out (one slot per engine) the engines that may take the phase
  * now: role, availability, exclusions and, with a limit, room. Returns
- * their count; *full counts the engines that only lack room. */
+ * their count; *full counts the engines that only lack room. By role: an
+ * engine whose dialect cannot pair (aggregate-only) starts requests
+ * whatever its role and runs them whole; a decode engine must take the
+ * prefill engine's handoff; the aggregate fallback takes a decode engine
+ * only once its resident handoff decodes have drained. */
 uint32_t nw_eligible_collect(const struct nw_fleet *f, const struct nw_dialect *dialects,
                              const struct nw_eligible_query *q, uint32_t *out, uint32_t *full);
 
