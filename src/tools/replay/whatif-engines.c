@@ -21,7 +21,6 @@ wi_engines_init(struct wi_engines *f, uint32_t n, const struct sim_model *model,
 		struct wi_engine *e = &f->engines[i];
 
 		e->sim = sim_engine_new(model, cb, noise_sigma, seed + i);
-		e->index = i;
 		e->wake_ns = -1;
 	}
 }

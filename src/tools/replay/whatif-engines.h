@@ -23,7 +23,6 @@
 
 struct wi_engine {
 	struct sim_engine *sim;
-	uint32_t index;
 	bool in_step;
 	double step_end_model;     /* model seconds: the step's exact end */
 	int64_t wake_ns;           /* the wake queued, or -1 */

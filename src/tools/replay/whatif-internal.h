@@ -47,7 +47,6 @@ struct wi_setup {
 	/* Each engine's profile (borrowed from profiles); NULL: none. With
 	 * --engines every engine has the template engine's. */
 	const struct nw_engine_profile **engine_profiles;
-	uint32_t template_prefill, template_decode; /* the configured split (--engines) */
 };
 
 /* A plugin of one kind as the daemon holds it. */

@@ -155,8 +155,6 @@ wi_setup_new(const struct wi_options *o, GError **error)
 		            "(above)", o->config);
 		goto fail;
 	}
-	s->template_prefill = configured_prefill(s->cfg);
-	s->template_decode = s->cfg->fleet.n_engines - s->template_prefill;
 	if (o->engines > 0) {
 		struct nw_config *scaled;
 		uint32_t prefill;
