@@ -69,14 +69,14 @@ scaled_prefill(const struct nw_config *cfg, uint32_t n)
  * (whatif-<k>.invalid, distinct as the loader wants), the scaled split,
  * none pinned. */
 static struct nw_config *
-load_scaled(const char *file, const struct nw_config *orig, uint32_t n, uint32_t *prefill,
-            GError **error)
+load_scaled(const char *file, const struct nw_config *orig, uint32_t n, GError **error)
 {
 	json_error_t jerr;
 	json_t *doc = json_load_file(file, 0, &jerr), *engines, *tmpl;
 	GPtrArray *problems = NULL;
 	g_autofree char *name = g_strdup_printf("%s (--engines %u)", file, n);
 	const struct nw_engine_config *t = &orig->fleet.engines[0];
+	uint32_t prefill = scaled_prefill(orig, n);
 	struct nw_config *cfg;
 	char *text;
 
@@ -85,7 +85,6 @@ load_scaled(const char *file, const struct nw_config *orig, uint32_t n, uint32_t
 		g_set_error(error, RP_ERROR, RP_ERROR_FILE, "--engines: cannot read %s again", file);
 		return NULL;
 	}
-	*prefill = scaled_prefill(orig, n);
 	tmpl = json_array_get(json_object_get(json_object_get(doc, "fleet"), "engines"), 0);
 	engines = json_array();
 	for (uint32_t k = 0; k < n; k++) {
@@ -95,7 +94,7 @@ load_scaled(const char *file, const struct nw_config *orig, uint32_t n, uint32_t
 		json_object_del(e, "pinned");
 		json_object_set_new(e, "id", json_sprintf("%s-%u", t->id, k));
 		json_object_set_new(e, "url", json_sprintf("%s://whatif-%u.invalid:8000", scheme, k));
-		json_object_set_new(e, "role", json_string(k < *prefill ? "prefill" : "decode"));
+		json_object_set_new(e, "role", json_string(k < prefill ? "prefill" : "decode"));
 		json_array_append_new(engines, e);
 	}
 	json_object_set_new(json_object_get(doc, "fleet"), "engines", engines);
@@ -157,10 +156,9 @@ wi_setup_new(const struct wi_options *o, GError **error)
 	}
 	if (o->engines > 0) {
 		struct nw_config *scaled;
-		uint32_t prefill;
 
 		template_id = g_strdup(s->cfg->fleet.engines[0].id);
-		scaled = load_scaled(o->config, s->cfg, o->engines, &prefill, error);
+		scaled = load_scaled(o->config, s->cfg, o->engines, error);
 		if (scaled == NULL)
 			goto fail;
 		nw_config_free(s->cfg);
