@@ -4,7 +4,6 @@
 
 #include <string.h>
 
-#include "core/config-fields.h"
 #include "core/log.h"
 #include "daemon.h"
 
@@ -36,51 +35,6 @@ loaded_plugin_clear(struct loaded_plugin *lp)
 	memset(lp, 0, sizeof *lp);
 }
 
-/* controller.<name>.* as one object, each field as nw_config_to_json
- * writes it (transfer full). */
-static json_t *
-config_section(const struct nw_config *cfg, const char *name)
-{
-	g_autofree char *prefix = g_strdup_printf("controller.%s.", name);
-	size_t len = strlen(prefix);
-	json_t *section = json_object();
-
-	for (size_t i = 0; i < nw_config_table.n_fields; i++) {
-		const struct nw_field *f = &nw_config_table.fields[i];
-
-		if (strncmp(f->path, prefix, len) == 0)
-			json_object_set_new(section, f->path + len, nw_field_to_json(f, cfg));
-	}
-	return section;
-}
-
-/* The plugin's config as handed to create() (docs/plugins.md, "Its
- * settings"; transfer full): the admission plugin's also carries
- * serving.admission_margin as "admission_margin" unless it sets its own;
- * the controller plugin's is {"reactive": controller.reactive, "thresholds":
- * controller.thresholds} with plugins.controller.config merged over it, so a
- * key the operator sets there wins. */
-static json_t *
-plugin_config(const struct nw_config *cfg, const struct plugin_slot *slot,
-              const struct nw_plugin_config *pc)
-{
-	json_t *config;
-
-	if (slot->kind == NARWHAL_KIND_CONTROLLER) {
-		config = json_pack("{s:o, s:o}", "reactive", config_section(cfg, "reactive"),
-		                   "thresholds", config_section(cfg, "thresholds"));
-		if (json_is_object(pc->config))
-			json_object_update_recursive(config, pc->config);
-		return config;
-	}
-	if (slot->kind != NARWHAL_KIND_ADMISSION || !json_is_object(pc->config) ||
-	    json_object_get(pc->config, "admission_margin") != NULL)
-		return json_incref(pc->config);
-	config = json_copy(pc->config);
-	json_object_set_new(config, "admission_margin", json_real(cfg->serving.admission_margin));
-	return config;
-}
-
 /* Load and create the slot's plugin. On failure *where is the
  * configuration path at fault, for the message. */
 static gboolean
@@ -99,7 +53,7 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 	if (lp.plugin == NULL)
 		return FALSE;
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
-	config = plugin_config(cfg, slot, pc);
+	config = nw_config_plugin_section(cfg, pc, slot->kind);
 	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);
 	json_decref(config);
 	if (lp.instance == NULL) {

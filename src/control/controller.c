@@ -123,13 +123,7 @@ struct nw_controller {
 static void
 take_config(struct nw_controller *c, const struct nw_config *cfg)
 {
-	c->rules = (struct nw_role_rules){
-		.min_prefill = cfg->controller.min_prefill,
-		.min_decode = cfg->controller.min_decode,
-		.dwell_s = cfg->controller.thresholds.dwell_s,
-		.advisory = cfg->controller.advisory,
-		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
-	};
+	nw_role_rules_from_config(&c->rules, cfg);
 	c->shrink = cfg->controller.thresholds.shrink;
 	c->cooldown_s = cfg->controller.thresholds.cooldown_s;
 	c->panic_ratio = cfg->controller.thresholds.panic_ratio;

@@ -15,23 +15,8 @@
 static void
 fill_role_engines(struct nw_monitor *m)
 {
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct narwhal_engine_view *v = &m->fleet->engines[i];
-		const struct nw_dialect *d = &m->dialects[i];
-
-		m->role_scratch[i] = (struct nw_role_engine){
-			.role = v->role,
-			.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
-			.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
-			/* Only an engine that takes either role per request can move
-			 * without a restart (plugin-abi.h). */
-			.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
-			.role_since_ns = v->role_since_ns,
-			.resident = v->role == NARWHAL_ROLE_DECODE
-			                    ? v->resident_decode
-			                    : v->resident_prefill + v->queued_prefill,
-		};
-	}
+	for (uint32_t i = 0; i < m->n; i++)
+		m->role_scratch[i] = nw_role_engine_of(&m->fleet->engines[i], &m->dialects[i]);
 }
 
 static void

@@ -30,13 +30,7 @@ nw_monitor_new(const struct nw_monitor_options *o)
 	m->pool_cap = o->control_connections ? o->control_connections
 	                                      : nw_config_control_connections(cfg);
 	nw_health_rules_from_config(&m->rules, cfg);
-	m->role_rules = (struct nw_role_rules){
-		.min_prefill = cfg->controller.min_prefill,
-		.min_decode = cfg->controller.min_decode,
-		.dwell_s = cfg->controller.thresholds.dwell_s,
-		.advisory = cfg->controller.advisory,
-		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
-	};
+	nw_role_rules_from_config(&m->role_rules, cfg);
 	m->engines = g_new0(struct nw_monitor_engine, MAX(m->n, 1));
 	m->role_scratch = g_new0(struct nw_role_engine, MAX(m->n, 1));
 	m->change_scratch = g_new0(struct nw_role_change, MAX(m->n, 1));

@@ -11,6 +11,9 @@
 
 #include <glib.h>
 
+#include "core/config.h"
+#include "core/dialect.h"
+
 /* The split and the engines that may change role, counted once per call. */
 struct split {
 	uint32_t prefill, decode;         /* live, by role */
@@ -378,4 +381,30 @@ nw_role_name(narwhal_role r)
 	default:
 		return "unknown";
 	}
+}
+
+void
+nw_role_rules_from_config(struct nw_role_rules *out, const struct nw_config *cfg)
+{
+	*out = (struct nw_role_rules){
+		.min_prefill = cfg->controller.min_prefill,
+		.min_decode = cfg->controller.min_decode,
+		.dwell_s = cfg->controller.thresholds.dwell_s,
+		.advisory = cfg->controller.advisory,
+		.flip_resident_guard = cfg->controller.thresholds.flip_resident_guard,
+	};
+}
+
+struct nw_role_engine
+nw_role_engine_of(const struct narwhal_engine_view *v, const struct nw_dialect *d)
+{
+	return (struct nw_role_engine){
+		.role = v->role,
+		.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
+		.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
+		.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
+		.role_since_ns = v->role_since_ns,
+		.resident = v->role == NARWHAL_ROLE_DECODE ? v->resident_decode
+		                                           : v->resident_prefill + v->queued_prefill,
+	};
 }

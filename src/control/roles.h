@@ -34,6 +34,20 @@ struct nw_role_rules {
 	uint32_t flip_resident_guard; /* controller.thresholds.flip_resident_guard; 0: none */
 };
 
+struct nw_config;
+struct nw_dialect;
+
+/* The rules as the configuration sets them (the fields' comments above). */
+void nw_role_rules_from_config(struct nw_role_rules *out, const struct nw_config *cfg);
+/* One engine as the rules see it, from its view in the fleet and its
+ * dialect: live is the view's availability; only an engine whose dialect
+ * takes either role per request can move without a restart
+ * (plugin-abi.h); resident is its decode streams, or its prefill work
+ * resident and waiting for its slots. The monitor and narwhal-replay's
+ * what-if mode fill their views alike. */
+struct nw_role_engine nw_role_engine_of(const struct narwhal_engine_view *v,
+                                        const struct nw_dialect *d);
+
 /* Why a role move is refused (nw_roles_check_move); OK when it may go. */
 typedef enum nw_role_guard {
 	NW_ROLE_GUARD_OK = 0,

@@ -880,6 +880,45 @@ nw_config_admission_limit(const struct nw_config *cfg)
 	                                           : cfg->serving.max_connections;
 }
 
+/* controller.<name>.* as one object, each field as nw_config_to_json
+ * writes it (transfer full). */
+static json_t *
+controller_section(const struct nw_config *cfg, const char *name)
+{
+	g_autofree char *prefix = g_strdup_printf("controller.%s.", name);
+	size_t len = strlen(prefix);
+	json_t *section = json_object();
+
+	for (size_t i = 0; i < nw_config_table.n_fields; i++) {
+		const struct nw_field *f = &nw_config_table.fields[i];
+
+		if (strncmp(f->path, prefix, len) == 0)
+			json_object_set_new(section, f->path + len, nw_field_to_json(f, cfg));
+	}
+	return section;
+}
+
+json_t *
+nw_config_plugin_section(const struct nw_config *cfg, const struct nw_plugin_config *pc,
+                         narwhal_plugin_kind kind)
+{
+	json_t *config;
+
+	if (kind == NARWHAL_KIND_CONTROLLER) {
+		config = json_pack("{s:o, s:o}", "reactive", controller_section(cfg, "reactive"),
+		                   "thresholds", controller_section(cfg, "thresholds"));
+		if (json_is_object(pc->config))
+			json_object_update_recursive(config, pc->config);
+		return config;
+	}
+	if (kind != NARWHAL_KIND_ADMISSION || !json_is_object(pc->config) ||
+	    json_object_get(pc->config, "admission_margin") != NULL)
+		return json_incref(pc->config);
+	config = json_copy(pc->config);
+	json_object_set_new(config, "admission_margin", json_real(cfg->serving.admission_margin));
+	return config;
+}
+
 const char *
 nw_config_admission_name(nw_admission_mode mode)
 {

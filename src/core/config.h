@@ -12,6 +12,8 @@
 #include <glib.h>
 #include <jansson.h>
 
+#include <narwhal/plugin-abi.h>
+
 /* Narwhal's own upper bounds, so that derived arithmetic cannot overflow:
  * every duration converts to int64 nanoseconds, and counts that are summed
  * (connections plus queue) stay far from 32-bit limits. */
@@ -245,6 +247,16 @@ json_t *nw_config_to_json(const struct nw_config *cfg);
  * or serving.max_connections when that is 0. */
 uint32_t nw_config_control_connections(const struct nw_config *cfg);
 uint32_t nw_config_admission_limit(const struct nw_config *cfg);
+
+/* The section a plugin of kind (NARWHAL_KIND_*) gets at create()
+ * (docs/plugins.md, "Its settings"; transfer full): pc's config; the
+ * admission plugin's also carries serving.admission_margin as
+ * "admission_margin" unless it sets its own; the controller plugin's is
+ * {"reactive": controller.reactive, "thresholds": controller.thresholds}
+ * with pc's config merged over it, so a key the operator sets there wins.
+ * The daemon and narwhal-replay's what-if mode create plugins alike. */
+json_t *nw_config_plugin_section(const struct nw_config *cfg, const struct nw_plugin_config *pc,
+                                 narwhal_plugin_kind kind);
 
 /* Append a problem of the caller's own (a plugin that will not load, a
  * field a reload cannot change) to a problems array; path may be NULL.

@@ -11,99 +11,33 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "serve/eligible.h"
 #include "serve/phases.h"
 #include "serve/request.h"
 #include "serve/serve-internal.h"
 
-/* Whether some live prefill engine has a live decode engine it can hand
- * off to. Without such a pair (spec 7.2: one engine of each role is
- * missing; or the dialects cannot pair them) every engine serves whole
- * requests. */
-static bool
-fleet_pairs(const struct nw_serve *s)
-{
-	uint32_t n = s->fleet->view.n_engines;
-
-	for (uint32_t p = 0; p < n; p++) {
-		if (s->fleet->engines[p].role != NARWHAL_ROLE_PREFILL || !nw_serve_engine_available(s, p) ||
-		    !nw_dialect_pairs(&s->dialects[p]))
-			continue;
-		for (uint32_t d = 0; d < n; d++) {
-			if (s->fleet->engines[d].role == NARWHAL_ROLE_DECODE && nw_serve_engine_available(s, d) &&
-			    nw_dialect_compatible(&s->dialects[p], &s->dialects[d]))
-				return true;
-		}
-	}
-	return false;
-}
-
 void
 nw_phase_begin_attempt(struct nw_request *r)
 {
-	r->aggregate = !fleet_pairs(r->serve);
+	r->aggregate = !nw_eligible_fleet_pairs(r->serve->fleet, r->serve->dialects);
 	r->prefill_pair = -1;
 	nw_phase_place(r, r->aggregate ? NARWHAL_PHASE_AGGREGATE : NARWHAL_PHASE_PREFILL);
 }
 
-static uint32_t
-phase_limit(const struct nw_serve *s, narwhal_phase phase)
-{
-	return phase == NARWHAL_PHASE_DECODE ? s->cfg->serving.decode_concurrency
-	                                     : s->cfg->serving.prefill_concurrency;
-}
-
-static uint32_t
-phase_resident(const struct narwhal_engine_view *e, narwhal_phase phase)
-{
-	return phase == NARWHAL_PHASE_DECODE ? e->resident_decode : e->resident_prefill;
-}
-
-/* Whether engine i may take the phase for r. An engine whose dialect cannot
- * pair (aggregate-only, e.g. llama.cpp) starts requests whatever its role
- * and runs them whole; a decode engine must take the prefill engine's
- * handoff (the same dialect instance and mode). */
-static bool
-role_fits(const struct nw_request *r, uint32_t i, narwhal_phase phase)
-{
-	const struct nw_serve *s = r->serve;
-	const struct narwhal_engine_view *e = &s->fleet->engines[i];
-	const struct nw_dialect *d = &s->dialects[i];
-
-	switch (phase) {
-	case NARWHAL_PHASE_PREFILL:
-		return !nw_dialect_pairs(d) || e->role == NARWHAL_ROLE_PREFILL;
-	case NARWHAL_PHASE_DECODE:
-		return e->role == NARWHAL_ROLE_DECODE && r->prefill_pair >= 0 &&
-		       nw_dialect_compatible(&s->dialects[r->prefill_pair], d);
-	default:
-		/* The aggregate fallback (role-control document, "Floors,
-		 * fallback, and degraded capacity"): a decode engine takes whole
-		 * requests only once its resident handoff decodes have drained. */
-		return e->role != NARWHAL_ROLE_DECODE || s->fleet->stats[i].handoff_decodes == 0;
-	}
-}
-
 /* Fill s->eligible with engines that may take the phase now (room) and
- * count the ones that only lack room. */
+ * count the ones that only lack room (serve/eligible.h). */
 static uint32_t
 collect_eligible(struct nw_request *r, narwhal_phase phase, bool exclusions, uint32_t *full)
 {
 	struct nw_serve *s = r->serve;
-	uint32_t limit = phase_limit(s, phase), n = 0;
+	struct nw_eligible_query q = {
+		.phase = phase,
+		.prefill_pair = r->prefill_pair,
+		.excluded = exclusions ? r->excluded : NULL,
+		.limit = nw_eligible_phase_limit(s->cfg, phase),
+	};
 
-	*full = 0;
-	for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
-		const struct narwhal_engine_view *e = &s->fleet->engines[i];
-
-		if (!role_fits(r, i, phase) || !nw_serve_engine_available(s, i) ||
-		    (exclusions && r->excluded[i]))
-			continue;
-		if (limit > 0 && phase_resident(e, phase) >= limit)
-			(*full)++;
-		else
-			s->eligible[n++] = i;
-	}
-	return n;
+	return nw_eligible_collect(s->fleet, s->dialects, &q, s->eligible, full);
 }
 
 /* The placement plugin's choice among s->eligible[0, n), or -1 when it
@@ -264,15 +198,16 @@ nw_phase_place(struct nw_request *r, narwhal_phase phase)
 		/* A prefill offer waiting for a slot still counts as demand on
 		 * the engine placement would pick. */
 		if (phase != NARWHAL_PHASE_DECODE && r->queued_on < 0) {
-			uint32_t m = 0;
-			bool excl = true;
+			struct nw_eligible_query q = {
+				.phase = phase, .prefill_pair = r->prefill_pair, .excluded = r->excluded,
+			};
+			uint32_t m, ignored;
 
-			for (int pass = 0; pass < 2 && m == 0; pass++, excl = false) {
-				for (uint32_t i = 0; i < s->fleet->view.n_engines; i++) {
-					if (role_fits(r, i, phase) &&
-					    nw_serve_engine_available(s, i) && !(excl && r->excluded[i]))
-						s->eligible[m++] = i;
-				}
+			/* Room aside (no limit asked), exclusions yielding as above. */
+			m = nw_eligible_collect(s->fleet, s->dialects, &q, s->eligible, &ignored);
+			if (m == 0) {
+				q.excluded = NULL;
+				m = nw_eligible_collect(s->fleet, s->dialects, &q, s->eligible, &ignored);
 			}
 			if (m > 0) {
 				nw_pricing_placing(s->fleet, &r->price);

@@ -21,6 +21,7 @@
 #include "net/timers.h"
 #include "net/upstream.h"
 #include "serve/counters.h"
+#include "serve/eligible.h"
 #include "serve/retry.h"
 #include "serve/slots.h"
 
@@ -70,12 +71,11 @@ struct nw_serve {
 
 const struct nw_dialect *nw_serve_dialect(const struct nw_serve *s, uint32_t engine);
 
-/* Whether placement may use engine i now (the monitor's verdict and the
- * holds, docs/recovery.md). */
+/* Whether placement may use engine i now (serve/eligible.h). */
 static inline bool
 nw_serve_engine_available(const struct nw_serve *s, uint32_t i)
 {
-	return (s->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE) != 0;
+	return nw_engine_available(s->fleet, i);
 }
 
 /* A plugin call failed: counted (plugin_call_errors) and logged

@@ -15,10 +15,12 @@
 #include <glib.h>
 #include <jansson.h>
 
+#include "core/log.h"
 #include "core/process.h"
 #include "tools/replay/client.h"
 #include "tools/replay/report.h"
 #include "tools/replay/trace.h"
+#include "tools/replay/whatif.h"
 #include "tools/replay/workload.h"
 
 #define MAX_SWEEP 32
@@ -54,11 +56,20 @@ struct options {
 	char *plot;
 	gboolean quiet;
 	gboolean dry_run;
+	/* The what-if mode (docs/replay.md, "What-if mode"). */
+	char *what_if;
+	char *sim_preset;
+	char *sim_model_file;
+	double sim_noise_sigma;
+	gint64 sim_seed;
+	double sim_time_scale;
+	gint engines;
 };
 
 static struct options opt = {
 	.api = NULL, .stream = TRUE, .rate_scale = 1.0, .seed = 1,
 	.timeout = 600, .connect_timeout = 10, .concurrency = 4096,
+	.sim_seed = 1, .sim_time_scale = 1,
 };
 
 static GOptionEntry entries[] = {
@@ -128,6 +139,21 @@ static GOptionEntry entries[] = {
 	  "No progress line and no table (files are still written)", NULL },
 	{ "dry-run", 0, 0, G_OPTION_ARG_NONE, &opt.dry_run,
 	  "Print what would be sent (counts, rate, token means) and exit", NULL },
+	{ "what-if", 0, 0, G_OPTION_ARG_FILENAME, &opt.what_if,
+	  "Instead of sending, run the load through Narwhal's plugins and narwhal-sim's engine "
+	  "model in this process on a virtual clock, with this daemon configuration", "CONFIG" },
+	{ "sim-preset", 0, 0, G_OPTION_ARG_STRING, &opt.sim_preset,
+	  "What-if: narwhal-sim's --preset (default opt-13b-a100)", "NAME" },
+	{ "sim-model-file", 0, 0, G_OPTION_ARG_FILENAME, &opt.sim_model_file,
+	  "What-if: narwhal-sim's --model-file", "FILE" },
+	{ "sim-noise-sigma", 0, 0, G_OPTION_ARG_DOUBLE, &opt.sim_noise_sigma,
+	  "What-if: narwhal-sim's --noise-sigma (default 0)", "S" },
+	{ "sim-seed", 0, 0, G_OPTION_ARG_INT64, &opt.sim_seed,
+	  "What-if: narwhal-sim's --seed (default 1)", "N" },
+	{ "sim-time-scale", 0, 0, G_OPTION_ARG_DOUBLE, &opt.sim_time_scale,
+	  "What-if: narwhal-sim's --time-scale, model seconds per second (default 1)", "F" },
+	{ "engines", 0, 0, G_OPTION_ARG_INT, &opt.engines,
+	  "What-if: N engines made from the configured fleet's first, its split scaled", "N" },
 	{ NULL },
 };
 
@@ -172,8 +198,20 @@ check_options(double *scales, guint *n_scales, enum rp_long_policy *policy)
 {
 	int sources = (opt.trace != NULL) + (opt.synthetic != NULL) + (opt.workload != NULL);
 
-	if (opt.url == NULL && !opt.dry_run)
-		return usage_error("--url is required");
+	if (opt.what_if && opt.url)
+		return usage_error("--what-if runs without an endpoint: give --url or --what-if, "
+		                   "not both");
+	if (!opt.what_if && (opt.sim_preset || opt.sim_model_file || opt.sim_noise_sigma != 0 ||
+	                     opt.sim_seed != 1 || opt.sim_time_scale != 1 || opt.engines != 0))
+		return usage_error("--sim-* and --engines apply to --what-if only");
+	if (opt.sim_preset && opt.sim_model_file)
+		return usage_error("give --sim-preset or --sim-model-file, not both");
+	if (opt.engines < 0 || opt.engines > 100000)
+		return usage_error("--engines must be 1 to 100000");
+	if (!(opt.sim_time_scale > 0) || opt.sim_time_scale > 1e6 || !(opt.sim_noise_sigma >= 0))
+		return usage_error("--sim-time-scale must be above 0 and --sim-noise-sigma at least 0");
+	if (opt.url == NULL && !opt.dry_run && !opt.what_if)
+		return usage_error("--url (or --what-if) is required");
 	if (opt.url && !g_str_has_prefix(opt.url, "http://") && !g_str_has_prefix(opt.url, "https://"))
 		return usage_error("--url %s: want http://host:port", opt.url);
 	if (sources != 1)
@@ -309,23 +347,45 @@ run_free(gpointer p)
 {
 	struct rp_report_run *rr = p;
 
+	json_decref(rr->what_if);
+	g_free(rr->what_if_line);
 	rp_schedule_clear(&rr->schedule);
 	rp_run_clear(&rr->run);
 	rp_summary_clear(&rr->summary);
 	g_free(rr);
 }
 
+/* One run: against the endpoint, or in the what-if mode. */
+static bool
+run_one(const struct rp_client_opts *co, const struct wi_setup *wi, struct rp_report_run *rr,
+        GError **error)
+{
+	struct wi_run_opts wo = {
+		.id_base = co->id_base, .timeout_s = opt.timeout, .stream = opt.stream,
+		.prompt_overhead = co->body.prompt_overhead,
+	};
+
+	if (wi == NULL)
+		return rp_client_run(co, &rr->schedule, &rr->run, error);
+	if (!wi_run(wi, &rr->schedule, &wo, &rr->run, &rr->what_if, error))
+		return false;
+	rr->what_if_line = wi_run_summary_line(rr->what_if);
+	return true;
+}
+
 static int
 replay(struct rp_trace *trace, const double *scales, guint n_scales,
-       enum rp_long_policy policy, const struct rp_body_opts *body)
+       enum rp_long_policy policy, const struct rp_body_opts *body, const struct wi_setup *wi)
 {
 	struct rp_report rep = {
-		.url = opt.url, .api = opt.api ? opt.api : "completions", .model = opt.model,
+		.url = wi ? wi_setup_target(wi) : opt.url,
+		.api = opt.api ? opt.api : "completions", .model = opt.model,
 		.stream = opt.stream, .source = trace->label, .seed = (uint64_t)opt.seed,
 		.slo = { .ttft = opt.slo_ttft, .tpot = opt.slo_tpot },
 		.phase_names = trace->phase_names->len ? trace->phase_names : NULL,
 		.prompt_overhead = body->prompt_overhead,
 		.runs = g_ptr_array_new_with_free_func(run_free),
+		.what_if = wi ? wi_setup_json(wi) : NULL,
 	};
 	struct rp_client_opts co = {
 		.url = opt.url,
@@ -356,10 +416,12 @@ replay(struct rp_trace *trace, const double *scales, guint n_scales,
 		}
 		co.label = label;
 		co.id_base = next_id;
-		if (!rp_client_run(&co, &rr->schedule, &rr->run, &error)) {
+		if (!run_one(&co, wi, rr, &error)) {
 			g_printerr("narwhal-replay: %s\n", error->message);
 			g_clear_error(&error);
 			status = 1;
+			/* A run that did not start has nothing to report. */
+			g_ptr_array_remove_index(rep.runs, rep.runs->len - 1);
 			break;
 		}
 		next_id += (uint32_t)rr->run.n;
@@ -390,6 +452,7 @@ replay(struct rp_trace *trace, const double *scales, guint n_scales,
 	}
 out:
 	g_ptr_array_free(rep.runs, TRUE);
+	json_decref(rep.what_if);
 	return status;
 }
 
@@ -408,6 +471,7 @@ main(int argc, char **argv)
 	double max_scale = 0;
 	int status;
 	struct rp_body_opts body = { .stream = true };
+	struct wi_setup *wi = NULL;
 
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	g_option_context_set_description(ctx, "Outputs: a table on stdout, progress on stderr, "
@@ -462,6 +526,28 @@ main(int argc, char **argv)
 		json_decref(extra);
 		return 1;
 	}
+	if (opt.what_if && !opt.dry_run) {
+		struct wi_options wo = {
+			.config = opt.what_if, .preset = opt.sim_preset, .model_file = opt.sim_model_file,
+			.noise_sigma = opt.sim_noise_sigma, .seed = (uint64_t)opt.sim_seed,
+			.time_scale = opt.sim_time_scale, .engines = (uint32_t)opt.engines,
+		};
+
+		/* The plugins' log lines, as narwhal-check and narwhal-profile keep
+		 * them: warnings and errors, as text (the report holds the role
+		 * changes with their virtual times). */
+		nw_log_setup("warning", NW_LOG_FORMAT_TEXT);
+		wi = wi_setup_new(&wo, &error);
+		if (wi == NULL) {
+			g_printerr("narwhal-replay: %s\n", error->message);
+			g_error_free(error);
+			rp_trace_free(trace);
+			json_decref(extra);
+			return 1;
+		}
+		if (opt.model == NULL)
+			opt.model = g_strdup(wi_setup_model(wi));
+	}
 	nw_process_raise_fd_limit();
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (opt.model == NULL && !opt.dry_run) {
@@ -474,10 +560,11 @@ main(int argc, char **argv)
 		}
 	}
 	body.model = opt.model;
-	if (!opt.dry_run)
+	if (!opt.dry_run && wi == NULL)
 		resolve_overhead(&body);
-	status = replay(trace, scales, n_scales, policy, &body);
+	status = replay(trace, scales, n_scales, policy, &body, wi);
 out:
+	wi_setup_free(wi);
 	rp_trace_free(trace);
 	json_decref(extra);
 	curl_global_cleanup();

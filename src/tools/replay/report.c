@@ -115,6 +115,8 @@ run_json(const struct rp_report *rep, const struct rp_report_run *rr)
 		"slo", slo_json(rep, s));
 	if (run != NULL && rep->phase_names != NULL && rep->phase_names->len > 0)
 		json_object_set_new(run, "phases", phases_json(rep, rr));
+	if (run != NULL && rr->what_if != NULL)
+		json_object_set(run, "what_if", rr->what_if);
 	return run;
 }
 
@@ -132,12 +134,12 @@ rp_report_json(const struct rp_report *rep)
 		                "ttft_s", rep->slo.ttft > 0 ? json_real(rep->slo.ttft) : json_null(),
 		                "tpot_s", rep->slo.tpot > 0 ? json_real(rep->slo.tpot) : json_null());
 	}
-	return json_pack("{s:s, s:s, s:{s:s, s:s, s:s?, s:b, s:I}, s:s, s:I, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:{s:s, s:s, s:s?, s:b, s:I}, s:s, s:I, s:o, s:o, s:O?}",
 	                 "tool", "narwhal-replay", "version", PACKAGE_VERSION,
 	                 "target", "url", rep->url, "api", rep->api, "model", rep->model,
 	                 "stream", rep->stream, "prompt_overhead", (json_int_t)rep->prompt_overhead,
 	                 "source", rep->source, "seed", (json_int_t)rep->seed,
-	                 "slo", slo, "runs", runs);
+	                 "slo", slo, "runs", runs, "what_if", rep->what_if);
 }
 
 bool
@@ -222,6 +224,8 @@ run_table(FILE *f, const struct rp_report *rep, const struct rp_report_run *rr)
 		        s->attainment * 100, s->attainment_ttft * 100, s->attainment_tpot * 100,
 		        s->goodput);
 	}
+	if (rr->what_if_line != NULL)
+		fputs(rr->what_if_line, f);
 }
 
 static void

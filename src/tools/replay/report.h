@@ -21,6 +21,8 @@ struct rp_report_run {
 	struct rp_schedule schedule;
 	struct rp_run run;
 	struct rp_summary summary;
+	json_t *what_if;          /* the what-if mode's run object, or NULL (owned) */
+	char *what_if_line;       /* its line in the table, or NULL (owned) */
 };
 
 struct rp_report {
@@ -34,6 +36,7 @@ struct rp_report {
 	struct rp_slo slo;
 	const GPtrArray *phase_names; /* synthetic phases, or NULL */
 	GPtrArray *runs;          /* struct rp_report_run * */
+	json_t *what_if;          /* the what-if mode's setup, or NULL (borrowed) */
 };
 
 /* Fill a run's summary from its results. */
