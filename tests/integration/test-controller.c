@@ -360,15 +360,29 @@ test_urgent(void)
 		g_test_message("controller: %s", text);
 	}
 	g_assert_true(found);
+	/* While TTFT stays above target after a move, the new state may
+	 * trigger another guarded evaluation (the same section), so the burst
+	 * may take more than one decode engine; each wake moves at most one,
+	 * always towards prefill, and the decode floor holds. */
+	json_decref(doc);
+	doc = state_get(&e);
 	c = json_object_get(doc, "controller");
 	g_assert_cmpint(int_at(c, "urgent", "moves"), >=, 1);
-	g_assert_cmpint(int_at(doc, "roles", "live_prefill"), ==, 2);
+	g_assert_cmpint(int_at(doc, "roles", "live_prefill"), >=, 2);
+	g_assert_cmpint(int_at(doc, "roles", "live_decode"), >=, 1);
 	{
 		GPtrArray *f = flips(doc, "controller_urgent");
 
-		g_assert_cmpuint(f->len, ==, 1);
-		g_assert_cmpstr(str_of(g_ptr_array_index(f, 0), "to"), ==, "prefill");
+		g_assert_cmpuint(f->len, ==, (guint)int_at(c, "urgent", "moves"));
+		for (guint k = 0; k < f->len; k++)
+			g_assert_cmpstr(str_of(g_ptr_array_index(f, k), "to"), ==, "prefill");
 		g_ptr_array_unref(f);
+	}
+	json_array_foreach(json_object_get(c, "proposals"), i, p) {
+		if (strcmp(str_of(p, "caller"), "controller_urgent") == 0 &&
+		    strcmp(str_of(p, "result"), "applied") == 0)
+			g_assert_cmpint(int_at(p, "proposed", "prefill"), ==,
+			                int_at(p, "before", "prefill") + 1);
 	}
 	json_decref(doc);
 	replay_finish(replay);
