@@ -67,8 +67,9 @@ check() {
 # The quick start: a simulated fleet of four engines (conf/narwhal.json's
 # fleet: two prefill, two decode on 8101-8104), measured once by
 # narwhal-profile (runs/profiles.json), Narwhal in front of it on 8000 with
-# predictive admission and slo-cost placement, one streamed request and a
-# short replayed workload through it; then both keep running until Ctrl-C.
+# predictive admission, slo-cost placement and the reactive controller, one
+# streamed request and a short replayed workload through it; then both keep
+# running until Ctrl-C.
 demo() {
 	b="$top/build/plain"
 	logs=$(mktemp -d "${TMPDIR:-/tmp}/narwhal-demo.XXXXXX")
