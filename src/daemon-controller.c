@@ -116,8 +116,8 @@ nw_daemon_ttft_breach(void *data, uint64_t prompt_tokens, double projected_ttft_
 	struct nw_daemon *d = data;
 
 	/* The first trigger arms one wake between monitor passes; the ones
-	 * after it until the wake are coalesced into it (role-control
-	 * document, "Prefill queue projections"). */
+	 * after it until the next pass are coalesced into it (role-control
+	 * document, "Prefill queue projections"; control/controller.h). */
 	if (nw_controller_urgent_note(d->controller, nw_clock_monotonic_ns(NULL), prompt_tokens,
 	                              projected_ttft_s) &&
 	    d->urgent_wake == 0)

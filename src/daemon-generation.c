@@ -50,8 +50,13 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 
 	*where = slot->config_path;
 	lp.plugin = nw_plugin_load(slot->kind, pc->path ? NULL : pc->name, file, error);
-	if (lp.plugin == NULL)
+	if (lp.plugin == NULL) {
+		/* The controller loaded by name is named by controller.policy
+		 * (its plugins section may not name it, docs/configuration.md). */
+		if (slot->kind == NARWHAL_KIND_CONTROLLER && pc->path == NULL)
+			*where = "controller.policy";
 		return FALSE;
+	}
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
 	config = nw_config_plugin_section(cfg, pc, slot->kind);
 	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);

@@ -51,6 +51,17 @@ const char *const nw_controller_result_names[NW_CONTROLLER_RESULTS] = {
 
 enum kind { KIND_SCHEDULED = 0, KIND_URGENT = 1 };
 
+/* The urgent path between two scheduled passes (role-control document,
+ * "Prefill queue projections": one coalesced evaluation between regular
+ * controller passes): a trigger arms it, the wake spends it, and the next
+ * scheduled pass lets a trigger arm it again. So a flood of breaches costs
+ * one evaluation a monitor pass, however many requests breach. */
+enum urgent_state {
+	URGENT_IDLE,    /* a trigger may arm it */
+	URGENT_ARMED,   /* a trigger waits for its wake */
+	URGENT_SPENT,   /* evaluated since the last scheduled pass */
+};
+
 static const char *const callers[2] = { "controller", "controller_urgent" };
 
 /* What one evaluation was priced on. */
@@ -103,7 +114,7 @@ struct nw_controller {
 	int64_t to_decode_ns;
 
 	struct {
-		bool pending;
+		enum urgent_state state;
 		int64_t at_ns;
 		uint64_t prompt_tokens;
 		double projected_ttft_s;
@@ -481,7 +492,7 @@ evaluate(struct nw_controller *c, const struct nw_controller_pass *p, enum kind 
 		rec.in.urgent_prompt_tokens = c->urgent.prompt_tokens;
 		rec.in.urgent_trigger_s = c->urgent.projected_ttft_s;
 		rec.in.urgent_trigger_at_ns = c->urgent.at_ns;
-		c->urgent.pending = false;
+		c->urgent.state = URGENT_SPENT;
 		c->urgent.evaluations++;
 	}
 	if (price(c, p, &rec.in, counts.prefill, counts.decode, &now_price) ==
@@ -574,6 +585,10 @@ uint32_t
 nw_controller_scheduled(struct nw_controller *c, const struct nw_controller_pass *p,
                         struct nw_role_change *out, uint32_t max)
 {
+	/* A regular pass (answered "step" or not): the urgent path may be
+	 * armed again. */
+	if (c->urgent.state == URGENT_SPENT)
+		c->urgent.state = URGENT_IDLE;
 	return evaluate(c, p, KIND_SCHEDULED, out, max);
 }
 
@@ -583,9 +598,9 @@ bool
 nw_controller_urgent_note(struct nw_controller *c, int64_t now_ns, uint64_t prompt_tokens,
                           double projected_ttft_s)
 {
-	if (c->urgent.pending)
+	if (c->urgent.state != URGENT_IDLE)
 		return false;
-	c->urgent.pending = true;
+	c->urgent.state = URGENT_ARMED;
 	c->urgent.at_ns = now_ns;
 	c->urgent.prompt_tokens = prompt_tokens;
 	c->urgent.projected_ttft_s = projected_ttft_s;
@@ -595,14 +610,14 @@ nw_controller_urgent_note(struct nw_controller *c, int64_t now_ns, uint64_t prom
 bool
 nw_controller_urgent_pending(const struct nw_controller *c)
 {
-	return c->urgent.pending;
+	return c->urgent.state == URGENT_ARMED;
 }
 
 uint32_t
 nw_controller_urgent(struct nw_controller *c, const struct nw_controller_pass *p,
                      struct nw_role_change *out, uint32_t max)
 {
-	if (!c->urgent.pending)
+	if (c->urgent.state != URGENT_ARMED)
 		return 0;
 	return evaluate(c, p, KIND_URGENT, out, max);
 }
@@ -732,7 +747,7 @@ nw_controller_to_json(const struct nw_controller *c, const char *const *ids, int
 	                 "last", c->has_last ? record_json(&c->last, start_ns) : json_null(),
 	                 "demand", c->has_last ? demand_json(&c->last.in) : json_null(),
 	                 "evidence", c->has_last ? evidence_json(&c->last.in) : json_null(),
-	                 "urgent", "pending", c->urgent.pending,
+	                 "urgent", "pending", c->urgent.state == URGENT_ARMED,
 	                 "evaluations", (json_int_t)c->urgent.evaluations,
 	                 "moves", (json_int_t)c->urgent.moves,
 	                 "dismissed", (json_int_t)c->urgent.dismissed,

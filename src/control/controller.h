@@ -87,7 +87,10 @@ uint32_t nw_controller_scheduled(struct nw_controller *c, const struct nw_contro
 /* A request's projected TTFT (projected_ttft_s) breached slo.ttft_s at
  * now_ns. Returns true when this arms a new urgent evaluation (the caller
  * schedules one wake, to run between monitor passes); false when one is
- * pending already (coalesced: the first trigger is the one evaluated). */
+ * pending already (coalesced: the first trigger is the one evaluated) or
+ * one has run since the last scheduled evaluation (one urgent evaluation
+ * between two regular passes; the next nw_controller_scheduled lets a
+ * trigger arm it again). */
 bool nw_controller_urgent_note(struct nw_controller *c, int64_t now_ns, uint64_t prompt_tokens,
                                double projected_ttft_s);
 bool nw_controller_urgent_pending(const struct nw_controller *c);

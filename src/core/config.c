@@ -630,9 +630,62 @@ rule_admin_bind(struct loader *ld)
 	      "admin.allow_remote to true to listen there", c->admin.host);
 }
 
+/* plugins.controller.config is merged over the controller.reactive and
+ * controller.thresholds sections the plugin is handed, for the plugin
+ * alone (docs/configuration.md, "Plugins"). These fields are also
+ * Narwhal's own, read by the controller host's guards (control/
+ * controller.h), the demand ledger and pricing, which keep the
+ * controller.* value: a different one set there splits the two. */
+static const char *const controller_host_fields[] = {
+	"reactive.window_s", "reactive.utilization", "reactive.evidence_span_s",
+	"reactive.evidence_max_span_s", "reactive.evidence_min_arrivals",
+	"reactive.decode_correction_min", "reactive.decode_correction_max",
+	"reactive.decode_correction_alpha", "reactive.decode_correction_min_samples",
+	"thresholds.shrink", "thresholds.cooldown_s", "thresholds.dwell_s",
+	"thresholds.panic_ratio", "thresholds.flip_resident_guard",
+};
+
+static void
+rule_controller_overrides(struct loader *ld)
+{
+	const json_t *config = ld->cfg->plugins.controller.config;
+
+	if (!usable(ld, "plugins.controller.config") || !json_is_object(config))
+		return;
+	for (size_t i = 0; i < G_N_ELEMENTS(controller_host_fields); i++) {
+		const char *name = controller_host_fields[i];
+		g_autofree char *section = g_strndup(name, strcspn(name, "."));
+		g_autofree char *path = g_strconcat("controller.", name, NULL);
+		const json_t *set = json_object_get(json_object_get(config, section),
+		                                    name + strlen(section) + 1);
+		json_t *own;
+
+		if (set == NULL || !usable(ld, path))
+			continue;
+		for (size_t k = 0; k < nw_config_table.n_fields; k++) {
+			const struct nw_field *f = &nw_config_table.fields[k];
+			g_autofree char *shown = NULL;
+
+			if (strcmp(f->path, path) != 0)
+				continue;
+			own = nw_field_to_json(f, ld->cfg);
+			if (!json_is_number(set) || json_number_value(set) != json_number_value(own)) {
+				g_autofree char *where = g_strconcat("plugins.controller.config.", name,
+				                                     NULL);
+
+				shown = json_dumps(own, JSON_ENCODE_ANY);
+				WARN(ld, where, "given to the plugin alone: Narwhal's own guards and "
+				     "estimates keep %s (%s): set %s instead, for both", path, shown, path);
+			}
+			json_decref(own);
+		}
+	}
+}
+
 static void (*const rules[])(struct loader *) = {
 	rule_admission_limit, rule_queueing, rule_handoff, rule_retry, rule_deadlines,
-	rule_controller_ranges, rule_health_samples, rule_floors, rule_dialects, rule_admin_bind,
+	rule_controller_ranges, rule_controller_overrides, rule_health_samples, rule_floors,
+	rule_dialects, rule_admin_bind,
 };
 
 /* ------------------------------------------------------------ loading --- */

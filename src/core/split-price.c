@@ -32,6 +32,10 @@
 /* The prefill utilization up to which the M/D/1 wait holds; beyond it
  * the wait goes on along its tangent there. */
 #define RHO_KNEE 0.9
+/* Prefill utilizations beyond this are priced as this: far past any
+ * overload worth telling apart, and the wait stays finite however small
+ * the usable fraction u. */
+#define RHO_MAX 1e15
 /* Bisection steps for the decode batch: the usable batch (at most
  * UINT32_MAX) over 2^64 is far below one stream. */
 #define BISECT_STEPS 64
@@ -180,7 +184,7 @@ nw_split_price(struct nw_fleet *fleet, const struct narwhal_split_query *q, int6
 	/* Prefill: the held work over p engines, the queueing wait, its own. */
 	w = (double)nw_pricing_work_ns(m, (uint64_t)l) / 1e9;
 	own = own_prefill_s(m, l, &in_domain);
-	rho_p = lambda * w / (p * u);
+	rho_p = MIN(lambda * w / (p * u), RHO_MAX);
 	wait = prefill_wait_s(w, rho_p);
 	held = nw_pricing_pool_backlog_s(fleet, now_ns);
 

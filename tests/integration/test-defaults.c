@@ -184,6 +184,29 @@ test_reactive_by_default(void)
 	env_clear(&e);
 }
 
+/* docs/configuration.md: the controller plugin is named by
+ * controller.policy (plugins.controller.name is refused), so a name no
+ * plugin answers to is that field's error, at start and in
+ * --check-config, with the controllers there are. */
+static void
+test_unknown_policy(void)
+{
+	struct env e = { 0 };
+	g_autofree char *err = NULL, *check = NULL, *prefix = NULL;
+
+	env_init(&e, "  \"controller\": {\"policy\": \"nosuch\"},\n", "", STORE);
+	g_assert_cmpint(run("--config", e.config, &err), ==, 1);
+	g_assert_cmpint(run("--check-config", e.config, &check), ==, 1);
+	g_test_message("%s", check);
+	prefix = g_strdup_printf("%s: controller.policy: ", e.config);
+	g_assert_nonnull(strstr(err, prefix));
+	g_assert_nonnull(strstr(check, prefix));
+	g_assert_nonnull(strstr(check, "expected controller plugin \"nosuch\""));
+	g_assert_nonnull(strstr(check, "reactive, static"));
+	g_assert_null(strstr(check, ": plugins.controller: "));
+	env_clear(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -192,5 +215,6 @@ main(int argc, char **argv)
 	g_test_add_func("/defaults/profiled-defaults-start", test_profiled_defaults_start);
 	g_test_add_func("/defaults/unprofiled-stops-start", test_unprofiled_stops_start);
 	g_test_add_func("/defaults/reactive-by-default", test_reactive_by_default);
+	g_test_add_func("/defaults/unknown-policy", test_unknown_policy);
 	return g_test_run();
 }

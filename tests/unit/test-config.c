@@ -806,6 +806,23 @@ static const struct rule_case rule_cases[] = {
 	  "plugins.dialects.v LLM", "is not a dialect name" },
 	{ "narwhal", "controller-name-refused", "{\"plugins\": {\"controller\": {\"name\": \"static\"}}}",
 	  false, "plugins.controller.name", "named by controller.policy" },
+
+	/* plugins.controller.config over a field the host applies too: the
+	 * host keeps controller.*'s value, so a different one warns */
+	{ "narwhal", "controller-config-plugin-field",
+	  "{\"plugins\": {\"controller\": {\"config\": {\"reactive\": {\"step_s\": 1}}}}}", true },
+	{ "narwhal", "controller-config-host-field-same",
+	  "{\"controller\": {\"thresholds\": {\"cooldown_s\": 4}}, \"plugins\": {\"controller\": "
+	  "{\"config\": {\"thresholds\": {\"cooldown_s\": 4.0}}}}}", true },
+	{ "narwhal", "controller-config-host-field-warns",
+	  "{\"plugins\": {\"controller\": {\"config\": {\"thresholds\": {\"cooldown_s\": 0}}}}}",
+	  true, "plugins.controller.config.thresholds.cooldown_s",
+	  "given to the plugin alone: Narwhal's own guards and estimates keep "
+	  "controller.thresholds.cooldown_s (10.0): set controller.thresholds.cooldown_s instead", true },
+	{ "narwhal", "controller-config-host-field-wrong-type",
+	  "{\"plugins\": {\"controller\": {\"config\": {\"reactive\": {\"utilization\": \"x\"}}}}}",
+	  true, "plugins.controller.config.reactive.utilization", "keep controller.reactive.utilization",
+	  true },
 };
 
 static void

@@ -248,6 +248,13 @@ urgent(struct env *e, int dp, const char *reason)
 	return n;
 }
 
+/* A scheduled pass in which the plugin proposes no change. */
+static void
+pass(struct env *e)
+{
+	g_assert_cmpuint(scheduled(e, 0, "hold"), ==, 0);
+}
+
 /* Sized offers of prompt and max_tokens, at times spread over [from, to). */
 static void
 offers(struct env *e, uint32_t count, double from_s, double to_s, uint64_t prompt, uint32_t max)
@@ -825,8 +832,39 @@ test_urgent_coalesces(void)
 	urgent(&e, 1, "urgent_expand");
 	g_assert_false(nw_controller_urgent_pending(e.c));
 	g_assert_cmpuint(urgent(&e, 1, "urgent_expand"), ==, 0);
-	/* Armed again after the wake. */
+	/* Armed again after the next scheduled pass (below). */
+	pass(&e);
 	g_assert_true(nw_controller_urgent_note(e.c, T0 + 2, 100, 2.5));
+	env_clear(&e);
+}
+
+/* Role-control document: "one coalesced controller evaluation between
+ * regular controller passes". A flood of breaches, each after the wake of
+ * the one before (as a stream of requests arrives between passes), makes
+ * one urgent evaluation until the next scheduled pass, which lets the
+ * next breach arm another; a pass answered "step" is a regular pass too. */
+static void
+test_urgent_once_between_passes(void)
+{
+	struct env e;
+	struct nw_controller_summary s;
+
+	env_init(&e, "pdd", NULL);
+	g_assert_true(nw_controller_urgent_note(e.c, T0, 1000, 2.5));
+	urgent(&e, 0, "hold");
+	for (int k = 0; k < 100; k++) {
+		g_assert_false(nw_controller_urgent_note(e.c, T0 + k, 1000, 2.5));
+		g_assert_false(nw_controller_urgent_pending(e.c));
+		urgent(&e, 0, "hold");
+	}
+	nw_controller_summary(e.c, &s);
+	g_assert_cmpuint(s.evaluations[1], ==, 1);
+	scheduled(&e, 0, "step");
+	g_assert_true(nw_controller_urgent_note(e.c, T0 + 200, 1000, 2.5));
+	urgent(&e, 0, "hold");
+	g_assert_false(nw_controller_urgent_note(e.c, T0 + 201, 1000, 2.5));
+	nw_controller_summary(e.c, &s);
+	g_assert_cmpuint(s.evaluations[1], ==, 2);
 	env_clear(&e);
 }
 
@@ -909,11 +947,13 @@ test_urgent_direction_and_guards(void)
 	nw_controller_urgent_note(e.c, T0, 1000, 3.5);
 	g_assert_cmpuint(urgent(&e, -1, "wrong_way"), ==, 0);
 	assert_last(&e, "refused", "urgent_direction");
+	pass(&e);
 	nw_controller_urgent_note(e.c, T0, 1000, 3.5);
 	g_assert_cmpuint(urgent(&e, 2, "too_many"), ==, 0);
 	assert_last(&e, "refused", "urgent_direction");
 	e.f->engines[3].flags &= ~(uint32_t)NARWHAL_ENGINE_AVAILABLE;
 	e.f->engines[4].flags &= ~(uint32_t)NARWHAL_ENGINE_AVAILABLE;
+	pass(&e);
 	nw_controller_urgent_note(e.c, T0, 1000, 3.5);
 	g_assert_cmpuint(urgent(&e, 1, "expand"), ==, 0);
 	assert_last(&e, "refused", "decode_floor");
@@ -1039,6 +1079,8 @@ main(int argc, char **argv)
 	g_test_add_func("/controller/issue-13/reason-bounded-inputs-shown",
 	                test_reason_bounded_and_inputs_shown);
 	g_test_add_func("/controller/urgent/coalesces", test_urgent_coalesces);
+	g_test_add_func("/controller/role-control/urgent-once-between-passes",
+	                test_urgent_once_between_passes);
 	g_test_add_func("/controller/urgent/dismissed-when-drained",
 	                test_urgent_dismissed_when_drained);
 	g_test_add_func("/controller/urgent/moves-one", test_urgent_moves_one);

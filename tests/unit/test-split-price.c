@@ -595,6 +595,12 @@ test_no_profile(void)
 	g_assert_cmpint(nw_split_price(e.f, &q, T0, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_true(isfinite(out.worst_ratio) && isfinite(out.urgent_ttft_s));
 	g_assert_false(out.in_domain);
+	/* the least usable fraction there is (controller.reactive.utilization
+	 * takes any number above 0): still finite */
+	q.utilization = 1e-300;
+	g_assert_cmpint(nw_split_price(e.f, &q, T0, &out), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_true(isfinite(out.ttft_s) && isfinite(out.worst_ratio) &&
+	              isfinite(out.prefill_load) && isfinite(out.urgent_ttft_s));
 	env_clear(&e);
 }
 
