@@ -446,8 +446,8 @@ struct narwhal_controller_input {
 	uint64_t arrivals_short;   /* offers in the short horizon (evidence_span_s) */
 	uint64_t arrivals_long;    /* offers in the long horizon (window_s) */
 	double prompt_tokens_mean; /* per sized offer in the long horizon; 0 unknown */
-	double output_tokens_mean; /* requested per sized offer in the long horizon
-	                            * (delivered, when offers set no max_tokens); 0 unknown */
+	double output_tokens_mean; /* max_tokens per offer in the long horizon that set
+	                            * it (delivered per completion, when none did); 0 unknown */
 	uint32_t resident_decode;  /* decode streams resident on the fleet */
 	uint32_t pending_decode;   /* admitted requests whose decode has not begun */
 	bool profiles_complete;    /* every configured engine has a profile */

@@ -244,10 +244,10 @@ gather(const struct nw_controller *c, const struct nw_controller_pass *p,
 	sized = l.arrivals - l.unsized;
 	if (sized > 0) {
 		in->prompt_mean = (double)l.prompt_tokens / (double)sized;
-		/* Offers without max_tokens request nothing: what completions
-		 * delivered stands for them (plugin-abi.h). */
-		if (l.output_requested > 0)
-			in->output_mean = (double)l.output_requested / (double)sized;
+		/* What the offers that set max_tokens requested, each; without
+		 * any, what completions delivered (plugin-abi.h). */
+		if (l.bounded > 0)
+			in->output_mean = (double)l.output_requested / (double)l.bounded;
 		else if (l.completions > 0)
 			in->output_mean = (double)l.output_delivered / (double)l.completions;
 	}

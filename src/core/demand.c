@@ -36,6 +36,7 @@ struct bucket {
 	int64_t index;               /* the stretch's number from origin_ns; -1: none */
 	uint64_t arrivals;
 	uint64_t unsized;
+	uint64_t bounded;            /* sized offers that set max_tokens */
 	uint64_t prompt_tokens;
 	uint64_t output_requested;
 	uint64_t output_delivered;
@@ -211,6 +212,7 @@ nw_demand_offer(struct nw_demand *d, struct nw_demand_ticket *t, int64_t at_ns,
 	arrive(d, at_ns, b);
 	for (int h = 0; h < 2; h++) {
 		if (b[h] != NULL) {
+			b[h]->bounded += max_tokens > 0;
 			b[h]->prompt_tokens += prompt_tokens;
 			b[h]->output_requested += max_tokens;
 		}
@@ -411,6 +413,7 @@ nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon 
 			continue;
 		out->arrivals += b->arrivals;
 		out->unsized += b->unsized;
+		out->bounded += b->bounded;
 		out->prompt_tokens += b->prompt_tokens;
 		out->output_requested += b->output_requested;
 		out->output_delivered += b->output_delivered;

@@ -185,6 +185,7 @@ struct nw_demand_estimate {
 	double covered_s;
 	uint64_t arrivals;               /* offers, sized and unsized */
 	uint64_t unsized;                /* of which unsized: their work is unknown */
+	uint64_t bounded;                /* sized offers that set max_tokens */
 	uint64_t prompt_tokens;          /* sized offers' */
 	uint64_t output_requested;       /* sized offers' max_tokens */
 	uint64_t output_delivered;       /* completions' */

@@ -409,7 +409,8 @@ test_inputs(void)
 
 /* Spec 7.6: the evidence window is open at first and the plugin is told
  * so; the mean output stands on what completions delivered when offers
- * set no max_tokens (plugin-abi.h). */
+ * set no max_tokens, and on the offers that set it once some do
+ * (plugin-abi.h). */
 static void
 test_inputs_open_evidence(void)
 {
@@ -425,6 +426,19 @@ test_inputs_open_evidence(void)
 	g_assert_false(e.script.in.evidence_closed);
 	g_assert_cmpfloat_with_epsilon(e.script.in.output_tokens_mean, 30, 1e-9);
 	g_assert_cmpfloat_with_epsilon(e.script.in.prompt_tokens_mean, 100, 1e-9);
+
+	/* Once some offers set max_tokens, the mean is theirs alone: an offer
+	 * without it does not halve what the others request. */
+	{
+		struct nw_demand_ticket t2 = { 0 }, t3 = { 0 };
+
+		nw_demand_offer(e.demand, &t2, S(3), 300, true, 80);
+		nw_demand_offer(e.demand, &t3, S(3), 200, true, 0);
+	}
+	e.now = S(15); /* past the plugin's step */
+	scheduled(&e, 0, "hold");
+	g_assert_cmpfloat_with_epsilon(e.script.in.output_tokens_mean, 80, 1e-9);
+	g_assert_cmpfloat_with_epsilon(e.script.in.prompt_tokens_mean, 200, 1e-9);
 	env_clear(&e);
 }
 
