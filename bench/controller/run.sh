@@ -34,7 +34,7 @@ slo=${SLO:-default}
 # The reactive settings the evaluation runs as "reactive" (README.md, "The
 # reactive settings"); "reactive-defaults" runs the spec's defaults.
 tuned='{"reactive": {"window_s": 30, "evidence_span_s": 15, "evidence_max_span_s": 30, "step_s": 2,
- "confirmations": 2, "utilization": 0.9}, "thresholds": {"sustained_intervals": 2, "cooldown_s": 4}}'
+ "confirmations": 2, "utilization": 0.9, "movement_margin": 0.1}, "thresholds": {"sustained_intervals": 2, "cooldown_s": 4}}'
 case $slo in
 default)
 	slo_ttft=${SLO_TTFT:-1.0} slo_tpot=${SLO_TPOT:-0.1} mix_ratio=${MIX_RATIO:-1.85}
