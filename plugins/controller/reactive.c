@@ -28,7 +28,7 @@
  *            "demand_rising"  short-horizon demand above long * (1 + tolerance),
  *                             once the short horizon holds evidence_min_arrivals
  *            "not_movable"    the host's guards would let no decode engine move
- *     D+1    "source_load"    projected prefill load above shrink
+ *     D+1    "source_load"    measured prefill load above shrink
  *            "not_movable"    no prefill engine may move ("decode_expansion")
  *   "no_candidate"  no adjacent split exists (or none could be priced)
  *   the deepest gate of the two candidates otherwise, when neither qualifies
@@ -479,7 +479,12 @@ judge_to_prefill(const struct reactive *r, const struct narwhal_controller_input
 
 /* D+1: one prefill engine to decode (spec 7.5; it may proceed while the
  * evidence window is open, spec 7.6; cooldown and panic_ratio are the
- * host's). */
+ * host's). Spec 7.5 asks of it "prefill pressure at or below shrink": the
+ * measured pool load of spec 7.1, as the panic bypass reads it, not the
+ * candidate's projection (which consolidation, the other way, asks for).
+ * The margin already prices what the move does to the prefill side; a
+ * projected gate as well would keep an overloaded decode pool from the
+ * engine that relieves it whenever the prefill pool would then be busy. */
 static enum gate
 judge_to_decode(const struct reactive *r, const struct narwhal_controller_input *in,
                 const struct narwhal_split_price *cur, const struct narwhal_split_price *cand,
@@ -487,7 +492,7 @@ judge_to_decode(const struct reactive *r, const struct narwhal_controller_input 
 {
 	if (!improves(r, cur, cand))
 		return GATE_MARGIN;
-	if (!(cand->prefill_load <= r->s.shrink))
+	if (!(in->prefill_load <= r->s.shrink))
 		return GATE_SOURCE_LOAD;
 	*rule = "decode_expansion";
 	if (in->movable_to_decode == 0)

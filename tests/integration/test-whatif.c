@@ -346,6 +346,42 @@ test_engines(void)
 	dir_clear(&d);
 }
 
+/* --aggregate (issue 13's evaluation: "all engines aggregate"): no engine
+ * hands off, so every request runs whole on one engine whatever its role,
+ * and the report says so; without it the same fleet pairs every request. */
+static void
+test_aggregate(void)
+{
+	struct dir d;
+	g_autofree char *cfg = NULL, *json = NULL;
+	json_t *doc, *run;
+
+	dir_make(&d);
+	cfg = write_config(&d, "open", "least-loaded", NULL);
+	json = dir_file(&d, "out.json");
+	for (int aggregate = 0; aggregate <= 1; aggregate++) {
+		const char *args[] = { "--what-if", cfg, "--synthetic", LIGHT, "--max-prompt-tokens",
+		                       "1800", "--out-json", json, "--quiet",
+		                       aggregate ? "--aggregate" : NULL, NULL };
+		struct tool_run r;
+
+		replay(args, &r);
+		g_assert_cmpint(r.status, ==, 0);
+		tool_run_clear(&r);
+		doc = load_json(json);
+		g_assert_true(json_boolean_value(json_object_get(json_object_get(json_object_get(
+		              doc, "what_if"), "fleet"), "aggregate")) == (aggregate == 1));
+		run = json_array_get(json_object_get(doc, "runs"), 0);
+		g_assert_cmpint(count(run, "scheduled"), >, 50);
+		g_assert_cmpint(count(run, "ok"), ==, count(run, "scheduled"));
+		g_assert_cmpint(json_integer_value(json_object_get(json_object_get(run, "what_if"),
+		                                                   "aggregate_legs")), ==,
+		                aggregate ? count(run, "scheduled") : 0);
+		json_decref(doc);
+	}
+	dir_clear(&d);
+}
+
 /* The controller in the what-if mode (issue 13: "the real ... controller
  * plugins, the host's guards"): with reactive on a prefill-heavy phase and
  * then a decode-heavy one, the controller host moves engines towards
@@ -442,6 +478,15 @@ test_errors(void)
 		tool_run_clear(&r);
 	}
 	{
+		const char *args[] = { "--url", "http://127.0.0.1:9", "--aggregate", "--synthetic",
+		                       LIGHT, NULL };
+
+		replay(args, &r);
+		g_assert_cmpint(r.status, ==, 2);
+		g_assert_nonnull(strstr(r.err, "--what-if only"));
+		tool_run_clear(&r);
+	}
+	{
 		const char *args[] = { "--what-if", cfg, "--sim-preset", "no-such", "--synthetic",
 		                       LIGHT, NULL };
 
@@ -483,6 +528,7 @@ main(int argc, char **argv)
 	g_test_add_func("/whatif/deterministic", test_deterministic);
 	g_test_add_func("/whatif/predictive-overload", test_predictive_overload);
 	g_test_add_func("/whatif/engines", test_engines);
+	g_test_add_func("/whatif/aggregate", test_aggregate);
 	g_test_add_func("/whatif/reactive-phases", test_reactive_phases);
 	g_test_add_func("/whatif/errors", test_errors);
 	return g_test_run();

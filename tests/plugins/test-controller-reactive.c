@@ -43,7 +43,7 @@ scene_init(struct scene *sc, const char *config_json)
 		.struct_size = sizeof sc->in,
 		.live_prefill = LIVE_P,
 		.live_decode = LIVE_D,
-		.prefill_load = 0.6,
+		.prefill_load = 0.4, /* at most shrink: decode expansion may go */
 		.decode_load = 0.3,
 		.demand_short = 10.0,
 		.demand_long = 10.0,
@@ -676,9 +676,11 @@ test_to_prefill_gates(void)
 }
 
 /* Spec 7.5 ("Prefill-to-decode moves require prefill pressure at or below
- * shrink") and 7.6 ("Moves toward decode ... may proceed while evidence is
- * still accumulating"); cooldown and panic_ratio are the host's, so a
- * proposal right after another is not held back here. */
+ * shrink": the measured pool load of spec 7.1, not the candidate's
+ * projection, which the margin prices) and 7.6 ("Moves toward decode ...
+ * may proceed while evidence is still accumulating"); cooldown and
+ * panic_ratio are the host's, so a proposal right after another is not
+ * held back here. */
 static void
 test_decode_expansion(void)
 {
@@ -688,7 +690,9 @@ test_decode_expansion(void)
 	if (!scene_init(&sc, "{\"reactive\": {\"confirmations\": 1},"
 	                     " \"thresholds\": {\"sustained_intervals\": 1, \"cooldown_s\": 600}}"))
 		return;
-	script_three(&sc, 1.0, 0.2, 0.6, 0.5); /* D+1 prefill load exactly shrink */
+	/* D+1 would load its prefill pool beyond shrink: the margin's business */
+	script_three(&sc, 1.0, 0.2, 0.6, 0.9);
+	sc.in.prefill_load = 0.5; /* measured prefill pressure exactly shrink */
 	sc.in.evidence_closed = false;
 	sc.in.demand_short = 20.0; /* rising: no matter towards decode */
 	out = step(&sc);
@@ -697,11 +701,11 @@ test_decode_expansion(void)
 	assert_move(&out, "decode_expansion", LIVE_P - 1, LIVE_D + 1, 0.6);
 	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "proposals_decode_expansion_total"), ==, 2.0);
 
-	script(&sc, LIVE_P - 1, LIVE_D + 1, price_of(0.6, 0.51, 0.2));
+	sc.in.prefill_load = 0.51;
 	step_no_change(&sc, "source_load");
-	script(&sc, LIVE_P - 1, LIVE_D + 1, price_of(0.6, NAN, 0.2));
+	sc.in.prefill_load = NAN; /* unknown */
 	step_no_change(&sc, "source_load");
-	script(&sc, LIVE_P - 1, LIVE_D + 1, price_of(0.6, 0.3, 0.2));
+	sc.in.prefill_load = 0.3;
 	sc.in.movable_to_decode = 0;
 	step_no_change(&sc, "not_movable");
 	scene_clear(&sc);

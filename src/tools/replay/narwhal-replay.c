@@ -64,6 +64,7 @@ struct options {
 	gint64 sim_seed;
 	double sim_time_scale;
 	gint engines;
+	gboolean aggregate;
 };
 
 static struct options opt = {
@@ -154,6 +155,8 @@ static GOptionEntry entries[] = {
 	  "What-if: narwhal-sim's --time-scale, model seconds per second (default 1)", "F" },
 	{ "engines", 0, 0, G_OPTION_ARG_INT, &opt.engines,
 	  "What-if: N engines made from the configured fleet's first, its split scaled", "N" },
+	{ "aggregate", 0, 0, G_OPTION_ARG_NONE, &opt.aggregate,
+	  "What-if: every engine serves whole requests (none hands off), whatever its role", NULL },
 	{ NULL },
 };
 
@@ -202,8 +205,9 @@ check_options(double *scales, guint *n_scales, enum rp_long_policy *policy)
 		return usage_error("--what-if runs without an endpoint: give --url or --what-if, "
 		                   "not both");
 	if (!opt.what_if && (opt.sim_preset || opt.sim_model_file || opt.sim_noise_sigma != 0 ||
-	                     opt.sim_seed != 1 || opt.sim_time_scale != 1 || opt.engines != 0))
-		return usage_error("--sim-* and --engines apply to --what-if only");
+	                     opt.sim_seed != 1 || opt.sim_time_scale != 1 || opt.engines != 0 ||
+	                     opt.aggregate))
+		return usage_error("--sim-*, --engines and --aggregate apply to --what-if only");
 	if (opt.sim_preset && opt.sim_model_file)
 		return usage_error("give --sim-preset or --sim-model-file, not both");
 	if (opt.engines < 0 || opt.engines > 100000)
@@ -531,6 +535,7 @@ main(int argc, char **argv)
 			.config = opt.what_if, .preset = opt.sim_preset, .model_file = opt.sim_model_file,
 			.noise_sigma = opt.sim_noise_sigma, .seed = (uint64_t)opt.sim_seed,
 			.time_scale = opt.sim_time_scale, .engines = (uint32_t)opt.engines,
+			.aggregate = opt.aggregate,
 		};
 
 		/* The plugins' log lines, as narwhal-check and narwhal-profile keep

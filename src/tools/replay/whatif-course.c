@@ -456,6 +456,7 @@ start_leg(struct wi_request *r, narwhal_phase phase, uint32_t engine)
 		break;
 	default:
 		r->state = WI_REQ_DECODE;
+		w->aggregate_legs++;
 		break;
 	}
 	/* The first-token clock starts as the leg goes out (spec 6). */

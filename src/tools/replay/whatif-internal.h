@@ -80,6 +80,7 @@ struct wi_world {
 	size_t next_arrival;             /* the schedule's next item */
 	size_t live;                     /* requests that have not ended */
 	uint64_t events;
+	uint64_t aggregate_legs;         /* requests run whole on one engine */
 	int64_t end_ns;                  /* when the last request ended */
 };
 

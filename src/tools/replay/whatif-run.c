@@ -104,9 +104,10 @@ wi_run(const struct wi_setup *s, const struct rp_schedule *sched, const struct w
 	out->wall = wall;
 	doc = wi_control_json(w->control, w);
 	json_object_update_missing_new(doc, json_pack(
-		"{s:f, s:f, s:I, s:I, s:I, s:o}",
+		"{s:f, s:f, s:I, s:I, s:I, s:I, s:o}",
 		"virtual_s", wi_s(w->end_ns), "wall_s", wall, "engines", (json_int_t)w->engines.n,
 		"events", (json_int_t)w->events, "engine_steps", (json_int_t)w->engines.steps,
+		"aggregate_legs", (json_int_t)w->aggregate_legs,
 		"demand", demand_json(w->demand)));
 	*what_if = doc;
 	wi_world_free(w);

@@ -213,7 +213,7 @@ wi_setup_json(const struct wi_setup *s)
 	const struct nw_config *cfg = s->cfg;
 	uint32_t prefill = configured_prefill(cfg);
 
-	return json_pack("{s:s, s:s?, s:s?, s:s, s:f, s:I, s:f, s:{s:I, s:I, s:I, s:b},"
+	return json_pack("{s:s, s:s?, s:s?, s:s, s:f, s:I, s:f, s:{s:I, s:I, s:I, s:b, s:b},"
 	                 " s:{s:s, s:s, s:s, s:b}, s:s, s:b}",
 	                 "config", s->config_path,
 	                 "sim_preset", s->o.model_file ? NULL
@@ -227,6 +227,7 @@ wi_setup_json(const struct wi_setup *s)
 	                 "prefill", (json_int_t)prefill,
 	                 "decode", (json_int_t)(cfg->fleet.n_engines - prefill),
 	                 "scaled", s->o.engines > 0,
+	                 "aggregate", s->o.aggregate,
 	                 "plugins", "admission", cfg->plugins.admission.name,
 	                 "placement", cfg->plugins.placement.name,
 	                 "controller", cfg->plugins.controller.name,
@@ -293,6 +294,12 @@ wi_world_new(const struct wi_setup *s, const struct wi_run_opts *o, GError **err
 	w->dialects = nw_fleet_dialects_load(cfg, w->fleet, w->metrics, error);
 	if (w->dialects == NULL)
 		goto fail;
+	/* --aggregate: every engine as an aggregate-only dialect makes it
+	 * (neither handoff flag, docs/plugins.md): the fleet never pairs, so
+	 * each request runs whole on the engine placement picks. */
+	for (uint32_t i = 0; s->o.aggregate && i < n; i++)
+		w->dialects->dialects[i].caps &= ~(uint32_t)(NARWHAL_DIALECT_HANDOFF_SEQUENTIAL |
+		                                             NARWHAL_DIALECT_HANDOFF_CONCURRENT);
 	nw_demand_windows_from_config(cfg, &windows);
 	w->demand = nw_demand_new(&windows, 0);
 	nw_resource_init(&w->admitted, nw_config_admission_limit(cfg), cfg->serving.queue_capacity);

@@ -28,6 +28,7 @@ struct wi_options {
 	uint64_t seed;             /* narwhal-sim's --seed */
 	double time_scale;         /* narwhal-sim's --time-scale (> 0) */
 	uint32_t engines;          /* replace the fleet by this many; 0: as configured */
+	bool aggregate;            /* no engine hands off: every request runs whole */
 };
 
 /* What every run of a sweep shares: the configuration (with --engines
