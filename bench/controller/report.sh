@@ -42,9 +42,10 @@ for w in $(jq -r '.workloads[]' "$out/meta.json"); do
 		done
 	done
 done
-# The mix's ideal static schedule: in each phase (code, conv) the static
-# split that met the most requests there, as if the split changed at once
-# and knew the phase in advance: a bound on what moving engines can gain.
+# The mix's best static split phase by phase: in each phase (all code
+# phases, all conv phases) the static split that met the most requests
+# there. Not a bound on a controller: each phase of a static run inherits
+# what the same split left of the phase before.
 oracle='static, best per phase'
 jq -s -c --arg o "$oracle" 'map(select(.workload == "mix" and .measured and (.policy | startswith("static-"))))
 	| group_by(.rate)[] | . as $g
@@ -212,8 +213,8 @@ pct='def pct: if . == null then "-" else "\(. * 1000 | round / 10)%" end;
 # --- the plot: attainment (top) and goodput (bottom) against the rate, one
 # column per workload, one line per policy; the static splits coloured
 # from blue (1 prefill engine) to red (7), reactive thick black, its
-# defaults dashed black, aggregate dashed grey, the mix's ideal static
-# schedule dotted green. One key, in the mix's column (else the first).
+# defaults dashed black, aggregate dashed grey, the mix's best static
+# split phase by phase dotted green. One key, in the mix's column (else the first).
 mkdir -p "$out/plot"
 rm -f "$out"/plot/*.dat
 ws=$(jq -r '.workloads | join(" ")' "$out/meta.json")
@@ -231,7 +232,7 @@ ne=$(jq .engines "$out/meta.json")
 keycol=$(echo $ws | tr ' ' '\n' | awk '$1 == "mix" { print NR; exit }')
 keycol=${keycol:-1}
 {
-	echo "set terminal pngcairo size $((440 * nw + 60)),860 font 'sans,10'"
+	echo "set terminal pngcairo size $((380 * nw + 60)),780 font 'sans,9'"
 	echo "set output '$out/plot.png'"
 	echo "set multiplot layout 2,$nw title 'Role control: SLO attainment and goodput against rate ($(jq -r '"\(.engines) \(.preset) engines, SLO TTFT \(.slo_ttft_s) s, TPOT \(.slo_tpot_s) s, what-if mode"' "$out/meta.json"))'"
 	echo "set grid; set xlabel 'offered rate (req/s)'"
