@@ -104,7 +104,8 @@ rates_of() {
 	esac
 }
 for w in $workloads; do
-	[ "$(echo $(rates_of "$w") | wc -w)" -ge 1 ] && [ "$(echo $(rates_of "$w") | wc -w)" -le 24 ] ||
+	n_rates=$(rates_of "$w" | wc -w)
+	[ "$n_rates" -ge 1 ] && [ "$n_rates" -le 24 ] ||
 		nwb_die "RATES_$(echo "${w^^}" | tr - _): 1 to 24 rates"
 	for r in $(rates_of "$w"); do
 		is_num "$r" && awk -v r="$r" 'BEGIN { exit !(r > 0 && r <= 1000) }' ||
