@@ -22,19 +22,12 @@ fill_role_engines(struct nw_monitor *m)
 static void
 apply_change(struct nw_monitor *m, const struct nw_role_change *c)
 {
-	struct narwhal_engine_view *v = &m->fleet->engines[c->engine];
-
 	nw_flip_history_add(&m->history, c);
 	nw_log(NARWHAL_LOG_WARNING, c->applied ? "role_change" : "role_change_advised", "engine",
 	       m->fleet->ids[c->engine], "from", nw_role_name(c->from), "to", nw_role_name(c->to),
 	       "caller", c->caller, "reason", c->reason, NULL);
-	if (c->applied) {
-		/* New placements see the role at once; resident requests keep
-		 * their engine (spec 5). */
-		v->role = c->to;
-		v->role_since_ns = c->at_ns;
-		nw_fleet_changed(m->fleet);
-	}
+	if (c->applied)
+		nw_fleet_set_role(m->fleet, c->engine, c->to, c->at_ns);
 	if (m->on_change != NULL)
 		m->on_change(m->on_change_data, c);
 }
@@ -44,12 +37,8 @@ apply_change(struct nw_monitor *m, const struct nw_role_change *c)
 static void
 propose_change(struct nw_monitor *m, const struct nw_role_change *c)
 {
-	if (!c->applied && m->last_advised.engine == c->engine && m->last_advised.to == c->to &&
-	    g_strcmp0(m->last_advised.caller, c->caller) == 0)
-		return;
-	if (!c->applied)
-		m->last_advised = *c;
-	apply_change(m, c);
+	if (!nw_roles_advice_repeats(&m->last_advised, c))
+		apply_change(m, c);
 }
 
 void

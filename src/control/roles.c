@@ -289,6 +289,18 @@ const char *const nw_role_callers[NW_ROLE_CALLERS] = {
 	"floor_repair", "readmission", "controller", "controller_urgent", "operator", "other",
 };
 
+bool
+nw_roles_advice_repeats(struct nw_role_change *last_advised, const struct nw_role_change *c)
+{
+	if (c->applied)
+		return false;
+	if (last_advised->engine == c->engine && last_advised->to == c->to &&
+	    g_strcmp0(last_advised->caller, c->caller) == 0)
+		return true;
+	*last_advised = *c;
+	return false;
+}
+
 uint32_t
 nw_role_caller_index(const char *caller)
 {

@@ -160,6 +160,12 @@ struct nw_flip_history {
 	uint64_t by_caller[NW_ROLE_CALLERS][2];
 };
 
+/* Advisory mode proposes the same move every pass and it is recorded
+ * once: true when c is advice repeating *last_advised (the same engine,
+ * target and caller), to be dropped; otherwise, when c is advice, it
+ * becomes *last_advised. The monitor and the what-if mode keep one each. */
+bool nw_roles_advice_repeats(struct nw_role_change *last_advised, const struct nw_role_change *c);
+
 void nw_flip_history_init(struct nw_flip_history *h, uint32_t capacity); /* 0 is taken as 1 */
 void nw_flip_history_clear(struct nw_flip_history *h); /* frees the ring */
 void nw_flip_history_add(struct nw_flip_history *h, const struct nw_role_change *c);

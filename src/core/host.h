@@ -103,6 +103,17 @@ nw_fleet_changed(struct nw_fleet *fleet)
 	fleet->pricing.epoch++;
 }
 
+/* Engine i serves role to from at_ns (also its dwell timestamp): new
+ * placements see it at once, resident requests keep their engine and
+ * reservation (spec 5). */
+static inline void
+nw_fleet_set_role(struct nw_fleet *fleet, uint32_t i, narwhal_role to, int64_t at_ns)
+{
+	fleet->engines[i].role = to;
+	fleet->engines[i].role_since_ns = at_ns;
+	nw_fleet_changed(fleet);
+}
+
 struct nw_fleet *nw_fleet_new(const struct nw_config *cfg, int64_t now_ns);
 void nw_fleet_free(struct nw_fleet *fleet);
 /* Give engine i its profile (borrowed; NULL: none) and set or clear

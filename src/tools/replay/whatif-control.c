@@ -89,19 +89,12 @@ static void
 apply(struct wi_world *w, const struct nw_role_change *ch)
 {
 	struct wi_control *c = w->control;
-	struct narwhal_engine_view *v = &w->fleet->engines[ch->engine];
 
-	if (!ch->applied && c->last_advised.engine == ch->engine && c->last_advised.to == ch->to &&
-	    g_strcmp0(c->last_advised.caller, ch->caller) == 0)
+	if (nw_roles_advice_repeats(&c->last_advised, ch))
 		return;
-	if (!ch->applied)
-		c->last_advised = *ch;
 	g_array_append_val(c->history, *ch);
-	if (ch->applied) {
-		v->role = ch->to;
-		v->role_since_ns = ch->at_ns;
-		nw_fleet_changed(w->fleet);
-	}
+	if (ch->applied)
+		nw_fleet_set_role(w->fleet, ch->engine, ch->to, ch->at_ns);
 	nw_controller_note_change(c->host, w->demand, ch);
 }
 
