@@ -103,7 +103,8 @@
  *        let move each way, and the prompt of an urgent wake. Host service
  *        price_split (struct narwhal_split_query, struct
  *        narwhal_split_price): the projected SLO ratios of a prefill/decode
- *        split on the mean profile (spec 7.5 to 7.7).
+ *        split on the mean profile (spec 7.5 to 7.7). Both carry the
+ *        arrivals' index of dispersion, which prices bursts.
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H
@@ -225,6 +226,10 @@ struct narwhal_split_query {
 	                                * arriving now, behind the prefill work
 	                                * the fleet holds, spread over q->prefill
 	                                * engines (the urgent evaluation) */
+	double arrival_dispersion;   /* the arrivals' index of dispersion
+	                              * (struct narwhal_controller_input): the
+	                              * prefill queueing wait scales with it; below
+	                              * 1, absent or not finite it is 1 (Poisson) */
 };
 
 /* The price of a split. Ratios are projected time over the SLO target: 1.0
@@ -457,6 +462,10 @@ struct narwhal_controller_input {
 	uint32_t movable_to_decode;  /* and prefill engines to decode */
 	uint64_t urgent_prompt_tokens; /* urgent: the prompt that triggered the wake */
 	double urgent_ttft_s;      /* urgent: its projected TTFT on the current split */
+	double arrival_dispersion; /* the long horizon's arrivals: variance over
+	                            * mean of their counts per demand bucket. 1 for
+	                            * Poisson arrivals, more for bursts; NaN when
+	                            * unmeasured (docs/controller.md) */
 };
 
 /* The host acts on prefill and decode (after its guards) and records

@@ -383,8 +383,20 @@ reactive_destroy(void *instance)
 
 /* --- pricing --------------------------------------------------------------- */
 
+/* The arrivals' dispersion when the host's input carries it; NaN (priced
+ * as Poisson) from a host whose input ends before it. */
+static double
+arrival_dispersion(const struct narwhal_controller_input *in)
+{
+	if (in->struct_size < offsetof(struct narwhal_controller_input, arrival_dispersion) +
+	                      sizeof in->arrival_dispersion)
+		return NAN;
+	return in->arrival_dispersion;
+}
+
 /* Spec 7.6 and the role-control document: the larger of the two demand
- * estimates, resident plus pending decode work. */
+ * estimates, resident plus pending decode work; bursts priced by the
+ * arrivals' dispersion (docs/controller-reactive.md). */
 static narwhal_estimate_status
 price(const struct reactive *r, const struct narwhal_controller_input *in, uint32_t prefill,
       uint32_t decode, uint64_t urgent_prompt_tokens, struct narwhal_split_price *out)
@@ -400,6 +412,7 @@ price(const struct reactive *r, const struct narwhal_controller_input *in, uint3
 		.utilization = r->s.utilization,
 		.decode_streams = streams > UINT32_MAX ? UINT32_MAX : (uint32_t)streams,
 		.urgent_prompt_tokens = urgent_prompt_tokens,
+		.arrival_dispersion = arrival_dispersion(in),
 	};
 
 	memset(out, 0, sizeof *out);

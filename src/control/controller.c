@@ -69,6 +69,7 @@ struct inputs {
 	double prefill_load, decode_load;           /* spec 7.1, pool means; NaN unknown */
 	double demand_short, demand_long;           /* arrivals per second */
 	uint64_t arrivals_short, arrivals_long;
+	double dispersion;                          /* the long horizon's; NaN unmeasured */
 	double prompt_mean, output_mean;            /* tokens per sized offer; 0 unknown */
 	uint32_t resident_decode, pending_decode;
 	bool evidence_closed;
@@ -241,6 +242,7 @@ gather(const struct nw_controller *c, const struct nw_controller_pass *p,
 	in->demand_long = l.arrivals_per_s;
 	in->arrivals_short = s.arrivals;
 	in->arrivals_long = l.arrivals;
+	in->dispersion = l.dispersion;
 	sized = l.arrivals - l.unsized;
 	if (sized > 0) {
 		in->prompt_mean = (double)l.prompt_tokens / (double)sized;
@@ -294,6 +296,7 @@ price(const struct nw_controller *c, const struct nw_controller_pass *p, const s
 		.decode_streams = (uint32_t)MIN((uint64_t)in->resident_decode + in->pending_decode,
 		                                (uint64_t)UINT32_MAX),
 		.urgent_prompt_tokens = in->urgent_prompt_tokens,
+		.arrival_dispersion = in->dispersion,
 	};
 
 	*out = (struct narwhal_split_price){ .struct_size = sizeof *out };
@@ -533,6 +536,7 @@ evaluate(struct nw_controller *c, const struct nw_controller_pass *p, enum kind 
 		.movable_to_decode = rec.in.movable_to_decode,
 		.urgent_prompt_tokens = rec.in.urgent_prompt_tokens,
 		.urgent_ttft_s = rec.in.urgent_current_s,
+		.arrival_dispersion = rec.in.dispersion,
 	};
 	/* The current split, so a plugin that fills nothing proposes no
 	 * change (plugin-abi.h). */
@@ -653,11 +657,12 @@ split_json(uint32_t prefill, uint32_t decode)
 static json_t *
 demand_json(const struct inputs *in)
 {
-	return json_pack("{s:{s:f, s:I}, s:{s:f, s:I}}",
+	return json_pack("{s:{s:f, s:I}, s:{s:f, s:I, s:o}}",
 	                 "short", "arrivals_per_s", in->demand_short,
 	                 "arrivals", (json_int_t)in->arrivals_short,
 	                 "long", "arrivals_per_s", in->demand_long,
-	                 "arrivals", (json_int_t)in->arrivals_long);
+	                 "arrivals", (json_int_t)in->arrivals_long,
+	                 "dispersion", finite_json(in->dispersion));
 }
 
 static json_t *

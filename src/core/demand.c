@@ -400,17 +400,25 @@ nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon 
 	int64_t current = (now - z->origin_ns) / z->width_ns;
 	int64_t first = current - NW_DEMAND_BUCKETS + 1;
 	int64_t start = MAX(z->origin_ns, z->origin_ns + first * z->width_ns);
-	double covered;
+	/* The whole buckets the dispersion reads: the current one is still
+	 * filling. */
+	int64_t whole = current - MAX(first, 0);
+	double covered, sum = 0, squares = 0;
 
 	*out = (struct nw_demand_estimate){
 		.horizon_s = (double)(NW_DEMAND_BUCKETS * z->width_ns) / 1e9,
 		.bucket_s = (double)z->width_ns / 1e9,
+		.dispersion = NAN,
 	};
 	for (uint32_t i = 0; i < NW_DEMAND_BUCKETS; i++) {
 		const struct bucket *b = &z->buckets[i];
 
 		if (b->index < first || b->index > current)
 			continue;
+		if (b->index < current) {
+			sum += (double)b->arrivals;
+			squares += (double)b->arrivals * (double)b->arrivals;
+		}
 		out->arrivals += b->arrivals;
 		out->unsized += b->unsized;
 		out->bounded += b->bounded;
@@ -427,6 +435,11 @@ nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon 
 	out->prompt_tokens_per_s = (double)out->prompt_tokens / covered;
 	out->output_requested_per_s = (double)out->output_requested / covered;
 	out->output_delivered_per_s = (double)out->output_delivered / covered;
+	if (whole >= 2 && sum > 0) {
+		double mean = sum / (double)whole;
+
+		out->dispersion = MAX(squares / (double)whole - mean * mean, 0) / mean;
+	}
 }
 
 /* --- the evidence window ------------------------------------------------ */

@@ -194,6 +194,12 @@ struct nw_demand_estimate {
 	double prompt_tokens_per_s;
 	double output_requested_per_s;
 	double output_delivered_per_s;
+	/* The index of dispersion of arrivals: the variance of the arrival
+	 * counts of the horizon's whole buckets over their mean. About 1 for
+	 * Poisson arrivals, far more for bursts (docs/controller.md, "How a
+	 * split is priced"); NaN with fewer than two whole buckets or no
+	 * arrival in them. */
+	double dispersion;
 };
 void nw_demand_estimate(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon h,
                         struct nw_demand_estimate *out);

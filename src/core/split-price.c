@@ -6,7 +6,10 @@
  * hardware and TP shape). The prefill side is a queue per prefill engine
  * fed at lambda / p, whose service is the throughput charge of a mean
  * prompt (nw_pricing_work_ns), behind the prefill work the live pool holds
- * now spread over the p engines. The decode side is the steady batch of a
+ * now spread over the p engines. Its wait is the M/D/1 wait scaled by the
+ * arrivals' index of dispersion, as Kingman's approximation scales a
+ * queue's wait with the squared variation of its arrivals: bursts wait
+ * longer than Poisson arrivals of the same mean rate. The decode side is the steady batch of a
  * decode engine (Little's law against the decode interval it causes),
  * bounded by the usable batch, with the decode work held now as its floor.
  * Overload is priced past its edge by a finite figure that grows with it,
@@ -36,6 +39,9 @@
  * overload worth telling apart, and the wait stays finite however small
  * the usable fraction u. */
 #define RHO_MAX 1e15
+/* Dispersions beyond this are priced as this (a demand horizon's own is
+ * below its arrivals: all of them in one bucket). */
+#define DISPERSION_MAX 1e6
 /* Bisection steps for the decode batch: the usable batch (at most
  * UINT32_MAX) over 2^64 is far below one stream. */
 #define BISECT_STEPS 64
@@ -121,6 +127,16 @@ steady_batch(const struct decode_model *dm, double c, double cap, double *out)
 	return true;
 }
 
+/* The query's arrival dispersion as priced: 1 (Poisson) when below 1,
+ * absent or not finite. */
+static double
+dispersion_of(const struct narwhal_split_query *q)
+{
+	if (!(q->arrival_dispersion > 1))
+		return 1;
+	return MIN(q->arrival_dispersion, DISPERSION_MAX);
+}
+
 /* Whether the query makes sense (core/split-price.h). */
 static bool
 query_valid(const struct narwhal_split_query *q)
@@ -185,7 +201,7 @@ nw_split_price(struct nw_fleet *fleet, const struct narwhal_split_query *q, int6
 	w = (double)nw_pricing_work_ns(m, (uint64_t)l) / 1e9;
 	own = own_prefill_s(m, l, &in_domain);
 	rho_p = MIN(lambda * w / (p * u), RHO_MAX);
-	wait = prefill_wait_s(w, rho_p);
+	wait = prefill_wait_s(w, rho_p) * dispersion_of(q);
 	held = nw_pricing_pool_backlog_s(fleet, now_ns);
 
 	r.tpot_s = tpot;

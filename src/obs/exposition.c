@@ -291,6 +291,12 @@ write_demand(GString *out, const struct nw_demand *d)
 	write_labelled(out, "narwhal_demand_arrivals_per_second", "gauge",
 	               "Offers per second over the horizon, refused and unsized ones included.",
 	               "horizon", horizons, v, 2);
+	v[0] = est[0].dispersion;
+	v[1] = est[1].dispersion;
+	write_labelled(out, "narwhal_demand_arrival_dispersion", "gauge",
+	               "Variance over mean of the arrival counts of the horizon's buckets: 1 for "
+	               "Poisson arrivals, more for bursts (NaN: unmeasured).",
+	               "horizon", horizons, v, 2);
 	nw_prom_family(out, "narwhal_demand_tokens_per_second", "gauge",
 	               "Token work per second over the horizon.");
 	for (int h = 0; h < 2; h++) {

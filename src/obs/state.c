@@ -114,7 +114,7 @@ estimate_json(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon h)
 	struct nw_demand_estimate e;
 
 	nw_demand_estimate(d, now_ns, h, &e);
-	return json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}",
+	return json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:o}",
 	                 "horizon_s", e.horizon_s, "bucket_s", e.bucket_s, "covered_s", e.covered_s,
 	                 "arrivals", (json_int_t)e.arrivals,
 	                 "unsized_arrivals", (json_int_t)e.unsized,
@@ -125,7 +125,8 @@ estimate_json(const struct nw_demand *d, int64_t now_ns, nw_demand_horizon h)
 	                 "arrivals_per_s", e.arrivals_per_s,
 	                 "prompt_tokens_per_s", e.prompt_tokens_per_s,
 	                 "output_tokens_requested_per_s", e.output_requested_per_s,
-	                 "output_tokens_delivered_per_s", e.output_delivered_per_s);
+	                 "output_tokens_delivered_per_s", e.output_delivered_per_s,
+	                 "arrival_dispersion", finite_json(e.dispersion));
 }
 
 static json_t *

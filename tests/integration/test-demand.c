@@ -349,6 +349,12 @@ test_demand_through_daemon(void)
 	g_assert_cmpfloat_with_epsilon(json_real_value(at(doc, "demand.short.horizon_s")), 0.5, 1e-6);
 	g_assert_cmpfloat(json_real_value(at(doc, "demand.long.arrivals_per_s")), >, 0);
 	g_assert_cmpfloat(json_real_value(at(doc, "demand.long.prompt_tokens_per_s")), >, 0);
+	/* docs/state.md: the dispersion, a number or null (too few whole
+	 * buckets yet), never absent */
+	g_assert_true(json_is_number(at(doc, "demand.short.arrival_dispersion")) ||
+	              json_is_null(at(doc, "demand.short.arrival_dispersion")));
+	g_assert_true(json_is_number(at(doc, "demand.long.arrival_dispersion")) ||
+	              json_is_null(at(doc, "demand.long.arrival_dispersion")));
 	g_assert_cmpint(int_at(doc, "demand.evidence.arrivals"), ==, 5);
 	g_assert_cmpint(int_at(doc, "demand.evidence.min_arrivals"), ==, 3);
 	/* One binding placement per phase of each admitted request; open
@@ -427,6 +433,9 @@ test_demand_through_daemon(void)
 	                  0);
 	g_assert_cmpfloat(sample(metrics, "narwhal_demand_horizon_seconds{horizon=\"long\"}"), ==,
 	                  120);
+	/* docs/metrics.md: present for both horizons, NaN while unmeasured */
+	g_assert_nonnull(strstr(metrics, "\nnarwhal_demand_arrival_dispersion{horizon=\"short\"} "));
+	g_assert_nonnull(strstr(metrics, "\nnarwhal_demand_arrival_dispersion{horizon=\"long\"} "));
 	g_assert_cmpfloat(sample(metrics, "narwhal_demand_evidence_closed"), ==, 1);
 	g_assert_cmpfloat(sample(metrics, "narwhal_demand_evidence_arrivals"), ==, 5);
 	g_assert_false(isnan(sample(metrics, "narwhal_demand_tokens_per_second{horizon=\"short\","

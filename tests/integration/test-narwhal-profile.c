@@ -488,6 +488,18 @@ test_bad_config(void)
 		g_assert_nonnull(strstr(r.err, "--config"));
 		tool_run_clear(&r);
 	}
+	/* --max-decode-streams outside 1 to 4096 (docs/profiles.md). */
+	for (int i = 0; i < 3; i++) {
+		const char *const bad[] = { "0", "4097", "-3" };
+		const char *const args[] = { "--config", f.config, "--max-decode-streams", bad[i],
+		                             NULL };
+
+		run_profile(args, &r);
+		g_assert_cmpint(r.status, ==, 2);
+		g_assert_nonnull(strstr(r.err, "--max-decode-streams"));
+		g_assert_nonnull(strstr(r.err, "1 to 4096"));
+		tool_run_clear(&r);
+	}
 	/* An --engine the fleet does not name. */
 	{
 		json_t *cfg = json_pack("{s:{s:[{s:s, s:s, s:s, s:s}]}}", "fleet", "engines",

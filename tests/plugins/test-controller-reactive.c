@@ -470,7 +470,8 @@ test_gates_before_pricing(void)
 /* Spec 7.5 ("evaluates the current split and each adjacent split"), 7.6
  * ("Candidate pricing uses the larger demand estimate and includes
  * resident plus pending decode work") and 7.7 (utilization): what each
- * query asks. */
+ * query asks; and the arrivals' dispersion, passed on (docs/controller.md,
+ * "How a split is priced"; NaN from an input that ends before it). */
 static void
 test_pricing_queries(void)
 {
@@ -482,6 +483,7 @@ test_pricing_queries(void)
 	script_three(&sc, 1.0, 0.2, 1.0, 0.2);
 	sc.in.demand_short = 12.5;
 	sc.in.demand_long = 8.0;
+	sc.in.arrival_dispersion = 6.5;
 	(void)step(&sc);
 	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 3);
 	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, LIVE_P, LIVE_D), ==, 1);
@@ -495,10 +497,15 @@ test_pricing_queries(void)
 		g_assert_cmpfloat(q->utilization, ==, 0.8);
 		g_assert_cmpuint(q->decode_streams, ==, 5 + 3);
 		g_assert_cmpuint(q->urgent_prompt_tokens, ==, 0);
+		g_assert_cmpfloat(q->arrival_dispersion, ==, 6.5);
 	}
 	sc.in.demand_short = 3.0;
 	(void)step(&sc);
 	g_assert_cmpfloat(nw_mock_host_last_split_query(sc.mh)->arrivals_per_s, ==, 8.0);
+	sc.in.struct_size = offsetof(struct narwhal_controller_input, arrival_dispersion);
+	(void)step(&sc);
+	g_assert_true(isnan(nw_mock_host_last_split_query(sc.mh)->arrival_dispersion));
+	sc.in.struct_size = sizeof sc.in;
 
 	/* A side of one engine gives nothing up: 1/4 has no D+1, 2/1 no P+1. */
 	sc.in.live_prefill = 1;

@@ -320,7 +320,8 @@ gate(struct env *e)
 
 /* ABI 2.2 (plugin-abi.h, struct narwhal_controller_input) and spec 7.6:
  * the plugin sees the live split, the pool loads, both demand horizons
- * with their arrivals and the long horizon's mean request, the resident
+ * with their arrivals and the long horizon's mean request and arrival
+ * dispersion (docs/controller.md, "How a split is priced"), the resident
  * and pending decode work, profile coverage, how many engines the guards
  * let move each way, and the evidence window; the proposal comes preset
  * to the current split, so a plugin that fills nothing proposes no
@@ -378,6 +379,9 @@ test_inputs(void)
 		g_assert_cmpuint(sh.arrivals, <=, 20);
 		g_assert_cmpfloat(e.script.in.demand_long, ==, lo.arrivals_per_s);
 		g_assert_cmpfloat(e.script.in.demand_short, ==, sh.arrivals_per_s);
+		/* Twice the rate in one half of the horizon as in the other. */
+		g_assert_cmpfloat(lo.dispersion, >, 0);
+		g_assert_cmpfloat(e.script.in.arrival_dispersion, ==, lo.dispersion);
 	}
 	g_assert_cmpfloat_with_epsilon(e.script.in.prompt_tokens_mean, 200, 1e-9);
 	g_assert_cmpfloat_with_epsilon(e.script.in.output_tokens_mean, 50, 1e-9);
@@ -819,6 +823,11 @@ test_reason_bounded_and_inputs_shown(void)
 	g_assert_cmpfloat_with_epsilon(
 		json_real_value(json_object_get(json_object_get(json_object_get(in, "demand"), "long"),
 		                                "arrivals_per_s")), 30.0 / 120, 0.01);
+	/* the dispersion it was priced with: a number or null, never absent */
+	g_assert_true(json_is_number(json_object_get(
+		json_object_get(json_object_get(in, "demand"), "long"), "dispersion")) ||
+	              json_is_null(json_object_get(
+		json_object_get(json_object_get(in, "demand"), "long"), "dispersion")));
 	g_assert_true(json_is_real(json_object_get(in, "worst_ratio_current")));
 	g_assert_true(json_is_real(json_object_get(in, "worst_ratio_proposed")));
 	g_assert_cmpfloat(json_real_value(json_object_get(in, "plugin_worst_ratio")), ==, 0.7);

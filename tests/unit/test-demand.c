@@ -209,6 +209,54 @@ test_estimates(void)
 	}
 }
 
+/* docs/controller.md, "How a split is priced" (beyond the spec): the
+ * arrivals' index of dispersion over a horizon's whole buckets, variance
+ * over mean of their counts: 0 for arrivals one a bucket, N (1 - 1/m) for
+ * N arrivals in one of m buckets, about 1 for Poisson arrivals;
+ * the bucket still filling is left out; NaN before two whole buckets or
+ * without an arrival in them. */
+static void
+test_dispersion(void)
+{
+	struct nw_demand_estimate e;
+	struct nw_demand *d = nw_demand_new(&defaults, 0);
+	GRand *rng = g_rand_new_with_seed(7);
+	double at = 0;
+
+	nw_demand_estimate(d, S(0.5), NW_DEMAND_LONG, &e);
+	g_assert_true(isnan(e.dispersion));
+	/* One arrival in the middle of each of the first 120 seconds. */
+	for (int i = 0; i < 120; i++)
+		nw_demand_offer(d, &(struct nw_demand_ticket){ 0 }, S(i + 0.5), 10, true, 1);
+	nw_demand_estimate(d, S(1.5), NW_DEMAND_LONG, &e);
+	g_assert_true(isnan(e.dispersion)); /* one whole bucket */
+	nw_demand_estimate(d, S(120.5), NW_DEMAND_LONG, &e);
+	g_assert_cmpfloat_with_epsilon(e.dispersion, 0, 1e-12);
+	nw_demand_free(d);
+
+	/* 240 arrivals in one second, the horizon's first: 119 whole buckets
+	 * at 121 s, one holding them all. */
+	d = nw_demand_new(&defaults, 0);
+	for (int i = 0; i < 240; i++)
+		nw_demand_offer(d, &(struct nw_demand_ticket){ 0 }, S(2 + i / 1000.0), 10, true, 1);
+	nw_demand_estimate(d, S(121), NW_DEMAND_LONG, &e);
+	g_assert_cmpfloat_with_epsilon(e.dispersion, 240 * (1 - 1 / 119.0), 1e-9);
+	/* The burst seen from its own bucket, still filling: unmeasured. */
+	nw_demand_estimate(d, S(2.5), NW_DEMAND_LONG, &e);
+	g_assert_true(isnan(e.dispersion));
+	nw_demand_free(d);
+
+	/* Poisson arrivals at 20 a second: about 1. */
+	d = nw_demand_new(&defaults, 0);
+	while ((at += -log(1 - g_rand_double(rng)) / 20) < 600)
+		nw_demand_offer(d, &(struct nw_demand_ticket){ 0 }, S(at), 10, true, 1);
+	nw_demand_estimate(d, S(600), NW_DEMAND_LONG, &e);
+	g_assert_cmpfloat(e.dispersion, >, 0.7);
+	g_assert_cmpfloat(e.dispersion, <, 1.3);
+	nw_demand_free(d);
+	g_rand_free(rng);
+}
+
 /* Spec 4.2 and 7.6: the totals since start count every offer (sized or
  * unsized), refusals by reason, queueing, admissions, withdrawals and
  * completions, each offer's end once whichever path reports it. */
@@ -557,6 +605,7 @@ main(int argc, char **argv)
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/demand/issue-12/estimates", test_estimates);
 	g_test_add_func("/demand/issue-12/totals", test_totals);
+	g_test_add_func("/demand/issue-13/dispersion", test_dispersion);
 	g_test_add_func("/demand/spec-7.6/evidence-window", test_evidence);
 	g_test_add_func("/demand/spec-7.6/evidence-reset", test_evidence_reset);
 	g_test_add_func("/demand/spec-7.7/reconfigure", test_configure);

@@ -63,25 +63,36 @@ test_prefill_lengths(void)
 	}
 }
 
-/* Issue 12: the decode grid stays below narwhal-sim's decode_batch_split
- * (95) and within its T bound, starts with one stream of the longest
- * prompt (the KV capacity estimate), and varies T apart from B: some B has
- * two cells with different T, and cells with different B share a T range. */
+/* Issue 12: the decode grid reaches the active requests asked for
+ * (--max-decode-streams; by default 94, below narwhal-sim's
+ * decode_batch_split, 95) and stays within its T bound, starts with one
+ * stream of the longest prompt (the KV capacity estimate), and varies T
+ * apart from B: some B has two cells with different T, and cells with
+ * different B share a T range. */
 static void
 test_decode_cells(void)
 {
+	const uint32_t asked[] = { NW_PROF_ACTIVE_DEFAULT, 256, 100, NW_PROF_ACTIVE_LIMIT };
+
+	for (size_t a = 0; a < G_N_ELEMENTS(asked); a++)
 	for (int quick = 0; quick < 2; quick++) {
 		struct nw_prof_cell c[NW_PROF_CELLS_MAX];
-		size_t n = nw_prof_decode_cells(quick, 8, 2022, 24576, c, G_N_ELEMENTS(c));
-		uint32_t most = 0;
+		size_t n = nw_prof_decode_cells(quick, asked[a], 8, 2022, 24576, c,
+		                                G_N_ELEMENTS(c));
+		uint32_t most = 0, levels = 0;
 		bool two_t = false;
 
-		g_assert_cmpuint(n, >=, 6);
+		/* Two cells a level past the first, but for a level whose streams
+		 * hold T at the shortest prompt already (4096 * 8 > 24576). */
+		g_assert_cmpuint(n, >=, 5);
+		g_assert_cmpuint(n, <, NW_PROF_CELLS_MAX);
 		g_assert_cmpuint(c[0].active, ==, 1);
 		g_assert_cmpuint(c[0].prompt_tokens, ==, 2022);
 		for (size_t i = 0; i < n; i++) {
+			bool new_level = true;
+
 			g_assert_cmpuint(c[i].active, >=, 1);
-			g_assert_cmpuint(c[i].active, <=, NW_PROF_ACTIVE_MAX);
+			g_assert_cmpuint(c[i].active, <=, asked[a]);
 			g_assert_cmpuint(c[i].prompt_tokens, >=, 8);
 			g_assert_cmpuint(c[i].prompt_tokens, <=, 2022);
 			/* Within the bound, but for the one-stream cell of the
@@ -93,12 +104,18 @@ test_decode_cells(void)
 				g_assert_false(c[i].active == c[j].active &&
 				               c[i].prompt_tokens == c[j].prompt_tokens);
 				two_t = two_t || (c[i].active == c[j].active && c[i].active > 1);
+				new_level = new_level && c[i].active != c[j].active;
 			}
+			levels += new_level;
 		}
-		g_assert_cmpuint(most, ==, NW_PROF_ACTIVE_MAX);
+		g_assert_cmpuint(most, ==, asked[a]);
 		g_assert_true(two_t);
+		/* The full sweep measures more levels than the quick one. */
+		g_assert_cmpuint(levels, >=, quick ? 3 : 10);
 	}
-	g_assert_cmpuint(NW_PROF_ACTIVE_MAX, <, 95);
+	g_assert_cmpuint(NW_PROF_ACTIVE_DEFAULT, <, 95);
+	/* Nothing to measure: no stream, or no prompt range. */
+	g_assert_cmpuint(nw_prof_decode_cells(false, 0, 8, 2022, 24576, NULL, 0), ==, 0);
 }
 
 /* The T bound: the run's, half the KV capacity when known, and what

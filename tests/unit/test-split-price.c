@@ -196,6 +196,40 @@ test_steady_state(void)
 	env_clear(&e);
 }
 
+/* docs/controller.md, "How a split is priced" (beyond the spec): the
+ * prefill queueing wait scales with the arrivals' index of dispersion, as
+ * Kingman's approximation scales it with their squared variation; 1
+ * (Poisson) when the query's is below 1 or not finite (test_host_service:
+ * or absent); the decode side is the same. */
+static void
+test_arrival_dispersion(void)
+{
+	struct env e;
+	struct narwhal_split_query q = query(1, 1, 1, 1000, 100);
+	struct narwhal_split_price poisson, bursty, r;
+	double w = charge(1000), rho = 1 * w / (1 * 0.8);
+	const double as_poisson[] = { 0, 0.5, 1, NAN, INFINITY * 0 };
+
+	env_init(&e, true);
+	poisson = price(&e, &q);
+	q.arrival_dispersion = 4;
+	bursty = price(&e, &q);
+	g_assert_cmpfloat_with_epsilon(bursty.ttft_s - poisson.ttft_s, 3 * md1(w, rho), 1e-9);
+	g_assert_cmpfloat(bursty.ttft_ratio, >, poisson.ttft_ratio);
+	g_assert_cmpfloat(bursty.tpot_s, ==, poisson.tpot_s);
+	g_assert_cmpfloat(bursty.decode_load, ==, poisson.decode_load);
+	for (size_t i = 0; i < G_N_ELEMENTS(as_poisson); i++) {
+		q.arrival_dispersion = as_poisson[i];
+		r = price(&e, &q);
+		g_assert_cmpfloat(r.ttft_s, ==, poisson.ttft_s);
+	}
+	/* Huge: finite all the same. */
+	q.arrival_dispersion = INFINITY;
+	r = price(&e, &q);
+	g_assert_cmpfloat(r.ttft_s, >, bursty.ttft_s);
+	env_clear(&e);
+}
+
 /* Spec 7.5: adjacent splits compare by their projected SLO ratios: with
  * prefill demand, one more prefill engine lowers the TTFT ratio; with
  * decode demand, one more decode engine lowers the TPOT ratio. */
@@ -642,6 +676,16 @@ test_host_service(void)
 	/* the clock is the host's: 50 ms of progress on the resident */
 	g_assert_cmpfloat_with_epsilon(served.ttft_s, charge(2000) - 0.05 + own(1000) +
 	                               interval(0, 0), 1e-6);
+	/* a query that ends before arrival_dispersion is priced as Poisson */
+	q = query(1, 2, 1, 1000, 200);
+	direct = price_at(&e, &q, now);
+	q.arrival_dispersion = 4;
+	q.struct_size = offsetof(struct narwhal_split_query, arrival_dispersion);
+	g_assert_cmpint(t->price_split(t->host_ctx, &q, &served), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(served.ttft_s, ==, direct.ttft_s);
+	q.struct_size = sizeof q;
+	g_assert_cmpint(t->price_split(t->host_ctx, &q, &served), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(served.ttft_s, >, direct.ttft_s);
 	/* a query that ends before the split's sizes makes no sense */
 	q.struct_size = offsetof(struct narwhal_split_query, decode);
 	served.ttft_s = -7;
@@ -660,6 +704,7 @@ main(int argc, char **argv)
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/split-price/idle", test_idle);
 	g_test_add_func("/split-price/steady-state", test_steady_state);
+	g_test_add_func("/split-price/issue-13/arrival-dispersion", test_arrival_dispersion);
 	g_test_add_func("/split-price/more-engines-lower-ratio", test_more_engines_lower_ratio);
 	g_test_add_func("/split-price/overload-finite-ordered", test_overload_finite_ordered);
 	g_test_add_func("/split-price/monotone-in-arrivals", test_monotone_in_arrivals);

@@ -451,8 +451,8 @@ plan_rest(struct grid *g)
 	struct nw_prof_run *run = g->run;
 	uint64_t t_max = nw_prof_kv_tokens_max(&run->sizes, &g->e->fit_prefill,
 	                                       g->e->kv_capacity);
-	size_t n = nw_prof_decode_cells(run->opts->quick, g->p_min, g->p_max, t_max, g->cells,
-	                                G_N_ELEMENTS(g->cells));
+	size_t n = nw_prof_decode_cells(run->opts->quick, run->opts->active_max, g->p_min,
+	                                g->p_max, t_max, g->cells, G_N_ELEMENTS(g->cells));
 
 	nw_prof_report_plan(run->report, ((double)n - (double)run->decode_cells) *
 	                    NW_PROF_CELL_UNITS);

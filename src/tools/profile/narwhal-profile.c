@@ -3,6 +3,7 @@
  * store (docs/profiles.md, "How to profile a fleet"; spec 7.7; issue 12).
  *
  *   narwhal-profile --config FILE [--quick] [--engine ID]... [--out FILE] [--json]
+ *                   [--max-decode-streams N]
  *                   [--max-prompt-tokens N]
  *
  * Exit status: 0 every engine asked for was profiled and the store
@@ -97,8 +98,8 @@ plan_units(struct nw_prof_run *run)
 	                                   G_N_ELEMENTS(lengths));
 
 	run->prefill_units = (double)(n * run->sizes.prefill_reps);
-	run->decode_cells = nw_prof_decode_cells(run->opts->quick, 16, 4000,
-	                                         run->sizes.kv_tokens_max, cells,
+	run->decode_cells = nw_prof_decode_cells(run->opts->quick, run->opts->active_max, 16,
+	                                         4000, run->sizes.kv_tokens_max, cells,
 	                                         G_N_ELEMENTS(cells));
 }
 
@@ -153,7 +154,7 @@ static int
 profile_fleet(const char *file, struct nw_config *cfg, struct nw_prof_options *opts)
 {
 	struct nw_upstream_options pool = {
-		.max_connections = MAX(cfg->fleet.n_engines, 1) * (NW_PROF_ACTIVE_MAX + 8),
+		.max_connections = MAX(cfg->fleet.n_engines, 1) * (opts->active_max + 8),
 		.tls_ca_file = cfg->engine.tls_ca_file,
 		.tls_no_verify = !cfg->engine.tls_verify,
 	};
@@ -298,6 +299,7 @@ main(int argc, char **argv)
 	g_autofree char *out = NULL;
 	g_auto(GStrv) engine_ids = NULL;
 	gint prompt_cap = NW_PROF_PROMPT_CAP;
+	gint active_max = NW_PROF_ACTIVE_DEFAULT;
 	GOptionEntry entries[] = {
 		{ "config", 'c', 0, G_OPTION_ARG_FILENAME, &config,
 		  "The daemon's configuration: the fleet, its timeouts and profiles.path", "FILE" },
@@ -311,6 +313,9 @@ main(int argc, char **argv)
 		  NULL },
 		{ "max-prompt-tokens", 0, 0, G_OPTION_ARG_INT, &prompt_cap,
 		  "Longest prompt measured (default 8192): the engines' max_num_batched_tokens", "N" },
+		{ "max-decode-streams", 0, 0, G_OPTION_ARG_INT, &active_max,
+		  "Most decode streams measured at once (default 94): up to the engines' max_num_seqs",
+		  "N" },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
 		{ NULL },
 	};
@@ -345,13 +350,20 @@ main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 
+	if (active_max < 1 || active_max > NW_PROF_ACTIVE_LIMIT) {
+		fprintf(stderr, "narwhal-profile: --max-decode-streams: %d is out of range: a count "
+		        "from 1 to %u\n", active_max, NW_PROF_ACTIVE_LIMIT);
+		return EXIT_USAGE;
+	}
+
 	cfg = nw_config_load_reported(config);
 	if (cfg == NULL)
 		return EXIT_USAGE;
 	selected = g_new0(bool, MAX(cfg->fleet.n_engines, 1));
 	opts = (struct nw_prof_options){
 		.quick = quick, .json = json, .out = out != NULL ? out : cfg->profiles.path,
-		.prompt_cap = (uint64_t)prompt_cap, .selected = selected,
+		.prompt_cap = (uint64_t)prompt_cap, .active_max = (uint32_t)active_max,
+		.selected = selected,
 	};
 	if (!select_engines(cfg, engine_ids, selected)) {
 		nw_config_free(cfg);

@@ -7,9 +7,11 @@
 
 #include <glib.h>
 
-/* Active requests of the grid's cells. */
-static const uint32_t quick_active[] = { 1, 32, NW_PROF_ACTIVE_MAX };
-static const uint32_t full_active[] = { 1, 2, 4, 8, 16, 32, 48, 64, 80, NW_PROF_ACTIVE_MAX };
+/* Active requests of the grid's cells, those below the largest asked for
+ * (which is measured too). */
+static const uint32_t quick_active[] = { 1, 32 };
+static const uint32_t full_active[] = { 1,   2,   4,   8,   16,  32,   48,   64,   80,  96,
+	                                128, 160, 192, 256, 384, 512, 768, 1024, 2048 };
 
 void
 nw_prof_sizes(bool quick, struct nw_prof_sizes *out)
@@ -98,19 +100,32 @@ add_cell(struct nw_prof_cell *out, size_t n, size_t cap, uint32_t active, uint64
 	return n;
 }
 
-size_t
-nw_prof_decode_cells(bool quick, uint64_t p_min, uint64_t p_max, uint64_t t_max,
-                     struct nw_prof_cell *out, size_t cap)
+/* A level of the grid: B of the i-th cell row, 0 past the last. */
+static uint32_t
+active_level(bool quick, uint32_t active_max, size_t i)
 {
 	const uint32_t *levels = quick ? quick_active : full_active;
 	size_t n_levels = quick ? G_N_ELEMENTS(quick_active) : G_N_ELEMENTS(full_active);
+	size_t below = 0;
+
+	while (below < n_levels && levels[below] < active_max)
+		below++;
+	if (i < below)
+		return levels[i];
+	return i == below ? active_max : 0;
+}
+
+size_t
+nw_prof_decode_cells(bool quick, uint32_t active_max, uint64_t p_min, uint64_t p_max,
+                     uint64_t t_max, struct nw_prof_cell *out, size_t cap)
+{
+	uint32_t b;
 	size_t n = 0;
 
-	if (p_min < 1 || p_max < p_min)
+	if (p_min < 1 || p_max < p_min || active_max < 1)
 		return 0;
 	n = add_cell(out, n, cap, 1, p_max);
-	for (size_t i = 0; i < n_levels; i++) {
-		uint32_t b = levels[i];
+	for (size_t i = 0; (b = active_level(quick, active_max, i)) != 0; i++) {
 		uint64_t lo = p_min;
 		uint64_t hi = CLAMP(t_max / b, p_min, p_max);
 		/* Quick: the ends; full: four geometric levels. */

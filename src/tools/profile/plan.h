@@ -23,10 +23,13 @@
  * step paying its fixed cost again, which the quadratic form does not
  * describe. */
 #define NW_PROF_PROMPT_CAP 8192
-/* The most active requests in the decode grid: below narwhal-sim's
- * decode_batch_split (95), where its presets switch coefficient sets. */
-#define NW_PROF_ACTIVE_MAX 94
-#define NW_PROF_CELLS_MAX 64
+/* The most active requests in the decode grid unless --max-decode-streams
+ * says otherwise: below narwhal-sim's decode_batch_split (95), where most
+ * of its presets switch coefficient sets, so that one linear model holds. */
+#define NW_PROF_ACTIVE_DEFAULT 94
+/* The range of --max-decode-streams. */
+#define NW_PROF_ACTIVE_LIMIT 4096
+#define NW_PROF_CELLS_MAX 128
 #define NW_PROF_LENGTHS_MAX 32
 
 struct nw_prof_sizes {
@@ -63,12 +66,13 @@ struct nw_prof_cell {
 uint64_t nw_prof_kv_tokens_max(const struct nw_prof_sizes *sz, const struct nw_prefill_profile *pf,
                                uint64_t kv_capacity);
 
-/* The decode grid: for each B, prompts of p_min..p_max tokens with T =
- * B * p at most t_max, at two (quick) or four levels, so that T varies
- * apart from B. The first cell is one stream of p_max tokens, which the
- * engine's KV capacity is estimated from. Returns how many were written. */
-size_t nw_prof_decode_cells(bool quick, uint64_t p_min, uint64_t p_max, uint64_t t_max,
-                            struct nw_prof_cell *out, size_t cap);
+/* The decode grid: for each B up to active_max (the levels below it, then
+ * active_max itself), prompts of p_min..p_max tokens with T = B * p at
+ * most t_max, at two (quick) or four levels, so that T varies apart from
+ * B. The first cell is one stream of p_max tokens, which the engine's KV
+ * capacity is estimated from. Returns how many were written. */
+size_t nw_prof_decode_cells(bool quick, uint32_t active_max, uint64_t p_min, uint64_t p_max,
+                            uint64_t t_max, struct nw_prof_cell *out, size_t cap);
 
 /* Output tokens a stream of a cell asks for: enough to reach the timed
  * window after the other streams' prefill (it is cancelled once the window

@@ -36,6 +36,7 @@ struct nw_prof_options {
 	bool json;
 	const char *out;            /* the store's path */
 	uint64_t prompt_cap;        /* --max-prompt-tokens */
+	uint32_t active_max;        /* --max-decode-streams */
 	const bool *selected;       /* per engine: profile it */
 };
 
