@@ -46,6 +46,7 @@
 #include "control/roles.h"
 #include "core/config.h"
 #include "core/demand.h"
+#include "core/dialect.h"
 #include "core/host.h"
 #include "core/log.h"
 #include "core/plugin-loader.h"
@@ -312,25 +313,19 @@ feed(struct bench *b, int64_t now)
 	b->fed_ns += (int64_t)((double)k / per_ns);
 }
 
-/* The engines as the guards see them: control/monitor-roles.c's
- * fill_role_engines, every engine movable (vLLM's dialect). */
+/* The engines as the guards see them, as the monitor fills them
+ * (nw_role_engine_of), each behind a dialect with vLLM's capabilities: it
+ * hands off and takes either role per request, so every engine may move. */
 static void
 fill_roles(struct bench *b)
 {
-	for (uint32_t i = 0; i < b->n; i++) {
-		const struct narwhal_engine_view *v = &b->fleet->engines[i];
+	static const struct nw_dialect vllm_like = {
+		.name = "vllm",
+		.caps = NARWHAL_DIALECT_HANDOFF_SEQUENTIAL | NARWHAL_DIALECT_PER_REQUEST_ROLES,
+	};
 
-		b->roles[i] = (struct nw_role_engine){
-			.role = v->role,
-			.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
-			.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
-			.movable = true,
-			.role_since_ns = v->role_since_ns,
-			.resident = v->role == NARWHAL_ROLE_DECODE
-			                    ? v->resident_decode
-			                    : v->resident_prefill + v->queued_prefill,
-		};
-	}
+	for (uint32_t i = 0; i < b->n; i++)
+		b->roles[i] = nw_role_engine_of(&b->fleet->engines[i], &vllm_like);
 }
 
 /* The index of a result in nw_controller_result_names. */

@@ -6,21 +6,12 @@
  */
 #include "core/config.h"
 #include "core/config-fields.h"
+#include "core/config-loader.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-struct loader {
-	GPtrArray *problems;
-	guint n_errors;        /* errors added by this load */
-	struct nw_config *cfg;
-	GHashTable *given;     /* displayed paths present in the file */
-	GHashTable *bad;       /* displayed paths whose value was refused */
-};
 
 static void
 error_free(gpointer p)
@@ -31,9 +22,6 @@ error_free(gpointer p)
 	g_free(e->message);
 	g_free(e);
 }
-
-static void add_problem(struct loader *ld, bool warning, const char *path, const char *fmt, ...)
-	G_GNUC_PRINTF(4, 5);
 
 void
 nw_config_error_add(GPtrArray *problems, bool warning, const char *path, const char *message)
@@ -46,8 +34,8 @@ nw_config_error_add(GPtrArray *problems, bool warning, const char *path, const c
 	g_ptr_array_add(problems, e);
 }
 
-static void
-add_problem(struct loader *ld, bool warning, const char *path, const char *fmt, ...)
+void
+nw_loader_problem(struct loader *ld, bool warning, const char *path, const char *fmt, ...)
 {
 	g_autofree char *message = NULL;
 	va_list ap;
@@ -59,27 +47,20 @@ add_problem(struct loader *ld, bool warning, const char *path, const char *fmt, 
 	ld->n_errors += !warning;
 }
 
-/* Record that the value at path was refused (see usable()). */
-static void
-mark_bad(struct loader *ld, const char *path)
+void
+nw_loader_mark_bad(struct loader *ld, const char *path)
 {
 	g_hash_table_add(ld->bad, g_strdup(path));
 }
 
-#define ERROR(ld, path, ...) add_problem((ld), false, (path), __VA_ARGS__)
-#define WARN(ld, path, ...) add_problem((ld), true, (path), __VA_ARGS__)
-
-static bool
-given(const struct loader *ld, const char *path)
+bool
+nw_loader_given(const struct loader *ld, const char *path)
 {
 	return g_hash_table_contains(ld->given, path);
 }
 
-/* A value cross-field rules may trust: neither it nor a section or array
- * element above it was refused (a refused field keeps its default, and a
- * rule judging the default would only add noise). */
-static bool
-usable(const struct loader *ld, const char *path)
+bool
+nw_loader_usable(const struct loader *ld, const char *path)
 {
 	for (size_t i = 0;; i++) {
 		if (path[i] == '.' || path[i] == '[' || path[i] == '\0') {
@@ -124,7 +105,7 @@ walk(struct loader *ld, const struct nw_table *t, void *base, const json_t *obj,
 			char *problem = nw_field_store(f, base, v);
 			if (problem) {
 				ERROR(ld, s, "%s", problem);
-				mark_bad(ld, s);
+				nw_loader_mark_bad(ld, s);
 			}
 			g_free(problem);
 		} else if (!strchr(key, '.') && nw_field_is_section(t, r)) {
@@ -133,7 +114,7 @@ walk(struct loader *ld, const struct nw_table *t, void *base, const json_t *obj,
 			} else {
 				char *d = nw_json_describe(v);
 				ERROR(ld, s, "wrong type, found %s: an object", d);
-				mark_bad(ld, s);
+				nw_loader_mark_bad(ld, s);
 				g_free(d);
 			}
 		} else {
@@ -158,7 +139,7 @@ check_required(struct loader *ld, const struct nw_table *t, const char *shown)
 		if (!(f->flags & NW_FF_REQUIRED))
 			continue;
 		s = join(shown, f->path);
-		if (!given(ld, s))
+		if (!nw_loader_given(ld, s))
 			ERROR(ld, s, "missing: %s", f->valid);
 		g_free(s);
 	}
@@ -175,19 +156,19 @@ load_engines(struct loader *ld, const json_t *arr, const char *shown)
 	if (!json_is_array(arr)) {
 		char *d = nw_json_describe(arr);
 		ERROR(ld, shown, "wrong type, found %s: an array of at least one engine object", d);
-		mark_bad(ld, shown);
+		nw_loader_mark_bad(ld, shown);
 		g_free(d);
 		return;
 	}
 	n = json_array_size(arr);
 	if (n == 0) {
 		ERROR(ld, shown, "no engines: an array of at least one engine object");
-		mark_bad(ld, shown);
+		nw_loader_mark_bad(ld, shown);
 		return;
 	}
 	if (n > NW_CONFIG_COUNT_MAX) {
 		ERROR(ld, shown, "%zu engines: at most %u", n, NW_CONFIG_COUNT_MAX);
-		mark_bad(ld, shown);
+		nw_loader_mark_bad(ld, shown);
 		return;
 	}
 	cfg->fleet.engines = g_new0(struct nw_engine_config, n);
@@ -204,13 +185,13 @@ load_engines(struct loader *ld, const json_t *arr, const char *shown)
 		if (!json_is_object(o)) {
 			char *d = nw_json_describe(o);
 			ERROR(ld, es, "wrong type, found %s: an engine object with id and url", d);
-			mark_bad(ld, es);
+			nw_loader_mark_bad(ld, es);
 			g_free(d);
 		} else {
 			walk(ld, &nw_engine_table, e, o, "", es);
 			check_required(ld, &nw_engine_table, es);
-			e->role_set = given(ld, role) && usable(ld, role);
-			if (e->pinned && !given(ld, role)) {
+			e->role_set = nw_loader_given(ld, role) && nw_loader_usable(ld, role);
+			if (e->pinned && !nw_loader_given(ld, role)) {
 				char *p = g_strconcat(es, ".pinned", NULL);
 				ERROR(ld, p, "a pinned engine needs an explicit role: "
 				      "add \"role\": \"prefill\" or \"decode\", or unpin it");
@@ -230,7 +211,7 @@ load_engines(struct loader *ld, const json_t *arr, const char *shown)
 			if (e->id && o->id && strcmp(e->id, o->id) == 0) {
 				char *p = g_strdup_printf("%s[%zu].id", shown, i);
 				ERROR(ld, p, "duplicate id \"%s\": ids must be unique", e->id);
-				mark_bad(ld, p);
+				nw_loader_mark_bad(ld, p);
 				g_free(p);
 				break;
 			}
@@ -281,7 +262,7 @@ derive_plugin_names(struct loader *ld)
 	const char *mode = nw_config_admission_name(cfg->serving.admission);
 	char *name = cfg->plugins.admission.name;
 
-	if (name && given(ld, "serving.admission") && usable(ld, "serving.admission") &&
+	if (name && nw_loader_given(ld, "serving.admission") && nw_loader_usable(ld, "serving.admission") &&
 	    strcmp(name, mode) != 0) {
 		ERROR(ld, "plugins.admission.name",
 		      "\"%s\" disagrees with serving.admission (\"%s\"): "
@@ -298,395 +279,6 @@ derive_plugin_names(struct loader *ld)
 	g_free(cfg->plugins.controller.name);
 	cfg->plugins.controller.name = g_strdup(cfg->controller.policy);
 }
-
-/* ------------------------------------------------- cross-field rules --- */
-
-#define USABLE2(ld, a, b) (usable((ld), (a)) && usable((ld), (b)))
-
-/* spec 4.1: admission may not admit more than the dispatch pool holds */
-static void
-rule_admission_limit(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-
-	if (!USABLE2(ld, "plugins.admission.max_inflight", "serving.max_connections"))
-		return;
-	if (c->plugins.admission_max_inflight > c->serving.max_connections)
-		ERROR(ld, "plugins.admission.max_inflight",
-		      "%u is above serving.max_connections (%u): 0 (use serving.max_connections) "
-		      "or an integer from 1 to serving.max_connections",
-		      c->plugins.admission_max_inflight, c->serving.max_connections);
-}
-
-/* spec 4.2: a queue needs a bounded wait and measured phase concurrency */
-static void
-rule_queueing(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	uint32_t q = c->serving.queue_capacity;
-
-	if (!usable(ld, "serving.queue_capacity") || q == 0)
-		return;
-	if (usable(ld, "serving.queue_timeout_s") && c->serving.queue_timeout_s <= 0)
-		ERROR(ld, "serving.queue_timeout_s",
-		      "0 is not allowed while queueing is on (serving.queue_capacity is %u): "
-		      "a number of seconds greater than 0, or serving.queue_capacity 0", q);
-	if (usable(ld, "serving.prefill_concurrency") && c->serving.prefill_concurrency == 0)
-		ERROR(ld, "serving.prefill_concurrency",
-		      "0 is not allowed while queueing is on (serving.queue_capacity is %u): "
-		      "the measured number of resident prefill requests per engine", q);
-	if (usable(ld, "serving.decode_concurrency") && c->serving.decode_concurrency == 0)
-		ERROR(ld, "serving.decode_concurrency",
-		      "0 is not allowed while queueing is on (serving.queue_capacity is %u): "
-		      "the measured number of resident decode requests per engine", q);
-}
-
-/* spec 4.2: queueing and retries need a handoff cap, and any cap must end
- * before the producer's KV lease does */
-static void
-rule_handoff(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	double h = c->serving.handoff_timeout_s;
-	const struct nw_engine_config *shortest = NULL;
-	uint32_t at = 0;
-
-	if (!usable(ld, "serving.handoff_timeout_s"))
-		return;
-	if (h <= 0) {
-		bool queue = usable(ld, "serving.queue_capacity") && c->serving.queue_capacity > 0;
-		bool retry = usable(ld, "serving.max_attempts") && c->serving.max_attempts > 1;
-		if (queue || retry)
-			ERROR(ld, "serving.handoff_timeout_s",
-			      "0 is not allowed while %s: a number of seconds greater than 0 "
-			      "and below every engine's kv_lease_s",
-			      queue && retry ? "queueing and retries are on"
-			      : queue ? "queueing is on (serving.queue_capacity > 0)"
-			              : "retries are on (serving.max_attempts > 1)");
-		return;
-	}
-	for (uint32_t i = 0; i < c->fleet.n_engines; i++) {
-		const struct nw_engine_config *e = &c->fleet.engines[i];
-		char *p = g_strdup_printf("fleet.engines[%u].kv_lease_s", i);
-		if (usable(ld, p) && (!shortest || e->kv_lease_s < shortest->kv_lease_s)) {
-			shortest = e;
-			at = i;
-		}
-		g_free(p);
-	}
-	if (shortest && h >= shortest->kv_lease_s) {
-		char *hs = nw_number_text(h), *ls = nw_number_text(shortest->kv_lease_s);
-		ERROR(ld, "serving.handoff_timeout_s",
-		      "%s is not below fleet.engines[%u].kv_lease_s (%s): "
-		      "a number of seconds below every engine's KV lease", hs, at, ls);
-		g_free(hs);
-		g_free(ls);
-	}
-}
-
-static void
-rule_retry(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-
-	if (USABLE2(ld, "serving.retry_cap_s", "serving.retry_base_s") &&
-	    c->serving.retry_cap_s < c->serving.retry_base_s) {
-		char *a = nw_number_text(c->serving.retry_cap_s), *b = nw_number_text(c->serving.retry_base_s);
-		ERROR(ld, "serving.retry_cap_s",
-		      "%s is below serving.retry_base_s (%s): at least serving.retry_base_s", a, b);
-		g_free(a);
-		g_free(b);
-	}
-	if (USABLE2(ld, "recovery.verify_backoff_max_s", "recovery.verify_backoff_s") &&
-	    c->recovery.verify_backoff_max_s < c->recovery.verify_backoff_s) {
-		char *a = nw_number_text(c->recovery.verify_backoff_max_s);
-		char *b = nw_number_text(c->recovery.verify_backoff_s);
-
-		ERROR(ld, "recovery.verify_backoff_max_s",
-		      "%s is below recovery.verify_backoff_s (%s): at least recovery.verify_backoff_s",
-		      a, b);
-		g_free(a);
-		g_free(b);
-	}
-	if (USABLE2(ld, "serving.retry_budget", "serving.max_attempts") &&
-	    c->serving.max_attempts > 1 && c->serving.retry_budget == 0)
-		WARN(ld, "serving.retry_budget",
-		     "0 credits means no retry ever runs although serving.max_attempts is %u: "
-		     "a budget above 0, or serving.max_attempts 1", c->serving.max_attempts);
-}
-
-/* The request deadline caps every other wait; a longer one never fires. */
-static void
-rule_deadlines(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	double req = c->serving.request_timeout_s;
-	char *rs;
-
-	if (!usable(ld, "serving.request_timeout_s"))
-		return;
-	rs = nw_number_text(req);
-	if (usable(ld, "serving.prefill_timeout_s") && c->serving.prefill_timeout_s > req) {
-		char *v = nw_number_text(c->serving.prefill_timeout_s);
-		WARN(ld, "serving.prefill_timeout_s",
-		     "%s is above serving.request_timeout_s (%s) and can never fire: "
-		     "at most serving.request_timeout_s", v, rs);
-		g_free(v);
-	}
-	if (USABLE2(ld, "serving.queue_timeout_s", "serving.queue_capacity") &&
-	    c->serving.queue_capacity > 0 && c->serving.queue_timeout_s > req) {
-		char *v = nw_number_text(c->serving.queue_timeout_s);
-		WARN(ld, "serving.queue_timeout_s",
-		     "%s is above serving.request_timeout_s (%s) and can never fire: "
-		     "at most serving.request_timeout_s", v, rs);
-		g_free(v);
-	}
-	g_free(rs);
-}
-
-/* spec 7: shrink below expand; 7.7: span <= max span <= window, and the
- * correction bounds in order */
-static void
-rule_controller_ranges(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	const __typeof__(c->controller.reactive) *r = &c->controller.reactive;
-	char *a, *b;
-
-	if (USABLE2(ld, "controller.thresholds.shrink", "controller.thresholds.expand") &&
-	    c->controller.thresholds.shrink >= c->controller.thresholds.expand) {
-		a = nw_number_text(c->controller.thresholds.shrink);
-		b = nw_number_text(c->controller.thresholds.expand);
-		ERROR(ld, "controller.thresholds.shrink",
-		      "%s is not below controller.thresholds.expand (%s): "
-		      "a number from 0 up to but not including expand", a, b);
-		g_free(a);
-		g_free(b);
-	}
-	if (USABLE2(ld, "controller.reactive.evidence_span_s",
-	            "controller.reactive.evidence_max_span_s") &&
-	    r->evidence_span_s > r->evidence_max_span_s) {
-		a = nw_number_text(r->evidence_span_s);
-		b = nw_number_text(r->evidence_max_span_s);
-		ERROR(ld, "controller.reactive.evidence_span_s",
-		      "%s is above controller.reactive.evidence_max_span_s (%s): "
-		      "at most evidence_max_span_s", a, b);
-		g_free(a);
-		g_free(b);
-	}
-	if (USABLE2(ld, "controller.reactive.evidence_max_span_s",
-	            "controller.reactive.window_s") &&
-	    r->evidence_max_span_s > r->window_s) {
-		a = nw_number_text(r->evidence_max_span_s);
-		b = nw_number_text(r->window_s);
-		ERROR(ld, "controller.reactive.evidence_max_span_s",
-		      "%s is above controller.reactive.window_s (%s): at most window_s", a, b);
-		g_free(a);
-		g_free(b);
-	}
-	if (USABLE2(ld, "controller.reactive.decode_correction_max",
-	            "controller.reactive.decode_correction_min") &&
-	    r->decode_correction_max < r->decode_correction_min) {
-		a = nw_number_text(r->decode_correction_max);
-		b = nw_number_text(r->decode_correction_min);
-		ERROR(ld, "controller.reactive.decode_correction_max",
-		      "%s is below controller.reactive.decode_correction_min (%s): "
-		      "at least decode_correction_min", a, b);
-		g_free(a);
-		g_free(b);
-	}
-}
-
-/* spec 7 advises: one residual per engine per monitor pass, so a health
- * window holds at most window / interval samples */
-static void
-rule_health_samples(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	double fit;
-
-	if (!usable(ld, "recovery.health.min_samples") || !usable(ld, "recovery.health.window_s") ||
-	    !usable(ld, "controller.monitor_interval_s"))
-		return;
-	/* 1e-9 keeps 0.3 / 0.1 at 3, not 2.9999... */
-	fit = floor(c->recovery.health.window_s / c->controller.monitor_interval_s + 1e-9);
-	if (c->recovery.health.min_samples > fit)
-		WARN(ld, "recovery.health.min_samples",
-		     "%u is above floor(recovery.health.window_s / controller.monitor_interval_s) "
-		     "= %.0f, so a window may never collect enough samples: at most %.0f, "
-		     "or a longer window", c->recovery.health.min_samples, fit, fit);
-}
-
-/* spec 7.2: the floors fit the fleet; one engine with both floors at 1
- * serves aggregate. Pins can make a floor unreachable: only a warning, as
- * the controller copes at run time with the best split it can reach. */
-static void
-rule_floors(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	uint64_t minp = c->controller.min_prefill, mind = c->controller.min_decode;
-	uint32_t n = c->fleet.n_engines, pinned_p = 0, pinned_d = 0, np = 0, nd = 0;
-
-	if (n == 0 || !usable(ld, "fleet.engines") ||
-	    !USABLE2(ld, "controller.min_prefill", "controller.min_decode"))
-		return;
-	if (n == 1 && minp == 1 && mind == 1)
-		return; /* aggregate */
-	if (minp + mind > n) {
-		ERROR(ld, "controller.min_prefill",
-		      "%" G_GUINT64_FORMAT " plus controller.min_decode %" G_GUINT64_FORMAT
-		      " needs %" G_GUINT64_FORMAT " engines but fleet.engines has %u: "
-		      "floors that add up to at most the number of engines "
-		      "(or one engine with both floors at 1)", minp, mind, minp + mind, n);
-		return;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		const struct nw_engine_config *e = &c->fleet.engines[i];
-		if (e->pinned && e->role_set && e->role == NW_ROLE_PREFILL)
-			pinned_p++;
-		if (e->pinned && e->role_set && e->role == NW_ROLE_DECODE)
-			pinned_d++;
-		np += e->role == NW_ROLE_PREFILL;
-		nd += e->role == NW_ROLE_DECODE;
-	}
-	if (n - pinned_p < mind)
-		WARN(ld, "controller.min_decode",
-		     "engines pinned to prefill leave %u that can decode, fewer than %" G_GUINT64_FORMAT
-		     ": fewer prefill pins or a lower floor", n - pinned_p, mind);
-	else if (nd < mind)
-		WARN(ld, "controller.min_decode",
-		     "the initial roles give %u decode engines, fewer than %" G_GUINT64_FORMAT
-		     ", so the controller will move engines at startup: "
-		     "initial roles that meet the floor", nd, mind);
-	if (n - pinned_d < minp)
-		WARN(ld, "controller.min_prefill",
-		     "engines pinned to decode leave %u that can prefill, fewer than %" G_GUINT64_FORMAT
-		     ": fewer decode pins or a lower floor", n - pinned_d, minp);
-	else if (np < minp)
-		WARN(ld, "controller.min_prefill",
-		     "the initial roles give %u prefill engines, fewer than %" G_GUINT64_FORMAT
-		     ", so the controller will move engines at startup: "
-		     "initial roles that meet the floor", np, minp);
-}
-
-/* plugins.dialects: one config object per dialect name */
-static void
-rule_dialects(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-	const char *name;
-	json_t *v;
-
-	if (!usable(ld, "plugins.dialects"))
-		return;
-	json_object_foreach(c->plugins.dialects, name, v) {
-		char *safe = nw_text_escape(name, 0);
-		char *p = g_strconcat("plugins.dialects.", safe, NULL);
-		bool used = false;
-
-		if (*name == '\0' || name[strspn(name, NW_CHARS_PLUGIN)] != '\0') {
-			ERROR(ld, p, "\"%s\" is not a dialect name: "
-			      "a plugin name of lowercase letters, digits and '-'", safe);
-		} else if (!json_is_object(v)) {
-			char *d = nw_json_describe(v);
-			ERROR(ld, p, "wrong type, found %s: an object, handed to the dialect as it is",
-			      d);
-			g_free(d);
-		} else {
-			for (uint32_t i = 0; i < c->fleet.n_engines && !used; i++)
-				used = g_strcmp0(c->fleet.engines[i].dialect, name) == 0;
-			if (!used && usable(ld, "fleet.engines"))
-				WARN(ld, p, "no engine uses dialect \"%s\", so this section is ignored: "
-				     "the dialect of an engine in fleet.engines", name);
-		}
-		g_free(p);
-		g_free(safe);
-	}
-}
-
-/* The admin API changes what the router does: it listens on loopback
- * unless the operator says otherwise (docs/admin.md, beyond the spec). */
-static bool
-is_loopback(const char *host)
-{
-	struct in_addr v4;
-	struct in6_addr v6;
-
-	if (inet_pton(AF_INET, host, &v4) == 1)
-		return (ntohl(v4.s_addr) >> 24) == 127;
-	return inet_pton(AF_INET6, host, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
-static void
-rule_admin_bind(struct loader *ld)
-{
-	const struct nw_config *c = ld->cfg;
-
-	if (!USABLE2(ld, "admin.host", "admin.allow_remote") || c->admin.allow_remote ||
-	    is_loopback(c->admin.host))
-		return;
-	ERROR(ld, "admin.host", "\"%s\" is not a loopback address, and the admin API can drain, "
-	      "eject and move engines: a loopback address (127.0.0.1, ::1), or set "
-	      "admin.allow_remote to true to listen there", c->admin.host);
-}
-
-/* plugins.controller.config is merged over the controller.reactive and
- * controller.thresholds sections the plugin is handed, for the plugin
- * alone (docs/configuration.md, "Plugins"). These fields are also
- * Narwhal's own, read by the controller host's guards (control/
- * controller.h), the demand ledger and pricing, which keep the
- * controller.* value: a different one set there splits the two. */
-static const char *const controller_host_fields[] = {
-	"reactive.window_s", "reactive.utilization", "reactive.evidence_span_s",
-	"reactive.evidence_max_span_s", "reactive.evidence_min_arrivals",
-	"reactive.decode_correction_min", "reactive.decode_correction_max",
-	"reactive.decode_correction_alpha", "reactive.decode_correction_min_samples",
-	"thresholds.shrink", "thresholds.cooldown_s", "thresholds.dwell_s",
-	"thresholds.panic_ratio", "thresholds.flip_resident_guard",
-};
-
-static void
-rule_controller_overrides(struct loader *ld)
-{
-	const json_t *config = ld->cfg->plugins.controller.config;
-
-	if (!usable(ld, "plugins.controller.config") || !json_is_object(config))
-		return;
-	for (size_t i = 0; i < G_N_ELEMENTS(controller_host_fields); i++) {
-		const char *name = controller_host_fields[i];
-		g_autofree char *section = g_strndup(name, strcspn(name, "."));
-		g_autofree char *path = g_strconcat("controller.", name, NULL);
-		const json_t *set = json_object_get(json_object_get(config, section),
-		                                    name + strlen(section) + 1);
-		json_t *own;
-
-		if (set == NULL || !usable(ld, path))
-			continue;
-		for (size_t k = 0; k < nw_config_table.n_fields; k++) {
-			const struct nw_field *f = &nw_config_table.fields[k];
-			g_autofree char *shown = NULL;
-
-			if (strcmp(f->path, path) != 0)
-				continue;
-			own = nw_field_to_json(f, ld->cfg);
-			if (!json_is_number(set) || json_number_value(set) != json_number_value(own)) {
-				g_autofree char *where = g_strconcat("plugins.controller.config.", name,
-				                                     NULL);
-
-				shown = json_dumps(own, JSON_ENCODE_ANY);
-				WARN(ld, where, "given to the plugin alone: Narwhal's own guards and "
-				     "estimates keep %s (%s): set %s instead, for both", path, shown, path);
-			}
-			json_decref(own);
-		}
-	}
-}
-
-static void (*const rules[])(struct loader *) = {
-	rule_admission_limit, rule_queueing, rule_handoff, rule_retry, rule_deadlines,
-	rule_controller_ranges, rule_controller_overrides, rule_health_samples, rule_floors,
-	rule_dialects, rule_admin_bind,
-};
 
 /* ------------------------------------------------------------ loading --- */
 
@@ -753,8 +345,7 @@ load_document(struct loader *ld, const char *text, size_t len, const char *name)
 	check_required(ld, &nw_config_table, "");
 	assign_roles(ld->cfg);
 	derive_plugin_names(ld);
-	for (size_t i = 0; i < G_N_ELEMENTS(rules); i++)
-		rules[i](ld);
+	nw_config_apply_rules(ld);
 }
 
 struct nw_config *
