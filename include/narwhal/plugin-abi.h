@@ -223,9 +223,10 @@ struct narwhal_split_query {
 	uint32_t decode_streams;     /* decode work to hold now: resident plus
 	                              * pending streams (spec 7.6) */
 	uint64_t urgent_prompt_tokens; /* non-zero: also project this prompt,
-	                                * arriving now, behind the prefill work
-	                                * the fleet holds, spread over q->prefill
-	                                * engines (the urgent evaluation) */
+	                                * arriving now, on the live prefill
+	                                * engine that serves it soonest, or on
+	                                * an idle one a larger prefill pool
+	                                * adds (the urgent evaluation) */
 	double arrival_dispersion;   /* the arrivals' index of dispersion
 	                              * (struct narwhal_controller_input): the
 	                              * prefill queueing wait scales with it; below

@@ -566,6 +566,31 @@ nw_pricing_pool_backlog_s(struct nw_fleet *f, int64_t now_ns)
 	return (double)held / 1e9;
 }
 
+uint32_t
+nw_pricing_pool_size(struct nw_fleet *f)
+{
+	pool_refresh(f);
+	return f->pricing.pool_n;
+}
+
+narwhal_estimate_status
+nw_pricing_pool_best_queue_s(struct nw_fleet *f, uint64_t tokens, int64_t now_ns, double *out)
+{
+	double best = INFINITY, s;
+
+	pool_refresh(f);
+	for (uint32_t i = 0; i < f->view.n_engines; i++) {
+		if (in_pool(f, i) &&
+		    nw_pricing_prefill_queue_s(f, i, tokens, now_ns, &s) == NARWHAL_ESTIMATE_OK &&
+		    s < best)
+			best = s;
+	}
+	if (isinf(best))
+		return NARWHAL_ESTIMATE_NO_PROFILE;
+	*out = best;
+	return NARWHAL_ESTIMATE_OK;
+}
+
 double
 nw_pricing_decode_correction(struct nw_fleet *f)
 {

@@ -199,6 +199,13 @@ narwhal_estimate_status nw_pricing_backlog_s(struct nw_fleet *f, uint32_t engine
  * changed since the last answer, so the splits of one evaluation cost
  * O(1) each (core/split-price.h). */
 double nw_pricing_pool_backlog_s(struct nw_fleet *f, int64_t now_ns);
+/* The live prefill pool: how many engines, and the least
+ * nw_pricing_prefill_queue_s of a prompt of tokens over them at now_ns
+ * (where predictive admission's best path starts). NO_PROFILE when no
+ * engine of the pool could price it. O(engines). */
+uint32_t nw_pricing_pool_size(struct nw_fleet *f);
+narwhal_estimate_status nw_pricing_pool_best_queue_s(struct nw_fleet *f, uint64_t tokens,
+                                                     int64_t now_ns, double *out);
 /* The mean live decode correction (spec 7.7) of the available decode
  * engines; 1 without one. */
 double nw_pricing_decode_correction(struct nw_fleet *f);

@@ -127,6 +127,29 @@ steady_batch(const struct decode_model *dm, double c, double cap, double *out)
 	return true;
 }
 
+/* The urgent prompt's wait and prefill on split q (the role-control
+ * document's urgent evaluation "rechecks the current queue"): where
+ * predictive admission priced it, the live prefill engine that would
+ * serve it soonest, its queue and the protection of what waits there
+ * included; on a split with more prefill engines than the live pool, an
+ * engine that joins it starts idle. Without a live engine that can price
+ * it, the held work spread over the split's engines, then its own. */
+static double
+urgent_prefill_s(struct nw_fleet *fleet, const struct nw_engine_profile *m,
+                 const struct narwhal_split_query *q, double held, int64_t now_ns)
+{
+	bool ignored = true;
+	double fresh = own_prefill_s(m, MIN((double)q->urgent_prompt_tokens, TOKENS_MAX), &ignored);
+	double best;
+
+	if (nw_pricing_pool_best_queue_s(fleet, q->urgent_prompt_tokens, now_ns, &best) !=
+	    NARWHAL_ESTIMATE_OK)
+		best = held / q->prefill + fresh;
+	if (q->prefill > nw_pricing_pool_size(fleet))
+		best = MIN(best, fresh);
+	return best;
+}
+
 /* The query's arrival dispersion as priced: 1 (Poisson) when below 1,
  * absent or not finite. */
 static double
@@ -212,12 +235,8 @@ nw_split_price(struct nw_fleet *fleet, const struct narwhal_split_query *q, int6
 	r.prefill_load = (held / p + wait + own) / tt;
 	r.decode_load = nw_pricing_decode_load_of(tpot, idle, tp);
 	r.urgent_ttft_s = NAN;
-	if (q->urgent_prompt_tokens > 0) {
-		bool ignored = true;
-		double ul = MIN((double)q->urgent_prompt_tokens, TOKENS_MAX);
-
-		r.urgent_ttft_s = held / p + own_prefill_s(m, ul, &ignored) + tpot;
-	}
+	if (q->urgent_prompt_tokens > 0)
+		r.urgent_ttft_s = urgent_prefill_s(fleet, m, q, held, now_ns) + tpot;
 
 	/* Spec 7.3: the batch inside M's decode domain, the decode work held
 	 * now inside the KV capacity (the busiest engine holds the ceiling). */

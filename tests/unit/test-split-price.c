@@ -514,35 +514,70 @@ test_kv_capacity_caps_batch(void)
 	env_clear(&e);
 }
 
-/* The role-control document, "Prefill queue projections" and the urgent
- * evaluation: the prompt that triggered it, arriving now, waits behind the
- * prefill work the fleet holds spread over the split's prefill engines,
- * then its own prefill and the first decode step. */
+/* The role-control document's urgent evaluation ("rechecks the current
+ * queue", "compares projected service for the request that triggered the
+ * evaluation"): the prompt is priced where predictive admission would
+ * place it, the live prefill engine that serves it soonest (its queue
+ * included), then the first decode step; a split with more prefill engines
+ * than the live pool adds an idle one; without a live engine that can
+ * price it, the held work spread over the split's engines. */
 static void
 test_urgent_projection(void)
 {
 	struct env e;
-	struct nw_price_hold h = { 0 };
-	struct narwhal_split_query q = query(1, 2, 0, 1000, 200);
-	struct narwhal_split_price one, two;
-	double held = charge(3000);
+	struct nw_price_hold h0 = { 0 }, h1 = { 0 };
+	struct narwhal_split_query q = query(2, 2, 0, 1000, 200);
+	struct narwhal_split_price live, more;
+	double best, q0, q1;
 
 	env_init(&e, true);
-	nw_pricing_pending(e.f, &h, 3000);
+	/* p0 holds 3000 tokens, p1 1000: p1 is the soonest. */
+	nw_pricing_pending(e.f, &h0, 3000);
+	nw_pricing_resident(e.f, &h0, 0, T0);
+	e.f->engines[0].resident_prefill++;
+	nw_pricing_pending(e.f, &h1, 1000);
+	nw_pricing_resident(e.f, &h1, 1, T0);
+	e.f->engines[1].resident_prefill++;
 	q.urgent_prompt_tokens = 4000;
-	one = price(&e, &q);
-	g_assert_cmpfloat_with_epsilon(one.urgent_ttft_s, held + own(4000) + one.tpot_s, 1e-6);
-	q.prefill = 2;
-	two = price(&e, &q);
-	g_assert_cmpfloat_with_epsilon(two.urgent_ttft_s, held / 2 + own(4000) + two.tpot_s, 1e-6);
-	g_assert_cmpfloat(two.urgent_ttft_s, <, one.urgent_ttft_s);
-	/* a prompt whose prefill alone exceeds the target projects the same
-	 * own part on every split: only the held work differs */
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 0, 4000, T0, &q0), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpint(nw_pricing_prefill_queue_s(e.f, 1, 4000, T0, &q1), ==, NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(q1, <, q0);
+	g_assert_cmpint(nw_pricing_pool_best_queue_s(e.f, 4000, T0, &best), ==,
+	                NARWHAL_ESTIMATE_OK);
+	g_assert_cmpfloat(best, ==, q1);
+	g_assert_cmpfloat(q1, >=, charge(1000) + own(4000) - 1e-9);
+	live = price(&e, &q);
+	g_assert_cmpfloat_with_epsilon(live.urgent_ttft_s, q1 + live.tpot_s, 1e-9);
+	/* one more prefill engine: it starts idle */
+	q.prefill = 3;
+	q.decode = 1;
+	more = price(&e, &q);
+	g_assert_cmpfloat_with_epsilon(more.urgent_ttft_s, own(4000) + more.tpot_s, 1e-9);
+	g_assert_cmpfloat(more.urgent_ttft_s - more.tpot_s, <, live.urgent_ttft_s - live.tpot_s);
+	/* a prompt whose prefill alone exceeds the target: an idle engine
+	 * still spares it the queue, and no more */
 	q.urgent_prompt_tokens = 30000;
-	one = price(&e, &q);
-	g_assert_cmpfloat_with_epsilon(one.urgent_ttft_s - held / 2, own(30000) + one.tpot_s, 1e-6);
-	g_assert_cmpfloat(one.urgent_ttft_s, >, TTFT);
-	nw_pricing_release(e.f, &h);
+	more = price(&e, &q);
+	g_assert_cmpfloat_with_epsilon(more.urgent_ttft_s, own(30000) + more.tpot_s, 1e-9);
+	g_assert_cmpfloat(more.urgent_ttft_s, >, TTFT);
+	/* no live engine can price it (both decoding, the single-phase
+	 * region): the held work over the split's engines */
+	e.f->engines[0].resident_decode = 1;
+	e.f->engines[1].resident_decode = 1;
+	q.urgent_prompt_tokens = 4000;
+	q.prefill = 2;
+	q.decode = 2;
+	g_assert_cmpint(nw_pricing_pool_best_queue_s(e.f, 4000, T0, &best), ==,
+	                NARWHAL_ESTIMATE_NO_PROFILE);
+	live = price(&e, &q);
+	g_assert_cmpfloat_with_epsilon(live.urgent_ttft_s, (charge(3000) + charge(1000)) / 2 +
+	                               own(4000) + live.tpot_s, 1e-6);
+	e.f->engines[0].resident_decode = 0;
+	e.f->engines[1].resident_decode = 0;
+	e.f->engines[0].resident_prefill--;
+	e.f->engines[1].resident_prefill--;
+	nw_pricing_release(e.f, &h0);
+	nw_pricing_release(e.f, &h1);
 	env_clear(&e);
 }
 
