@@ -669,10 +669,13 @@ urgent(struct reactive *r, const struct narwhal_controller_input *in,
 		return;
 	}
 	/* Equal projections (one prompt's own prefill beyond the SLO on both
-	 * splits) keep the split. */
+	 * splits) keep the split. Decode capacity: the decode pool left behind
+	 * inside the measured domain and at most as loaded as ordinary
+	 * consolidation leaves it (shrink), so that one prompt's TTFT is not
+	 * bought with every stream's TPOT. */
 	if (!(p1.urgent_ttft_s < cur.urgent_ttft_s))
 		gate = "no_gain";
-	else if (!p1.in_domain || !(p1.tpot_ratio <= 1.0))
+	else if (!p1.in_domain || !(p1.decode_load <= r->s.shrink))
 		gate = "decode_capacity";
 	else if (!in->evidence_closed)
 		gate = "evidence_open";

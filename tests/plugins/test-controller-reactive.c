@@ -864,7 +864,7 @@ test_urgent_moves(void)
 {
 	struct scene sc;
 	struct narwhal_split_price cur = price_of(1.4, 1.3, 0.3);
-	struct narwhal_split_price p1 = price_of(1.2, 0.9, 0.7); /* above shrink: no matter */
+	struct narwhal_split_price p1 = price_of(1.2, 0.9, 0.5); /* at shrink: decode capacity */
 	struct narwhal_controller_proposal out;
 
 	if (!scene_init(&sc, NULL))
@@ -934,10 +934,12 @@ test_urgent_gates(void)
 	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
 	urgent_no_change(&sc, 3000, "decode_capacity");
 	p1.in_domain = true;
-	p1.tpot_ratio = 1.01;
+	/* the decode pool left behind loaded beyond shrink (0.5), as ordinary
+	 * consolidation may not leave it */
+	p1.decode_load = 0.51;
 	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
 	urgent_no_change(&sc, 3000, "decode_capacity");
-	p1.tpot_ratio = 1.0;
+	p1.decode_load = 0.5;
 	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
 
 	sc.in.evidence_closed = false;
