@@ -89,6 +89,9 @@ jq -s -c "$sustained"'
 	   ratio: ([$p[] | select(.policy == "reactive") | .s.rate][0] as $r
 		| if $r == null or $best.s.rate == null or $best.s.rate == 0 then null else $r / $best.s.rate end),
 	   ratio_defaults: ([$p[] | select(.policy == "reactive-defaults") | .s.rate][0] as $r
+		| if $r == null or $best.s.rate == null or $best.s.rate == 0 then null else $r / $best.s.rate end),
+	   from_best: ("reactive@" + ($best.policy // "" | ltrimstr("static-"))),
+	   ratio_from_best: ([$p[] | select(.policy == ("reactive@" + ($best.policy // "" | ltrimstr("static-")))) | .s.rate][0] as $r
 		| if $r == null or $best.s.rate == null or $best.s.rate == 0 then null else $r / $best.s.rate end)}' \
 	"$rows" >"$out/headline.jsonl"
 
@@ -139,6 +142,12 @@ pct='def pct: if . == null then "-" else "\(. * 1000 | round / 10)%" end;
 	printf '| reactive-defaults / best static split |'
 	for w in $ws; do
 		jq -r -j --arg w "$w" "$pct"'select(.workload == $w) | " \(.ratio_defaults | fixed(2)) |"' "$out/headline.jsonl"
+	done
+	printf '\n'
+	printf '| reactive started at the best static split / that split |'
+	for w in $ws; do
+		jq -r -j --arg w "$w" "$pct"'select(.workload == $w) | " \(.ratio_from_best | fixed(2)) (\(.from_best)) |"' \
+			"$out/headline.jsonl"
 	done
 	printf '\n\n'
 	echo 'Sustained: the rates in rising order, the last of the run from the lowest that all reach 90%,'
@@ -218,7 +227,8 @@ pct='def pct: if . == null then "-" else "\(. * 1000 | round / 10)%" end;
 mkdir -p "$out/plot"
 rm -f "$out"/plot/*.dat
 ws=$(jq -r '.workloads | join(" ")' "$out/meta.json")
-ps="$(jq -r '.policies | join(" ")' "$out/meta.json") oracle"
+# reactive@K (reactive started at K prefill engines) is in the tables only.
+ps="$(jq -r '.policies | map(select(startswith("reactive@") | not)) | join(" ")' "$out/meta.json") oracle"
 for w in $ws; do
 	for p in $ps; do
 		name=$p

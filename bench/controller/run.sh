@@ -55,7 +55,7 @@ tight)
 *) echo "$0: SLO: default (TTFT 1 s, TPOT 0.1 s) or tight (TPOT 0.05 s)" >&2; exit 1 ;;
 esac
 workloads=${WORKLOADS:-code conv mix code-steady conv-steady}
-policies=${POLICIES:-reactive reactive-defaults static-1 static-2 static-3 static-4 static-5 static-6 static-7 aggregate}
+policies=${POLICIES:-reactive reactive-defaults static-1 static-2 static-3 static-4 static-5 static-6 static-7 aggregate reactive@3 reactive@5 reactive@7}
 phase_s=${PHASE_S:-$(q 180 60)}
 repeat=${REPEAT:-$(q 3 2)}
 steady_s=${STEADY_S:-$(q 600 120)}
@@ -119,9 +119,9 @@ done
 for p in $policies; do
 	case $p in
 	reactive | reactive-defaults | aggregate | aggregate-predictive) ;;
-	static-[1-9] | static-[1-9][0-9])
-		[ "${p#static-}" -lt "$n_engines" ] || nwb_die "POLICIES: $p needs at least one decode engine" ;;
-	*) nwb_die "POLICIES: reactive, reactive-defaults, static-K (K prefill engines), aggregate, aggregate-predictive (got $p)" ;;
+	static-[1-9] | static-[1-9][0-9] | reactive@[1-9] | reactive@[1-9][0-9])
+		[ "${p#*[-@]}" -lt "$n_engines" ] || nwb_die "POLICIES: $p needs at least one decode engine" ;;
+	*) nwb_die "POLICIES: reactive, reactive-defaults, static-K (K prefill engines), reactive@K (reactive starting at K), aggregate, aggregate-predictive (got $p)" ;;
 	esac
 done
 if [ -n "$reactive_settings" ]; then
@@ -221,6 +221,7 @@ write_config() {
 	local p=$1 np adm=predictive pl=slo-cost ctl=static
 	case $p in
 	reactive | reactive-defaults) np=$reactive_start ctl=reactive ;;
+	reactive@*) np=${p#reactive@} ctl=reactive ;;
 	static-*) np=${p#static-} ;;
 	aggregate) np=$reactive_start adm=open pl=least-loaded ;;
 	aggregate-predictive) np=$reactive_start ;;
@@ -228,7 +229,7 @@ write_config() {
 	jq -n --argjson port "$4" --arg adm "$adm" --arg pl "$pl" --arg ctl "$ctl" \
 		--argjson np "$np" --argjson ttft "$slo_ttft" --argjson tpot "$slo_tpot" \
 		--argjson ftt "$timeout_s" --arg store "$3" --argjson f "$5" --argjson conns "$max_connections" \
-		--argjson extra "$([ "$p" = reactive ] && echo "${reactive_settings:-{\}}" || echo '{}')" \
+		--argjson extra "$(case $p in reactive | reactive@*) echo "${reactive_settings:-{\}}" ;; *) echo '{}' ;; esac)" \
 		--slurpfile fleet "$2" '
 	def scaled: with_entries(if (.key | endswith("_s")) and (.value | type) == "number"
 		then .value /= $f else . end);

@@ -3,7 +3,8 @@
  * loader, driven against the mock host on its fake clock with scripted
  * split prices (price_split, ABI 2.2). Each scenario names the clause it
  * checks: spec 7.5 to 7.7 and the role-control document (../shared/spec),
- * as docs/controller-reactive.md states them.
+ * as docs/controller-reactive.md states them. The urgent evaluation is
+ * test-controller-reactive-urgent.c's.
  */
 #include "build-config.h"
 
@@ -11,205 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "plugins/harness.h"
-
-#define S_NS G_GINT64_CONSTANT(1000000000)
-
-/* A fleet of 2 prefill and 4 decode engines, so both adjacent splits
- * exist: P+1 is 3/3, D+1 is 1/5. */
-#define LIVE_P 2
-#define LIVE_D 4
-
-struct scene {
-	struct nw_harness *h;
-	struct nw_mock_host *mh;
-	struct narwhal_controller_input in;
-};
-
-static gboolean
-scene_init(struct scene *sc, const char *config_json)
-{
-	g_autoptr(GError) error = NULL;
-
-	memset(sc, 0, sizeof *sc);
-	sc->h = nw_harness_new(NARWHAL_KIND_CONTROLLER, "reactive");
-	if (sc->h == NULL)
-		return FALSE;
-	sc->mh = sc->h->host;
-	g_assert_true(nw_harness_create(sc->h, config_json, &error));
-	g_assert_no_error(error);
-	/* Demand well above the gates, evidence closed, engines movable. */
-	sc->in = (struct narwhal_controller_input){
-		.struct_size = sizeof sc->in,
-		.live_prefill = LIVE_P,
-		.live_decode = LIVE_D,
-		.prefill_load = 0.4, /* at most shrink: decode expansion may go */
-		.decode_load = 0.3,
-		.demand_short = 10.0,
-		.demand_long = 10.0,
-		.evidence_closed = true,
-		.arrivals_short = 100,
-		.arrivals_long = 600,
-		.prompt_tokens_mean = 1000.0,
-		.output_tokens_mean = 200.0,
-		.resident_decode = 5,
-		.pending_decode = 3,
-		.profiles_complete = true,
-		.movable_to_prefill = 1,
-		.movable_to_decode = 1,
-		.urgent_ttft_s = NAN,
-	};
-	return TRUE;
-}
-
-static void
-scene_clear(struct scene *sc)
-{
-	nw_harness_free(sc->h);
-}
-
-/* A price whose worst ratio is worst (TTFT's), with these projected loads,
- * inside the measured domain and meeting the TPOT target. */
-static struct narwhal_split_price
-price_of(double worst, double prefill_load, double decode_load)
-{
-	return (struct narwhal_split_price){
-		.struct_size = sizeof(struct narwhal_split_price),
-		.ttft_s = worst,
-		.tpot_s = 0.01,
-		.ttft_ratio = worst,
-		.tpot_ratio = 0.2,
-		.worst_ratio = worst,
-		.prefill_load = prefill_load,
-		.decode_load = decode_load,
-		.urgent_ttft_s = NAN,
-		.in_domain = true,
-	};
-}
-
-static void
-script(struct scene *sc, uint32_t prefill, uint32_t decode, struct narwhal_split_price p)
-{
-	nw_mock_host_set_split_price(sc->mh, prefill, decode, &p);
-}
-
-/* The usual prices: the live split at 1.0, P+1 (3/3) and D+1 (1/5) as
- * given (worst ratio, projected prefill and decode load). */
-static void
-script_three(struct scene *sc, double p1_worst, double p1_decode_load, double d1_worst,
-             double d1_prefill_load)
-{
-	script(sc, LIVE_P, LIVE_D, price_of(1.0, 0.6, 0.3));
-	script(sc, LIVE_P + 1, LIVE_D - 1, price_of(p1_worst, 0.4, p1_decode_load));
-	script(sc, LIVE_P - 1, LIVE_D + 1, price_of(d1_worst, d1_prefill_load, 0.2));
-}
-
-static struct narwhal_controller_proposal
-call(struct scene *sc)
-{
-	/* Poisoned, so a field the plugin forgets shows up. */
-	struct narwhal_controller_proposal out = {
-		.struct_size = sizeof out,
-		.prefill = 777,
-		.decode = 777,
-		.worst_slo_ratio = -1.0,
-		.reason = NULL,
-	};
-
-	sc->in.now_ns = 0; /* the plugin must take time from the host clock */
-	g_assert_cmpint(nw_harness_ops(sc->h)->controller.propose(nw_harness_ctx(sc->h), &sc->in,
-	                                                          &out), ==, 0);
-	g_assert_cmpuint(out.struct_size, ==, sizeof out);
-	g_assert_nonnull(out.reason);
-	return out;
-}
-
-/* A scheduled pass one step_s (the default, 5 s) after the last. */
-static struct narwhal_controller_proposal
-step(struct scene *sc)
-{
-	nw_mock_host_advance(sc->mh, 5 * S_NS);
-	sc->in.urgent = false;
-	return call(sc);
-}
-
-static struct narwhal_controller_proposal
-urgent(struct scene *sc, uint64_t prompt_tokens)
-{
-	struct narwhal_controller_proposal out;
-
-	sc->in.urgent = true;
-	sc->in.urgent_prompt_tokens = prompt_tokens;
-	out = call(sc);
-	sc->in.urgent = false;
-	sc->in.urgent_prompt_tokens = 0;
-	return out;
-}
-
-static void
-assert_no_change(const struct narwhal_controller_proposal *out, const char *reason)
-{
-	g_assert_cmpstr(out->reason, ==, reason);
-	g_assert_cmpuint(out->prefill, ==, LIVE_P);
-	g_assert_cmpuint(out->decode, ==, LIVE_D);
-}
-
-static void
-assert_move(const struct narwhal_controller_proposal *out, const char *reason, uint32_t prefill,
-            uint32_t decode, double ratio)
-{
-	g_assert_cmpstr(out->reason, ==, reason);
-	g_assert_cmpuint(out->prefill, ==, prefill);
-	g_assert_cmpuint(out->decode, ==, decode);
-	g_assert_cmpfloat_with_epsilon(out->worst_slo_ratio, ratio, 1e-12);
-}
-
-static void
-step_no_change(struct scene *sc, const char *reason)
-{
-	struct narwhal_controller_proposal out = step(sc);
-
-	assert_no_change(&out, reason);
-}
-
-static void
-urgent_no_change(struct scene *sc, uint64_t prompt_tokens, const char *reason)
-{
-	struct narwhal_controller_proposal out = urgent(sc, prompt_tokens);
-
-	assert_no_change(&out, reason);
-}
-
-static void
-step_move(struct scene *sc, const char *reason, uint32_t prefill, uint32_t decode, double ratio)
-{
-	struct narwhal_controller_proposal out = step(sc);
-
-	assert_move(&out, reason, prefill, decode, ratio);
-}
-
-static void
-urgent_move(struct scene *sc, uint64_t prompt_tokens, const char *reason, uint32_t prefill,
-            uint32_t decode, double ratio)
-{
-	struct narwhal_controller_proposal out = urgent(sc, prompt_tokens);
-
-	assert_move(&out, reason, prefill, decode, ratio);
-}
-
-/* Passes of the default three confirmations (max(confirmations 2,
- * sustained_intervals 3)): two "confirming", then the return of the third. */
-static struct narwhal_controller_proposal
-confirm_three(struct scene *sc)
-{
-	for (int i = 0; i < 2; i++) {
-		struct narwhal_controller_proposal out = step(sc);
-
-		assert_no_change(&out, "confirming");
-		g_assert_cmpfloat(out.worst_slo_ratio, ==, 1.0); /* the live split's */
-	}
-	return step(sc);
-}
+#include "reactive-scene.h"
 
 /* --- loading and configuration ------------------------------------------- */
 
@@ -853,138 +656,6 @@ test_confirmations_completeness(void)
 	scene_clear(&sc);
 }
 
-/* --- the urgent evaluation ---------------------------------------------------- */
-
-/* The role-control document, "Prefill queue projections": an urgent wake
- * prices the current split and P+1 with the triggering prompt and moves,
- * without confirmations, when P+1 strictly improves that prompt's
- * projection; D+1 is never considered. */
-static void
-test_urgent_moves(void)
-{
-	struct scene sc;
-	struct narwhal_split_price cur = price_of(1.4, 1.3, 0.3);
-	struct narwhal_split_price p1 = price_of(1.2, 0.9, 0.5); /* at shrink: decode capacity */
-	struct narwhal_controller_proposal out;
-
-	if (!scene_init(&sc, NULL))
-		return;
-	cur.urgent_ttft_s = 2.5;
-	p1.urgent_ttft_s = 1.8;
-	script(&sc, LIVE_P, LIVE_D, cur);
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-	script(&sc, LIVE_P - 1, LIVE_D + 1, price_of(0.5, 0.2, 0.2));
-	sc.in.arrivals_long = 0; /* the scheduled gates do not apply */
-	out = urgent(&sc, 3000);
-	assert_move(&out, "urgent_ttft", LIVE_P + 1, LIVE_D - 1, 1.2);
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 2);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, LIVE_P - 1, LIVE_D + 1), ==, 0);
-	for (guint i = 0; i < 2; i++) {
-		const struct narwhal_split_query *q = nw_mock_host_split_query(sc.mh, i);
-
-		g_assert_cmpuint(q->urgent_prompt_tokens, ==, 3000);
-		g_assert_cmpfloat(q->arrivals_per_s, ==, 10.0);
-		g_assert_cmpuint(q->decode_streams, ==, 8);
-	}
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "proposals_urgent_ttft_total"), ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "urgent_evaluations_total"), ==, 1.0);
-	g_assert_true(isnan(nw_mock_host_counter(sc.mh, "evaluations_total")));
-	g_assert_true(nw_mock_host_logged(sc.mh, NARWHAL_LOG_INFO, "reason urgent_ttft"));
-
-	/* "The controller retains the current split when one request's
-	 * prefill duration alone exceeds the SLO and both splits produce the
-	 * same projection." */
-	cur.urgent_ttft_s = 4.0;
-	p1.urgent_ttft_s = 4.0;
-	script(&sc, LIVE_P, LIVE_D, cur);
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-	out = urgent(&sc, 400000);
-	assert_no_change(&out, "no_gain");
-	g_assert_cmpfloat(out.worst_slo_ratio, ==, 1.4);
-	p1.urgent_ttft_s = 4.5;
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-	urgent_no_change(&sc, 400000, "no_gain");
-	scene_clear(&sc);
-}
-
-/* The role-control document, "Guards on role changes": the urgent D-to-P
- * evaluation enforces profile coverage, decode capacity, consolidation
- * evidence and trend, and eligibility (the host adds floors, health,
- * pins, dwell, resident ownership and flip_resident_guard). */
-static void
-test_urgent_gates(void)
-{
-	struct scene sc;
-	struct narwhal_split_price cur = price_of(1.4, 1.3, 0.3);
-	struct narwhal_split_price p1 = price_of(1.2, 0.9, 0.4);
-
-	if (!scene_init(&sc, NULL))
-		return;
-	cur.urgent_ttft_s = 2.5;
-	p1.urgent_ttft_s = 1.8;
-	urgent_no_change(&sc, 3000, "no_profile");
-	script(&sc, LIVE_P, LIVE_D, cur);
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-
-	sc.in.profiles_complete = false;
-	urgent_no_change(&sc, 3000, "no_profile");
-	sc.in.profiles_complete = true;
-
-	p1.in_domain = false;
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-	urgent_no_change(&sc, 3000, "decode_capacity");
-	p1.in_domain = true;
-	/* the decode pool left behind loaded beyond shrink (0.5), as ordinary
-	 * consolidation may not leave it */
-	p1.decode_load = 0.51;
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-	urgent_no_change(&sc, 3000, "decode_capacity");
-	p1.decode_load = 0.5;
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-
-	sc.in.evidence_closed = false;
-	urgent_no_change(&sc, 3000, "evidence_open");
-	sc.in.evidence_closed = true;
-	sc.in.demand_short = 13.0;
-	urgent_no_change(&sc, 3000, "demand_rising");
-	sc.in.demand_short = 10.0;
-	sc.in.movable_to_prefill = 0;
-	urgent_no_change(&sc, 3000, "not_movable");
-	sc.in.movable_to_prefill = 1;
-	urgent_move(&sc, 3000, "urgent_ttft",
-	            LIVE_P + 1, LIVE_D - 1, 1.2);
-
-	/* No decode engine to spare. */
-	sc.in.live_decode = 1;
-	g_assert_cmpstr(urgent(&sc, 3000).reason, ==, "no_candidate");
-	scene_clear(&sc);
-}
-
-/* An urgent wake between scheduled passes leaves their confirmation count
- * alone ("consecutive scheduled evaluations", spec 7.5). */
-static void
-test_urgent_keeps_confirmations(void)
-{
-	struct scene sc;
-	struct narwhal_split_price cur = price_of(1.0, 0.6, 0.3);
-	struct narwhal_split_price p1 = price_of(0.7, 0.4, 0.3);
-
-	if (!scene_init(&sc, NULL))
-		return;
-	cur.urgent_ttft_s = 2.0;
-	p1.urgent_ttft_s = 2.0;
-	script(&sc, LIVE_P, LIVE_D, cur);
-	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
-	(void)step(&sc);
-	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
-	urgent_no_change(&sc, 100, "no_gain");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
-	step_move(&sc, "consolidation",
-	            LIVE_P + 1, LIVE_D - 1, 0.7);
-	scene_clear(&sc);
-}
-
 /* Plugins take time only from the host clock and read nothing but their
  * input and price_split (docs/plugins.md, section 4). */
 static void
@@ -1010,7 +681,6 @@ int
 main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
-
 	g_test_add_func("/controller-reactive/descriptor", test_descriptor);
 	g_test_add_func("/controller-reactive/config/host-sections",
 	                test_config_accepts_host_sections);
@@ -1029,10 +699,6 @@ main(int argc, char **argv)
 	g_test_add_func("/controller-reactive/confirmations", test_confirmations);
 	g_test_add_func("/controller-reactive/confirmations-completeness",
 	                test_confirmations_completeness);
-	g_test_add_func("/controller-reactive/urgent/moves", test_urgent_moves);
-	g_test_add_func("/controller-reactive/urgent/gates", test_urgent_gates);
-	g_test_add_func("/controller-reactive/urgent/keeps-confirmations",
-	                test_urgent_keeps_confirmations);
 	g_test_add_func("/controller-reactive/host-services-only", test_host_services_only);
 	return g_test_run();
 }
