@@ -74,7 +74,7 @@ profile=${PROFILE:-measure}
 # engines lie inside the measured domain (spec 7.3) only when it was
 # measured there.
 profile_flags=${PROFILE_FLAGS-$(q "--max-decode-streams 256" "--quick --max-decode-streams 256")}
-profile_timeout=${PROFILE_TIMEOUT:-3600}
+profile_timeout=${PROFILE_TIMEOUT:-5400}
 daemon=${DAEMON:-1}
 daemon_static=${DAEMON_STATIC:-best}
 daemon_repeat=${DAEMON_REPEAT:-1}
