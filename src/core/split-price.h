@@ -11,7 +11,8 @@
  * Pure over the fleet (its mean profile, its prefill ledger) and now_ns:
  * no clock, no allocation, O(1) in the fleet's size once the live prefill
  * pool is counted, so a 1,024-engine evaluation prices its three splits in
- * microseconds and runs unchanged under virtual time.
+ * microseconds and runs unchanged under virtual time. A query with an
+ * urgent prompt is O(engines): it asks each live prefill engine's queue.
  */
 #ifndef NW_CORE_SPLIT_PRICE_H
 #define NW_CORE_SPLIT_PRICE_H
