@@ -11,8 +11,8 @@
  * queue's wait with the squared variation of its arrivals: bursts wait
  * longer than Poisson arrivals of the same mean rate. The decode side is
  * the steady batch of a decode engine (Little's law against the decode
- * interval it causes),
- * bounded by the usable batch, with the decode work held now as its floor.
+ * interval it causes), bounded by the usable batch, with the decode work
+ * held now as its floor.
  * Overload is priced past its edge by a finite figure that grows with it,
  * so two overloaded splits still compare.
  */
