@@ -246,6 +246,8 @@ sim_node_new(struct sim_fleet *fleet, unsigned index)
 	node->id = g_strdup_printf("%s%u", opts->id_prefix, index);
 	node->index_label = g_strdup_printf("%u", index);
 	node->port = opts->base_port ? (uint16_t)(opts->base_port + index) : 0;
+	node->dialect = opts->dialects[index].dialect;
+	node->pd_mode = opts->dialects[index].mode;
 	/* Each engine draws its own noise and fault dice from the seed. */
 	node->engine = sim_engine_new(&fleet->model, &engine_callbacks, opts->noise_sigma,
 	                              opts->seed + index);
