@@ -377,11 +377,12 @@ sim_node_stats_json(const struct sim_node *node)
 	json_t *doc;
 
 	sim_engine_stats(node->engine, &st);
-	doc = json_pack("{s:s, s:s, s:i, s:b, s:f, s:{s:i, s:i, s:I, s:I, s:f, s:i, s:I, s:I, "
+	doc = json_pack("{s:s, s:s, s:i, s:s, s:b, s:f, s:{s:i, s:i, s:I, s:I, s:f, s:i, s:I, s:I, "
 	                "s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I}, s:o}",
 	                "id", node->id,
 	                "url", url,
 	                "port", (json_int_t)node->port,
+	                "dialect", sim_dialect_name(node->dialect),
 	                "listening", node->http != NULL,
 	                "kv_lease_s", sim_node_lease_s(node),
 	                "stats",

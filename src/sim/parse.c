@@ -1,6 +1,7 @@
 /*
  * Request validation for narwhal-sim's OpenAI-compatible routes, with
- * vLLM's statuses and parameter names: one set of prompt rules serves
+ * vLLM's statuses and parameter names (the other dialects differ in their
+ * context-length checks and handoff fields): one set of prompt rules serves
  * /tokenize and generation, so /tokenize counts equal usage.prompt_tokens.
  */
 #include "build-config.h"

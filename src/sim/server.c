@@ -1,6 +1,6 @@
 /*
  * One simulated engine's HTTP surface: routing, request validation with
- * vLLM's statuses and error shape, and the life of a completion request
+ * its dialect's statuses and error shape, and the life of a completion request
  * from its body to its last byte.
  *
  * A non-streaming request is suspended in the access handler until the

@@ -2,7 +2,8 @@
  * One simulated engine's HTTP surface, as vLLM's OpenAI-compatible server
  * presents it: /v1/completions, /v1/chat/completions (streaming or not),
  * /tokenize, /detokenize, /v1/models, /health, /version, /metrics, and the
- * simulator-internal KV pull route /sim/kv/pull.
+ * simulator-internal KV pull route /sim/kv/pull; or as SGLang's or
+ * llama.cpp's server presents it (dialect.h, routes.c, bootstrap.c).
  *
  * A completion request becomes a "call": it is parsed and validated, may
  * wait for an injected hang or for its KV to be pulled from a producer,

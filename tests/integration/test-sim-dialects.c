@@ -426,6 +426,15 @@ test_mixed_fleet(void)
 	sim_http(p.ports[2], "GET", "/health", NULL, NULL, 5000, &r);
 	g_assert_cmpstr(r.body->str, ==, "{\"status\":\"ok\"}");
 	sim_reply_clear(&r);
+	sim_http(p.admin_port, "GET", "/sim/engines/sim-2", NULL, NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	{
+		json_t *entry = sim_json(r.body->str);
+
+		g_assert_cmpstr(str_at(entry, "dialect"), ==, "llamacpp");
+		json_decref(entry);
+	}
+	sim_reply_clear(&r);
 	g_assert_cmpint(sim_stop(&p, SIGTERM, 10000), ==, 0);
 	sim_clear(&p);
 
