@@ -471,7 +471,8 @@ main(int argc, char **argv)
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
 		{ NULL },
 	};
-	g_autoptr(GOptionContext) ctx = g_option_context_new("- simulated vLLM, SGLang and llama.cpp engines");
+	g_autoptr(GOptionContext) ctx =
+		g_option_context_new("- simulated vLLM, SGLang and llama.cpp engines");
 	GError *gerror = NULL;
 	char *error = NULL;
 	narwhal_log_level level;

@@ -1,9 +1,9 @@
 /*
  * The JSON and SSE text narwhal-sim answers with, shaped field for field
  * like vLLM's OpenAI-compatible server (the other dialects differ in their
- * errors, dialect.c, and in leaving out vLLM's kv_transfer_params). Bodies on the token path are built
- * by hand into reused buffers: one jansson tree per token would dominate
- * the cost of a zero-delay benchmark.
+ * errors, dialect.c, and in leaving out vLLM's kv_transfer_params). Bodies
+ * on the token path are built by hand into reused buffers: one jansson
+ * tree per token would dominate the cost of a zero-delay benchmark.
  */
 #include "build-config.h"
 
