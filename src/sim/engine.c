@@ -663,6 +663,7 @@ sim_engine_stats(const struct sim_engine *e, struct sim_engine_stats *out)
 	out->waiting = e->waiting.n + e->pending.n;
 	out->kv_blocks_used = e->blocks_used;
 	out->kv_blocks_total = e->blocks_total;
+	out->block_tokens = e->model.block_tokens;
 	out->leased_blocks = e->leased_blocks;
 	out->leases = g_hash_table_size(e->leases);
 	out->preemptions_total = e->preemptions_total;

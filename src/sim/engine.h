@@ -80,6 +80,7 @@ struct sim_engine_stats {
 	uint32_t waiting;
 	uint64_t kv_blocks_used;    /* includes leased blocks */
 	uint64_t kv_blocks_total;
+	uint32_t block_tokens;      /* tokens per KV block */
 	uint64_t leased_blocks;
 	uint32_t leases;
 	uint64_t preemptions_total;

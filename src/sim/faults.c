@@ -244,7 +244,7 @@ static enum MHD_Result
 method_not_allowed(struct MHD_Connection *conn, const char *allow)
 {
 	g_autofree char *msg = g_strdup_printf("Use %s here.", allow);
-	char *text = sim_error_text(405, NULL, msg);
+	char *text = sim_error_text(SIM_DIALECT_VLLM, 405, NULL, msg);
 	struct MHD_Response *resp = MHD_create_response_from_buffer_with_free_callback(
 		strlen(text), text, g_free);
 	enum MHD_Result ret;
@@ -285,14 +285,16 @@ route_faults(struct sim_node *node, struct MHD_Connection *conn, const char *met
 	if (strcmp(method, "POST") != 0)
 		return method_not_allowed(conn, "GET, POST, DELETE");
 	if (ar->too_large)
-		return sim_respond_error(conn, 413, NULL, "The fault object is too large.", NULL);
+		return sim_respond_error(conn, SIM_DIALECT_VLLM, 413, NULL,
+		                         "The fault object is too large.", NULL);
 	doc = json_loadb(ar->body->str, ar->body->len, 0, &je);
 	if (doc == NULL) {
 		g_autofree char *msg = g_strdup_printf("The body is not valid JSON: %s", je.text);
-		return sim_respond_error(conn, 400, NULL, msg, NULL);
+		return sim_respond_error(conn, SIM_DIALECT_VLLM, 400, NULL, msg, NULL);
 	}
 	if (!sim_node_set_faults(node, doc, &error)) {
-		enum MHD_Result ret = sim_respond_error(conn, 400, NULL, error, NULL);
+		enum MHD_Result ret = sim_respond_error(conn, SIM_DIALECT_VLLM, 400, NULL, error,
+		                                        NULL);
 
 		g_free(error);
 		json_decref(doc);
@@ -331,7 +333,7 @@ admin_route(struct sim_fleet *fleet, struct MHD_Connection *conn, const char *ur
 
 		if (node == NULL) {
 			g_autofree char *msg = g_strdup_printf("No engine \"%s\" in this process.", id);
-			return sim_respond_error(conn, 404, NULL, msg, NULL);
+			return sim_respond_error(conn, SIM_DIALECT_VLLM, 404, NULL, msg, NULL);
 		}
 		if (slash == NULL) {
 			if (!get)
@@ -343,7 +345,7 @@ admin_route(struct sim_fleet *fleet, struct MHD_Connection *conn, const char *ur
 	}
 	{
 		g_autofree char *msg = g_strdup_printf("No admin route for %s %s.", method, url);
-		return sim_respond_error(conn, 404, NULL, msg, NULL);
+		return sim_respond_error(conn, SIM_DIALECT_VLLM, 404, NULL, msg, NULL);
 	}
 }
 

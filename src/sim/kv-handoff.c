@@ -187,7 +187,7 @@ sim_kv_pull_start(struct sim_call *call)
 static enum MHD_Result
 pull_error(struct MHD_Connection *conn, unsigned status, const char *message)
 {
-	return sim_respond_error(conn, status, NULL, message, NULL);
+	return sim_respond_error(conn, SIM_DIALECT_VLLM, status, NULL, message, NULL);
 }
 
 enum MHD_Result

@@ -36,6 +36,9 @@ enum { H_TTFT, H_ITL, H_E2E, H_QUEUE, H_PREFILL, H_DECODE, N_HIST };
 struct sim_metrics {
 	struct histogram hist[N_HIST];
 	uint64_t finished[SIM_N_REASONS];
+	uint64_t max_request_tokens;     /* llama.cpp's n_tokens_max */
+	uint64_t scraped_gen_tokens;     /* SGLang's gen_throughput window */
+	double scraped_s;
 };
 
 static const char *const reason_names[SIM_N_REASONS] = { "stop", "length", "abort", "error" };
@@ -165,35 +168,140 @@ append_double(GString *out, double v)
 	g_string_append(out, g_ascii_formatd(buf, sizeof buf, "%.9g", v));
 }
 
+/* A histogram under its vLLM name, or under name when given. */
 static void
-render_histogram(GString *out, const struct histogram *h, const char *labels)
+render_histogram(GString *out, const struct histogram *h, const char *name, const char *labels)
 {
 	uint64_t cumulative = 0;
+	const char *sep = *labels ? "," : "";
 
-	family(out, h->name, "histogram", h->help);
+	if (name == NULL)
+		name = h->name;
+	family(out, name, "histogram", h->help);
 	for (unsigned i = 0; i <= h->n_bounds; i++) {
 		cumulative += h->counts[i];
-		g_string_append_printf(out, "%s_bucket{%s,le=\"", h->name, labels);
+		g_string_append_printf(out, "%s_bucket{%s%sle=\"", name, labels, sep);
 		if (i < h->n_bounds)
 			append_double(out, h->bounds[i]);
 		else
 			g_string_append(out, "+Inf");
 		g_string_append_printf(out, "\"} %" G_GUINT64_FORMAT "\n", cumulative);
 	}
-	g_string_append_printf(out, "%s_sum{%s} ", h->name, labels);
+	g_string_append_printf(out, "%s_sum{%s} ", name, labels);
 	append_double(out, h->sum);
-	g_string_append_printf(out, "\n%s_count{%s} %" G_GUINT64_FORMAT "\n", h->name, labels,
+	g_string_append_printf(out, "\n%s_count{%s} %" G_GUINT64_FORMAT "\n", name, labels,
 	                       h->count);
 }
 
+static void
+sample_double(GString *out, const char *name, const char *labels, double v)
+{
+	g_string_append_printf(out, "%s{%s} ", name, labels);
+	append_double(out, v);
+	g_string_append_c(out, '\n');
+}
+
 void
-sim_metrics_render(const struct sim_metrics *m, const struct sim_engine_stats *st,
-                   const char *model_name, const char *engine_label, GString *out)
+sim_metrics_request_tokens(struct sim_metrics *m, uint64_t tokens)
+{
+	m->max_request_tokens = MAX(m->max_request_tokens, tokens);
+}
+
+/* SGLang's names (wire formats 5.2), labelled model_name. There is no
+ * prefix cache, so cache_hit_rate is 0; gen_throughput is the tokens
+ * generated per model second since the previous scrape. */
+static void
+render_sglang(struct sim_metrics *m, const struct sim_engine_stats *st, const char *labels,
+              uint64_t block_tokens, double now_s, GString *out)
+{
+	double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+	double span = now_s - m->scraped_s;
+	double throughput = span > 0 ? (double)(st->generation_tokens_total -
+	                                        m->scraped_gen_tokens) / span : 0;
+
+	m->scraped_s = now_s;
+	m->scraped_gen_tokens = st->generation_tokens_total;
+	family(out, "sglang:num_running_reqs", "gauge", "Requests in the running batch.");
+	sample_u64(out, "sglang:num_running_reqs", labels, st->running);
+	family(out, "sglang:num_queue_reqs", "gauge", "Requests waiting in the queue.");
+	sample_u64(out, "sglang:num_queue_reqs", labels, st->waiting);
+	family(out, "sglang:token_usage", "gauge", "Fraction of KV-cache tokens in use (0 to 1).");
+	sample_double(out, "sglang:token_usage", labels, usage);
+	family(out, "sglang:num_used_tokens", "gauge", "KV-cache tokens in use.");
+	sample_u64(out, "sglang:num_used_tokens", labels, st->kv_blocks_used * block_tokens);
+	family(out, "sglang:gen_throughput", "gauge", "Generated tokens per second.");
+	sample_double(out, "sglang:gen_throughput", labels, throughput);
+	family(out, "sglang:cache_hit_rate", "gauge", "Prefix-cache hit rate (no prefix cache).");
+	sample_double(out, "sglang:cache_hit_rate", labels, 0);
+	family(out, "sglang:prompt_tokens_total", "counter", "Prompt tokens prefilled.");
+	sample_u64(out, "sglang:prompt_tokens_total", labels, st->prompt_tokens_total);
+	family(out, "sglang:generation_tokens_total", "counter", "Output tokens generated.");
+	sample_u64(out, "sglang:generation_tokens_total", labels, st->generation_tokens_total);
+	render_histogram(out, &m->hist[H_TTFT], "sglang:time_to_first_token_seconds", labels);
+	render_histogram(out, &m->hist[H_ITL], "sglang:time_per_output_token_seconds", labels);
+	render_histogram(out, &m->hist[H_E2E], "sglang:e2e_request_latency_seconds", labels);
+}
+
+/* llama.cpp's names (wire formats 5.3), without labels. Throughputs are
+ * tokens over the summed per-request prefill and decode times; busy slots
+ * per decode is tokens generated per step. */
+/* One unlabelled sample with its family lines. */
+static void
+unlabelled(GString *out, const char *name, const char *type, const char *help, double v)
+{
+	family(out, name, type, help);
+	g_string_append_printf(out, "%s ", name);
+	append_double(out, v);
+	g_string_append_c(out, '\n');
+}
+
+static void
+render_llamacpp(const struct sim_metrics *m, const struct sim_engine_stats *st, GString *out)
+{
+	double prefill_s = m->hist[H_PREFILL].sum, decode_s = m->hist[H_DECODE].sum;
+
+	unlabelled(out, "llamacpp:requests_processing", "gauge", "Requests being processed.",
+	           st->running);
+	unlabelled(out, "llamacpp:requests_deferred", "gauge", "Requests deferred.", st->waiting);
+	unlabelled(out, "llamacpp:prompt_tokens_total", "counter", "Prompt tokens processed.",
+	           (double)st->prompt_tokens_total);
+	unlabelled(out, "llamacpp:tokens_predicted_total", "counter", "Tokens generated.",
+	           (double)st->generation_tokens_total);
+	unlabelled(out, "llamacpp:prompt_tokens_seconds", "gauge",
+	           "Average prompt throughput in tokens/s.",
+	           prefill_s > 0 ? (double)st->prompt_tokens_total / prefill_s : 0);
+	unlabelled(out, "llamacpp:predicted_tokens_seconds", "gauge",
+	           "Average generation throughput in tokens/s.",
+	           decode_s > 0 ? (double)st->generation_tokens_total / decode_s : 0);
+	unlabelled(out, "llamacpp:n_busy_slots_per_decode", "gauge",
+	           "Average number of busy slots per decode.",
+	           st->steps_total ? (double)st->generation_tokens_total / st->steps_total : 0);
+	unlabelled(out, "llamacpp:n_decode_total", "counter", "Decode calls (scheduler steps).",
+	           (double)st->steps_total);
+	unlabelled(out, "llamacpp:n_tokens_max", "counter", "Largest request seen, in tokens.",
+	           (double)m->max_request_tokens);
+}
+
+void
+sim_metrics_render(struct sim_metrics *m, const struct sim_engine_stats *st, sim_dialect d,
+                   const char *model_name, const char *engine_label, double now_s,
+                   GString *out)
 {
 	g_autofree char *model = escape_label(model_name);
 	g_autofree char *engine = escape_label(engine_label);
-	g_autofree char *labels = g_strdup_printf("model_name=\"%s\",engine=\"%s\"", model, engine);
+	g_autofree char *labels = NULL;
 	double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+
+	if (d == SIM_DIALECT_LLAMACPP) {
+		render_llamacpp(m, st, out);
+		return;
+	}
+	if (d == SIM_DIALECT_SGLANG) {
+		labels = g_strdup_printf("model_name=\"%s\"", model);
+		render_sglang(m, st, labels, st->block_tokens, now_s, out);
+		return;
+	}
+	labels = g_strdup_printf("model_name=\"%s\",engine=\"%s\"", model, engine);
 
 	family(out, "vllm:num_requests_running", "gauge", "Requests in the running batch.");
 	sample_u64(out, "vllm:num_requests_running", labels, st->running);
@@ -217,7 +325,7 @@ sim_metrics_render(const struct sim_metrics *m, const struct sim_engine_stats *s
 		                       m->finished[r]);
 	}
 	for (int h = 0; h < N_HIST; h++)
-		render_histogram(out, &m->hist[h], labels);
+		render_histogram(out, &m->hist[h], NULL, labels);
 	/* Simulator extras, outside vLLM's namespace. */
 	family(out, "narwhal_sim:kv_leases", "gauge", "KV leases held for remote decode.");
 	sample_u64(out, "narwhal_sim:kv_leases", labels, st->leases);

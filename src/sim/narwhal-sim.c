@@ -1,7 +1,8 @@
 /*
- * narwhal-sim: simulated inference engines that speak vLLM's
- * OpenAI-compatible wire format, with a continuous-batching timing model,
- * KV handoff leases between engines, and fault injection.
+ * narwhal-sim: simulated inference engines that speak the OpenAI-compatible
+ * wire format of vLLM, SGLang or llama.cpp (chosen per engine), with a
+ * continuous-batching timing model, KV handoffs between engines, and fault
+ * injection.
  *
  *   narwhal-sim --engines 4 --base-port 8100
  *
@@ -148,7 +149,7 @@ read_pem(const char *flag, const char *path, char **out, char **error)
 }
 
 static bool
-check_options(struct sim_options *o, const char *policy, char **error)
+check_options(struct sim_options *o, const char *policy, const char *dialect, char **error)
 {
 	if (o->engines < 1 || o->engines > MAX_ENGINES)
 		*error = g_strdup_printf("--engines: expected 1 to %d, got %u", MAX_ENGINES,
@@ -163,6 +164,9 @@ check_options(struct sim_options *o, const char *policy, char **error)
 		                         o->time_scale);
 	else if (!(o->noise_sigma >= 0) || o->noise_sigma > 2)
 		*error = g_strdup_printf("--noise-sigma: expected 0 to 2, got %g", o->noise_sigma);
+	else if (!(o->waiting_timeout_s > 0) || o->waiting_timeout_s > 86400)
+		*error = g_strdup_printf("--disaggregation-waiting-timeout: expected model seconds "
+		                         "above 0, got %g", o->waiting_timeout_s);
 	else if (!(o->kv_lease_s > 0) || o->kv_lease_s > 86400)
 		*error = g_strdup_printf("--kv-lease-duration: expected model seconds above 0, got %g",
 		                         o->kv_lease_s);
@@ -181,6 +185,9 @@ check_options(struct sim_options *o, const char *policy, char **error)
 	else if (o->tls_cert_file != NULL &&
 	         (!read_pem("--tls-cert", o->tls_cert_file, &o->tls_cert_pem, error) ||
 	          !read_pem("--tls-key", o->tls_key_file, &o->tls_key_pem, error)))
+		return false;
+	else if ((o->dialects = g_new0(struct sim_engine_dialect, o->engines)),
+	         !sim_dialect_parse_spec(dialect, o->engines, o->dialects, error))
 		return false;
 	else
 		return true;
@@ -226,21 +233,27 @@ static char *
 fleet_json(const struct sim_fleet *fleet)
 {
 	json_t *engines = json_array();
-	unsigned prefill = (fleet->n_nodes + 1) / 2;
 	json_t *doc;
 	char *text;
 
 	for (unsigned i = 0; i < fleet->n_nodes; i++) {
 		const struct sim_node *node = fleet->nodes[i];
 		const char *scheme = fleet->opts->tls_cert_pem ? "https" : "http";
+		const char *role = sim_dialect_fleet_role(fleet->opts->dialects, fleet->n_nodes, i);
 		g_autofree char *url = strchr(fleet->opts->host, ':')
 			? g_strdup_printf("%s://[%s]:%u", scheme, fleet->opts->host, node->port)
 			: g_strdup_printf("%s://%s:%u", scheme, fleet->opts->host, node->port);
+		json_t *engine = json_pack("{s:s, s:s, s:s}", "id", node->id, "url", url,
+		                           "dialect", sim_dialect_name(node->dialect));
 
-		json_array_append_new(engines, json_pack("{s:s, s:s, s:s, s:s, s:f}",
-		                                         "id", node->id, "url", url, "dialect", "vllm",
-		                                         "role", i < prefill ? "prefill" : "decode",
-		                                         "kv_lease_s", sim_node_lease_s(node)));
+		/* An aggregate-only engine has no role for Narwhal to start it in;
+		 * an SGLang PD engine's role is fixed at launch, so it is pinned. */
+		if (role != NULL)
+			json_object_set_new(engine, "role", json_string(role));
+		if (node->dialect == SIM_DIALECT_SGLANG && role != NULL)
+			json_object_set_new(engine, "pinned", json_true());
+		json_object_set_new(engine, "kv_lease_s", json_real(sim_node_lease_s(node)));
+		json_array_append_new(engines, engine);
 	}
 	doc = json_pack("{s:s, s:o}", "model", fleet->model_name, "engines", engines);
 	text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -254,6 +267,7 @@ fleet_free(struct sim_fleet *fleet)
 	for (unsigned i = 0; i < fleet->n_nodes; i++)
 		sim_node_free(fleet->nodes[i]);
 	g_free(fleet->nodes);
+	sim_bootstrap_free(fleet);
 	sim_admin_stop(fleet);
 	nw_upstream_free(fleet->pulls);
 	g_free(fleet->model_name);
@@ -371,7 +385,7 @@ main(int argc, char **argv)
 {
 	struct sim_options o = {
 		.engines = 1, .base_port = 8100, .admin_port = 0, .seed = 1, .time_scale = 1.0,
-		.kv_lease_s = 30.0,
+		.kv_lease_s = 30.0, .waiting_timeout_s = 300.0,
 	};
 	struct fault_flags ff = {
 		.error_rate = NAN, .error_status = -1, .latency_multiplier = NAN,
@@ -380,6 +394,7 @@ main(int argc, char **argv)
 	/* GOption overwrites string targets without freeing: defaults come
 	 * after parsing. */
 	g_autofree char *policy = NULL;
+	g_autofree char *dialect = NULL;
 	g_autofree char *log_level = NULL;
 	g_autofree char *log_format = NULL;
 	gboolean version = FALSE, presets = FALSE;
@@ -418,6 +433,11 @@ main(int argc, char **argv)
 		  "Model seconds a prefill engine holds KV for a remote decode (default 30)", "S" },
 		{ "kv-load-failure-policy", 0, 0, G_OPTION_ARG_STRING, &policy,
 		  "When a remote decode cannot load its KV: fail or recompute (default fail)", "P" },
+		{ "dialect", 0, 0, G_OPTION_ARG_STRING, &dialect,
+		  "Wire format: vllm, sglang[:prefill|:decode|:aggregate] or llamacpp, one for "
+		  "every engine or a comma list of one per engine (default vllm)", "SPEC" },
+		{ "disaggregation-waiting-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &o.waiting_timeout_s,
+		  "Model seconds an SGLang decode engine waits for its KV (default 300)", "S" },
 		{ "id-prefix", 0, 0, G_OPTION_ARG_STRING, &o.id_prefix,
 		  "Engine ids are PREFIX0..PREFIX(N-1) (default sim-)", "PREFIX" },
 		{ "fleet-out", 0, 0, G_OPTION_ARG_FILENAME, &o.fleet_out,
@@ -451,7 +471,8 @@ main(int argc, char **argv)
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
 		{ NULL },
 	};
-	g_autoptr(GOptionContext) ctx = g_option_context_new("- simulated vLLM engines");
+	g_autoptr(GOptionContext) ctx =
+		g_option_context_new("- simulated vLLM, SGLang and llama.cpp engines");
 	GError *gerror = NULL;
 	char *error = NULL;
 	narwhal_log_level level;
@@ -484,6 +505,8 @@ main(int argc, char **argv)
 	o.seed = (guint64)seed;
 	if (policy == NULL)
 		policy = g_strdup("fail");
+	if (dialect == NULL)
+		dialect = g_strdup("vllm");
 	if (log_level == NULL)
 		log_level = g_strdup("info");
 	if (log_format == NULL)
@@ -514,7 +537,7 @@ main(int argc, char **argv)
 			o.faults = NULL;
 		}
 	}
-	if (error != NULL || !check_options(&o, policy, &error)) {
+	if (error != NULL || !check_options(&o, policy, dialect, &error)) {
 		fprintf(stderr, "narwhal-sim: %s\n", error);
 		g_free(error);
 		status = EXIT_USAGE;
@@ -542,6 +565,7 @@ out:
 	if (o.tls_key_pem != NULL)
 		memset(o.tls_key_pem, 0, strlen(o.tls_key_pem));
 	g_free(o.tls_key_pem);
+	g_free(o.dialects);
 	g_free(ff.hang);
 	return status;
 }

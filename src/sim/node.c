@@ -246,6 +246,8 @@ sim_node_new(struct sim_fleet *fleet, unsigned index)
 	node->id = g_strdup_printf("%s%u", opts->id_prefix, index);
 	node->index_label = g_strdup_printf("%u", index);
 	node->port = opts->base_port ? (uint16_t)(opts->base_port + index) : 0;
+	node->dialect = opts->dialects[index].dialect;
+	node->pd_mode = opts->dialects[index].mode;
 	/* Each engine draws its own noise and fault dice from the seed. */
 	node->engine = sim_engine_new(&fleet->model, &engine_callbacks, opts->noise_sigma,
 	                              opts->seed + index);
@@ -375,11 +377,12 @@ sim_node_stats_json(const struct sim_node *node)
 	json_t *doc;
 
 	sim_engine_stats(node->engine, &st);
-	doc = json_pack("{s:s, s:s, s:i, s:b, s:f, s:{s:i, s:i, s:I, s:I, s:f, s:i, s:I, s:I, "
+	doc = json_pack("{s:s, s:s, s:i, s:s, s:b, s:f, s:{s:i, s:i, s:I, s:I, s:f, s:i, s:I, s:I, "
 	                "s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I}, s:o}",
 	                "id", node->id,
 	                "url", url,
 	                "port", (json_int_t)node->port,
+	                "dialect", sim_dialect_name(node->dialect),
 	                "listening", node->http != NULL,
 	                "kv_lease_s", sim_node_lease_s(node),
 	                "stats",

@@ -1,6 +1,7 @@
 /*
  * Request validation for narwhal-sim's OpenAI-compatible routes, with
- * vLLM's statuses and parameter names: one set of prompt rules serves
+ * vLLM's statuses and parameter names (the other dialects differ in their
+ * context-length checks and handoff fields): one set of prompt rules serves
  * /tokenize and generation, so /tokenize counts equal usage.prompt_tokens.
  */
 #include "build-config.h"
@@ -181,7 +182,10 @@ sim_parse_prompt(const json_t *doc, bool chat, GArray *ids, uint32_t *tokens, ui
 	return true;
 }
 
-/* vLLM's newest context-length wording, with the parameter named. */
+/* The context-length check in each dialect's wording (wire formats 4.5):
+ * vLLM's newest, with the parameter named; SGLang's; llama.cpp's, which
+ * refuses only a prompt that fills the context and otherwise stops
+ * generating at its end, so max_tokens is cut to what fits. */
 static bool
 check_context(struct sim_call *call, bool explicit_max, struct sim_fail *f)
 {
@@ -191,6 +195,33 @@ check_context(struct sim_call *call, bool explicit_max, struct sim_fail *f)
 
 	if (in < limit && (uint64_t)in + want <= limit)
 		return true;
+	switch (call->node->dialect) {
+	case SIM_DIALECT_LLAMACPP:
+		if (in < limit) {
+			call->max_tokens = limit - in;
+			return true;
+		}
+		sim_fail_set(f, 400, "input_tokens", "request (%" PRIu32 " tokens) exceeds the "
+		             "available context size (%" PRIu32 " tokens), try increasing it",
+		             in, limit);
+		f->n_prompt = in;
+		f->n_ctx = limit;
+		return false;
+	case SIM_DIALECT_SGLANG:
+		if (in >= limit)
+			return sim_fail_set(f, 400, "input_tokens", "The input (%" PRIu32 " tokens) is "
+			                    "longer than the model's context length (%" PRIu32
+			                    " tokens).", in, limit);
+		return sim_fail_set(f, 400, "max_tokens", "Requested token count exceeds the "
+		                    "model's maximum context length of %" PRIu32 " tokens. You "
+		                    "requested a total of %" PRIu32 " tokens: %" PRIu32 " tokens "
+		                    "from the input messages and %" PRIu32 " tokens for the "
+		                    "completion. Please reduce the number of tokens in the input "
+		                    "messages or the completion to fit within the limit.",
+		                    limit, in + want, in, want);
+	default:
+		break;
+	}
 	return sim_fail_set(f, 400, in >= limit ? "input_tokens" : "max_tokens",
 	                    "You passed %" PRIu32 " input tokens and requested %" PRIu32 " output "
 	                    "tokens. However, the model's context length is only %" PRIu32 " tokens, "
@@ -200,12 +231,71 @@ check_context(struct sim_call *call, bool explicit_max, struct sim_fail *f)
 	                    in >= limit ? "input_tokens" : "max_tokens", in >= limit ? in : want);
 }
 
+/*
+ * SGLang (wire formats 2): an engine launched in PD mode takes only
+ * requests with the bootstrap fields, the prefill engine as the pair's
+ * prefill leg and the decode engine as its decode leg. The reference has
+ * the prefill engine refuse a request without them with 400; the decode
+ * engine is held to the same rule (the reference is silent on it). An
+ * aggregate engine ignores them, as SGLang without PD does.
+ */
+static bool
+parse_bootstrap(struct sim_call *call, const json_t *doc, struct sim_fail *f)
+{
+	struct sim_dialect_fail df = { 0 };
+	int has = sim_sglang_bootstrap(doc, &call->room, &df);
+
+	if (has < 0) {
+		f->status = df.status;
+		f->message = df.message;
+		f->param = NULL;
+		return false;
+	}
+	if (call->node->pd_mode == SIM_PD_NONE)
+		return true;
+	if (has == 0)
+		return sim_fail_set(f, 400, NULL, "This engine runs in disaggregation mode %s: "
+		                    "the request needs bootstrap_host, bootstrap_port and "
+		                    "bootstrap_room.",
+		                    call->node->pd_mode == SIM_PD_PREFILL ? "prefill" : "decode");
+	call->kind = call->node->pd_mode == SIM_PD_PREFILL ? SIM_PREFILL_ONLY : SIM_REMOTE_DECODE;
+	call->room_state = call->kind == SIM_PREFILL_ONLY ? SIM_ROOM_PREFILL : SIM_ROOM_NONE;
+	return true;
+}
+
+/* llama.cpp has no remote KV handoff: a disaggregated leg of either
+ * engine's protocol is refused in its error shape (docs/simulator.md). */
+static bool
+refuse_handoff(const json_t *doc, struct sim_fail *f)
+{
+	const json_t *kv = json_object_get(doc, "kv_transfer_params");
+	static const char *const fields[] = { "bootstrap_host", "bootstrap_port",
+	                                      "bootstrap_room" };
+
+	if (json_is_true(json_object_get(kv, "do_remote_decode")) ||
+	    json_is_true(json_object_get(kv, "do_remote_prefill")))
+		return sim_fail_set(f, 400, "kv_transfer_params", "This server does not support "
+		                    "disaggregated prefill and decode (kv_transfer_params).");
+	for (size_t i = 0; i < G_N_ELEMENTS(fields); i++) {
+		const json_t *v = json_object_get(doc, fields[i]);
+
+		if (v != NULL && !json_is_null(v))
+			return sim_fail_set(f, 400, fields[i], "This server does not support "
+			                    "disaggregated prefill and decode (%s).", fields[i]);
+	}
+	return true;
+}
+
 static bool
 parse_kv_params(struct sim_call *call, const json_t *doc, struct sim_fail *f)
 {
 	const json_t *kv = json_object_get(doc, "kv_transfer_params");
 
 	call->kind = SIM_AGGREGATE;
+	if (call->node->dialect == SIM_DIALECT_SGLANG)
+		return parse_bootstrap(call, doc, f);
+	if (call->node->dialect == SIM_DIALECT_LLAMACPP)
+		return refuse_handoff(doc, f);
 	if (kv == NULL || json_is_null(kv))
 		return true;
 	if (!json_is_object(kv))

@@ -1,8 +1,9 @@
 /*
  * The JSON and SSE text narwhal-sim answers with, shaped field for field
- * like vLLM's OpenAI-compatible server. Bodies on the token path are built
- * by hand into reused buffers: one jansson tree per token would dominate
- * the cost of a zero-delay benchmark.
+ * like vLLM's OpenAI-compatible server (the other dialects differ in their
+ * errors, dialect.c, and in leaving out vLLM's kv_transfer_params). Bodies
+ * on the token path are built by hand into reused buffers: one jansson
+ * tree per token would dominate the cost of a zero-delay benchmark.
  */
 #include "build-config.h"
 
@@ -11,28 +12,6 @@
 
 #include "sim/server.h"
 #include "sim/tokenize.h"
-
-const char *
-sim_error_type(unsigned status)
-{
-	switch (status) {
-	case 400: return "BadRequestError";
-	case 401: return "AuthenticationError";
-	case 403: return "PermissionDeniedError";
-	case 404: return "NotFoundError";
-	case 405: return "MethodNotAllowedError";
-	case 408: return "RequestTimeoutError";
-	case 409: return "ConflictError";
-	case 413: return "RequestEntityTooLargeError";
-	case 422: return "UnprocessableEntityError";
-	case 429: return "RateLimitError";
-	case 501: return "NotImplementedError";
-	case 502: return "BadGatewayError";
-	case 503: return "ServiceUnavailableError";
-	case 504: return "GatewayTimeoutError";
-	default: return status >= 500 ? "InternalServerError" : "BadRequestError";
-	}
-}
 
 void
 sim_json_escape(GString *out, const char *s)
@@ -59,29 +38,10 @@ sim_json_escape(GString *out, const char *s)
 	g_string_append_len(out, run, s - run);
 }
 
-static void
-append_error_object(GString *out, unsigned status, const char *param, const char *message)
-{
-	g_string_append(out, "{\"error\":{\"message\":\"");
-	sim_json_escape(out, message);
-	g_string_append_printf(out, "\",\"type\":\"%s\",\"param\":", sim_error_type(status));
-	if (param != NULL) {
-		g_string_append_c(out, '"');
-		sim_json_escape(out, param);
-		g_string_append_c(out, '"');
-	} else {
-		g_string_append(out, "null");
-	}
-	g_string_append_printf(out, ",\"code\":%u}}", status);
-}
-
 char *
-sim_error_text(unsigned status, const char *param, const char *message)
+sim_error_text(sim_dialect d, unsigned status, const char *param, const char *message)
 {
-	GString *out = g_string_sized_new(128);
-
-	append_error_object(out, status, param, message);
-	return g_string_free(out, FALSE);
+	return sim_dialect_error_text(d, status, param, message, false, 0, 0);
 }
 
 enum MHD_Result
@@ -106,10 +66,10 @@ sim_respond_text(struct MHD_Connection *conn, unsigned status, const char *conte
 }
 
 enum MHD_Result
-sim_respond_error(struct MHD_Connection *conn, unsigned status, const char *param,
-                  const char *message, const char *request_id)
+sim_respond_error(struct MHD_Connection *conn, sim_dialect d, unsigned status,
+                  const char *param, const char *message, const char *request_id)
 {
-	char *text = sim_error_text(status, param, message);
+	char *text = sim_error_text(d, status, param, message);
 
 	return sim_respond_text(conn, status, "application/json", text, strlen(text), request_id);
 }
@@ -280,8 +240,11 @@ sim_render_response(const struct sim_call *call, const json_t *kv_out, GString *
 		g_string_append(out, ",\"prompt_logprobs\":");
 		append_prompt_logprobs(out, call);
 	}
-	g_string_append(out, ",\"kv_transfer_params\":");
-	g_string_append(out, kv ? kv : "null");
+	/* A vLLM field (wire formats 1.2); the other engines have none. */
+	if (call->node->dialect == SIM_DIALECT_VLLM) {
+		g_string_append(out, ",\"kv_transfer_params\":");
+		g_string_append(out, kv ? kv : "null");
+	}
 	g_string_append_c(out, '}');
 	free(kv);
 }
@@ -387,7 +350,12 @@ void
 sim_render_stream_error(struct sim_call *call, unsigned status, const char *param,
                         const char *message)
 {
+	/* Every dialect reports in-band as wire formats 0.6 says: a nested
+	 * error event, then the terminator. */
+	char *text = sim_dialect_error_text(call->node->dialect, status, param, message, true, 0, 0);
+
 	g_string_append(call->out, "data: ");
-	append_error_object(call->out, status, param, message);
+	g_string_append(call->out, text);
 	g_string_append(call->out, "\n\ndata: [DONE]\n\n");
+	g_free(text);
 }

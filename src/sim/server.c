@@ -1,6 +1,6 @@
 /*
  * One simulated engine's HTTP surface: routing, request validation with
- * vLLM's statuses and error shape, and the life of a completion request
+ * its dialect's statuses and error shape, and the life of a completion request
  * from its body to its last byte.
  *
  * A non-streaming request is suspended in the access handler until the
@@ -87,6 +87,7 @@ stop_work(struct sim_call *call)
 		nw_upstream_cancel(call->pull);
 		call->pull = NULL;
 	}
+	sim_bootstrap_stop(call);
 	sim_node_doom(call->node, call);
 }
 
@@ -149,7 +150,7 @@ sim_call_fail(struct sim_call *call, unsigned status, const char *param, const c
 	if (call->out)
 		g_string_free(call->out, TRUE);
 	{
-		char *text = sim_error_text(status, param, message);
+		char *text = sim_error_text(call->node->dialect, status, param, message);
 
 		call->out = g_string_new(text);
 		g_free(text);
@@ -265,14 +266,17 @@ sim_call_on_finished(struct sim_call *call, sim_finish why)
 	                     req->first_token_s >= 0 && req->scheduled_s >= 0
 	                         ? req->first_token_s - req->scheduled_s : -1,
 	                     req->first_token_s >= 0 ? now - req->first_token_s : -1);
+	sim_metrics_request_tokens(node->metrics, (uint64_t)call->prompt_tokens + call->emitted);
 	call->state = SIM_CALL_DONE;
+	if (call->room_state == SIM_ROOM_PREFILL)
+		sim_bootstrap_publish(call);
 	if (call->stream) {
 		sim_render_stream_end(call);
 		call->stream_end = true;
 		wake_reader(call);
 		return;
 	}
-	if (call->kind == SIM_PREFILL_ONLY)
+	if (call->kind == SIM_PREFILL_ONLY && node->dialect == SIM_DIALECT_VLLM)
 		kv_out = sim_kv_params_out(call);
 	call->status = 200;
 	call->out = g_string_sized_new(512);
@@ -369,11 +373,15 @@ after_hang(struct sim_call *call)
 		sim_call_submit(call, call->kind, 0);
 		return;
 	}
+	call->state = SIM_CALL_PULLING;
+	if (call->node->dialect == SIM_DIALECT_SGLANG) {
+		sim_bootstrap_wait(call);
+		return;
+	}
 	if (call->kv_invalid != NULL) {
 		sim_kv_load_failed(call, call->kv_invalid);
 		return;
 	}
-	call->state = SIM_CALL_PULLING;
 	sim_kv_pull_start(call);
 }
 
@@ -420,11 +428,12 @@ answer(struct sim_call *call)
 enum MHD_Result
 sim_respond_fail(struct sim_call *call, struct sim_fail *f)
 {
-	enum MHD_Result ret = sim_respond_error(call->conn, f->status, f->param, f->message,
-	                                        call->request_id);
+	char *text = sim_dialect_error_text(call->node->dialect, f->status, f->param, f->message,
+	                                    false, f->n_prompt, f->n_ctx);
 
 	g_free(f->message);
-	return ret;
+	return sim_respond_text(call->conn, f->status, "application/json", text, strlen(text),
+	                        call->request_id);
 }
 
 static bool
@@ -500,7 +509,7 @@ sim_server_handler(void *data, struct MHD_Connection *conn, const char *url, con
 		call->refs = 1;
 		call->node = node;
 		call->conn = conn;
-		call->route = sim_route_of(url, method, &call->not_allowed);
+		call->route = sim_route_of(node->dialect, url, method, &call->not_allowed);
 		call->chat = call->route == R_CHAT;
 		call->body = g_string_new(NULL);
 		call->arrival_v = sim_fleet_now(node->fleet);
@@ -528,8 +537,8 @@ sim_server_handler(void *data, struct MHD_Connection *conn, const char *url, con
 	if (call->dead)
 		return MHD_NO;
 	if (node->stopping)
-		return sim_respond_error(conn, 503, NULL, "The engine is shutting down.",
-		                         call->request_id);
+		return sim_respond_error(conn, node->dialect, 503, NULL,
+		                         "The engine is shutting down.", call->request_id);
 	switch (call->state) {
 	case SIM_CALL_NEW:
 		break;
@@ -542,11 +551,12 @@ sim_server_handler(void *data, struct MHD_Connection *conn, const char *url, con
 	}
 	if (call->route == R_NONE) {
 		g_autofree char *msg = g_strdup_printf("No route for %s %s.", method, url);
-		return sim_respond_no_route(conn, 404, "Not Found", msg, NULL);
+		return sim_respond_no_route(conn, node->dialect, 404, "Not Found", msg, NULL);
 	}
 	if (call->not_allowed != NULL) {
 		g_autofree char *msg = g_strdup_printf("Method %s is not allowed on %s.", method, url);
-		return sim_respond_no_route(conn, 405, "Method Not Allowed", msg, call->not_allowed);
+		return sim_respond_no_route(conn, node->dialect, 405, "Method Not Allowed", msg,
+		                            call->not_allowed);
 	}
 	switch (call->route) {
 	case R_COMPLETIONS:
@@ -556,7 +566,7 @@ sim_server_handler(void *data, struct MHD_Connection *conn, const char *url, con
 	case R_TOKENIZE:
 		return sim_route_tokenize(call);
 	case R_DETOKENIZE:
-		return sim_respond_error(conn, 501, NULL,
+		return sim_respond_error(conn, node->dialect, 501, NULL,
 		                         "narwhal-sim does not model detokenization.", NULL);
 	case R_KV_PULL:
 		return sim_kv_route_pull(node, conn, call->body->str, call->body->len);

@@ -2,7 +2,8 @@
  * One simulated engine's HTTP surface, as vLLM's OpenAI-compatible server
  * presents it: /v1/completions, /v1/chat/completions (streaming or not),
  * /tokenize, /detokenize, /v1/models, /health, /version, /metrics, and the
- * simulator-internal KV pull route /sim/kv/pull.
+ * simulator-internal KV pull route /sim/kv/pull; or as SGLang's or
+ * llama.cpp's server presents it (dialect.h, routes.c, bootstrap.c).
  *
  * A completion request becomes a "call": it is parsed and validated, may
  * wait for an injected hang or for its KV to be pulled from a producer,
@@ -29,7 +30,17 @@ enum sim_route {
 	R_VERSION,
 	R_METRICS,
 	R_KV_PULL,
+	R_PROPS,              /* llama.cpp */
+	R_MODEL_INFO,         /* SGLang */
 };
+
+/* A call's part in an SGLang bootstrap room (bootstrap.c). */
+typedef enum sim_room_state {
+	SIM_ROOM_NONE = 0,
+	SIM_ROOM_PREFILL,     /* a prefill leg whose KV is not yet published */
+	SIM_ROOM_PUBLISHED,   /* a prefill leg whose KV waits in its room */
+	SIM_ROOM_WAITING,     /* a decode leg waiting for its room's KV */
+} sim_room_state;
 
 typedef enum sim_call_state {
 	SIM_CALL_NEW = 0,     /* headers and body arriving */
@@ -91,6 +102,11 @@ struct sim_call {
 	struct nw_upstream_call *pull;
 	GString *pull_body;        /* the producer's answer */
 	guint hang_timer;
+
+	/* SGLang's bootstrap (bootstrap.c). */
+	uint64_t room;
+	sim_room_state room_state;
+	guint room_timer;          /* a decode leg's wait, or its handoff */
 };
 
 /* The libmicrohttpd handlers of an engine's listener (data: the node). */
@@ -120,6 +136,7 @@ struct sim_fail {
 	unsigned status;
 	const char *param;         /* static */
 	char *message;             /* owned */
+	uint32_t n_prompt, n_ctx;  /* a context-size error (llama.cpp's shape) */
 };
 
 /* Answer the failure (and free its message). */
@@ -147,26 +164,25 @@ bool sim_parse_generation(struct sim_call *call, const json_t *doc, struct sim_f
 
 /* The route of url; *not_allowed names the allowed methods when the path
  * exists but the method does not fit. */
-int sim_route_of(const char *url, const char *method, const char **not_allowed);
+int sim_route_of(sim_dialect d, const char *url, const char *method,
+                 const char **not_allowed);
 enum MHD_Result sim_route_tokenize(struct sim_call *call);
-/* GET routes: /health, /v1/models, /version, /metrics. */
+/* GET routes: health, models, version, metrics, props, model info. */
 enum MHD_Result sim_route_get(struct sim_node *node, struct MHD_Connection *conn, int route);
-/* 404/405 with vLLM's error object plus FastAPI's "detail". */
-enum MHD_Result sim_respond_no_route(struct MHD_Connection *conn, unsigned status,
-                                     const char *detail, const char *message,
-                                     const char *allow);
+/* 404/405 in the dialect's shape (vLLM and SGLang add FastAPI's "detail"). */
+enum MHD_Result sim_respond_no_route(struct MHD_Connection *conn, sim_dialect d,
+                                     unsigned status, const char *detail,
+                                     const char *message, const char *allow);
 
 /* --- JSON answers (render.c) ------------------------------------------ */
 
-/* vLLM's error type name for an HTTP status. */
-const char *sim_error_type(unsigned status);
-/* {"error":{"message","type","param","code":<status>}} as text. */
-char *sim_error_text(unsigned status, const char *param, const char *message);
+/* An error body in dialect d's shape (sim_dialect_error_text). */
+char *sim_error_text(sim_dialect d, unsigned status, const char *param, const char *message);
 enum MHD_Result sim_respond_text(struct MHD_Connection *conn, unsigned status,
                                  const char *content_type, char *text, size_t len,
                                  const char *request_id);
-enum MHD_Result sim_respond_error(struct MHD_Connection *conn, unsigned status,
-                                  const char *param, const char *message,
+enum MHD_Result sim_respond_error(struct MHD_Connection *conn, sim_dialect d,
+                                  unsigned status, const char *param, const char *message,
                                   const char *request_id);
 enum MHD_Result sim_respond_json(struct MHD_Connection *conn, unsigned status,
                                  const json_t *doc);
@@ -196,5 +212,21 @@ enum MHD_Result sim_kv_route_pull(struct sim_node *node, struct MHD_Connection *
 /* Apply the load-failure policy to a do_remote_prefill call that cannot
  * get its KV. */
 void sim_kv_load_failed(struct sim_call *call, const char *why);
+
+/* --- SGLang's bootstrap rooms (bootstrap.c) ---------------------------- */
+
+/* A prefill leg finished: its KV, held under the engine's lease, waits in
+ * its room for the decode leg. */
+void sim_bootstrap_publish(struct sim_call *prefill);
+/* A decode leg waits (bounded by --disaggregation-waiting-timeout) for its
+ * room's KV, then is submitted as a remote decode; it fails with 500 when
+ * the prefill leg fails or the wait times out. */
+void sim_bootstrap_wait(struct sim_call *decode);
+/* The call stops (failed, finished or its client gone): a prefill leg that
+ * never published fails its waiting decode leg; a waiting decode leg
+ * leaves its room. */
+void sim_bootstrap_stop(struct sim_call *call);
+/* Free every room (at exit). */
+void sim_bootstrap_free(struct sim_fleet *fleet);
 
 #endif /* NW_SIM_SERVER_H */

@@ -18,6 +18,7 @@
 
 #include "net/http-server.h"
 #include "net/upstream.h"
+#include "sim/dialect.h"
 #include "sim/engine.h"
 #include "sim/model.h"
 
@@ -47,6 +48,8 @@ struct sim_options {
 	json_t *faults;              /* from the --fault-* flags, applied at start */
 	char *tls_cert_file, *tls_key_file; /* both or neither: engines speak HTTPS */
 	char *tls_cert_pem, *tls_key_pem;   /* their contents, read at start */
+	struct sim_engine_dialect *dialects; /* one per engine (--dialect) */
+	double waiting_timeout_s;    /* SGLang decode: longest wait for the KV */
 };
 
 /* Injected faults of one engine; all durations are model seconds. */
@@ -76,6 +79,8 @@ struct sim_node {
 	uint16_t port;               /* kept across refuse/restore */
 	struct nw_http_server *http; /* NULL while refusing connections */
 	bool stopping;               /* the listener is being torn down */
+	sim_dialect dialect;
+	sim_pd_mode pd_mode;
 	struct sim_engine *engine;
 	GSource *wake;               /* step ends, KV arrivals, lease expiry */
 	int wake_fd;                 /* a timerfd for the timed wake-ups: the
@@ -116,6 +121,8 @@ struct sim_fleet {
 	unsigned n_nodes;
 	struct nw_http_server *admin;
 	struct nw_upstream *pulls;   /* KV pulls between engines */
+	GHashTable *rooms;           /* SGLang bootstrap rooms (bootstrap.c) */
+	unsigned rooms_swept;        /* the table's size after the last sweep */
 };
 
 /* --- time (narwhal-sim.c) --------------------------------------------- */
