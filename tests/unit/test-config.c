@@ -1499,6 +1499,7 @@ test_to_json_round_trip(void)
 		"{" THREE_ENGINES ", \"serving\": {\"admission\": \"open\"}}",
 		"{\"serving\": {\"max_attempts\": 2, \"handoff_timeout_s\": 5}, "
 		"\"plugins\": {\"dialects\": {\"vllm\": {\"x\": [1]}}, \"dir\": \"/p\"}}",
+		"{\"plugins\": {\"dialects\": {\"vllm\": {\"path\": \"/src/dialect-vllm.so\"}}}}",
 	};
 
 	for (size_t i = 0; i < G_N_ELEMENTS(fragments); i++) {
