@@ -1,24 +1,37 @@
 #!/bin/sh
 # Every page of the manual is installed (issue 14: docs/simulator.md was
-# not): each docs/*.md is in Makefile.am's dist_doc_DATA, as TAP.
+# not): the build directory's install-dist_docDATA, into a scratch
+# directory, puts each docs/*.md there, as TAP.
 srcdir=${srcdir:-.}
-cd "$srcdir" || { echo "Bail out! cannot enter $srcdir"; exit 1; }
+make=${MAKE:-make}
 
-# The words of dist_doc_DATA's value, its continuation lines joined.
-listed=$(awk '
-	/^dist_doc_DATA[ \t]*=/ { on = 1; sub(/^[^=]*=/, "") }
-	on { cont = sub(/\\[ \t]*$/, ""); print; if (!cont) on = 0 }
-' Makefile.am)
+if [ ! -f Makefile ]; then
+	echo "1..0 # SKIP not run from a build directory"
+	exit 0
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/docs-installed.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
 
-set -- docs/*.md
+# The install itself fails on a page listed twice.
+if ! $make -s install-dist_docDATA DESTDIR="$tmp" docdir=/doc >"$tmp/log" 2>&1; then
+	echo "1..1"
+	echo "not ok 1 - make install-dist_docDATA"
+	sed 's/^/# /' "$tmp/log"
+	exit 1
+fi
+
+set -- "$srcdir"/docs/*.md
 echo "1..$#"
 i=0
 failed=0
 for page in "$@"; do
 	i=$((i + 1))
-	case " $(echo $listed) " in
-	*" $page "*) echo "ok $i - $page is installed" ;;
-	*) echo "not ok $i - $page is installed: add it to dist_doc_DATA in Makefile.am"; failed=1 ;;
-	esac
+	name=${page##*/}
+	if [ -f "$tmp/doc/$name" ]; then
+		echo "ok $i - docs/$name is installed"
+	else
+		echo "not ok $i - docs/$name is installed: add it to dist_doc_DATA (Makefile.am)"
+		failed=1
+	fi
 done
 exit $failed
