@@ -44,7 +44,7 @@ check_config(const char *file, gboolean show_plugins, gboolean json)
 {
 	GPtrArray *problems = NULL;
 	struct nw_config *cfg = nw_config_load_file(file, &problems);
-	json_t *loaded = json_object();
+	json_t *loaded = show_plugins ? json_object() : NULL;
 	int status = 0;
 
 	if (cfg == NULL) {

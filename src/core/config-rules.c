@@ -313,9 +313,12 @@ rule_dialects(struct loader *ld)
 				char *d = nw_json_describe(path);
 				char *pp = g_strconcat(p, ".path", NULL);
 
-				ERROR(ld, pp, "%s%s: null (find the plugin by name) or the path of "
-				      "a plugin .so file", json_is_string(path) ? "empty string" :
-				      "wrong type, found ", json_is_string(path) ? "" : d);
+				if (json_is_string(path))
+					ERROR(ld, pp, "empty string: null (find the plugin by name) or "
+					      "the path of a plugin .so file");
+				else
+					ERROR(ld, pp, "wrong type, found %s: null (find the plugin by "
+					      "name) or the path of a plugin .so file", d);
 				g_free(pp);
 				g_free(d);
 			}
