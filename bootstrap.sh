@@ -92,10 +92,19 @@ demo() {
 	trap 'kill $router $sim 2>/dev/null; wait 2>/dev/null; echo; echo "bootstrap: stopped; logs in $logs"' EXIT INT TERM
 	# Up, and the monitor has learnt the served model from an engine
 	# (docs/recovery.md): /v1/models lists it.
-	for _ in $(seq 1 50); do
-		curl -sf http://127.0.0.1:8000/v1/models 2>/dev/null | grep -q '"id"' && break
+	ready=no
+	for _ in $(seq 1 100); do
+		if ! kill -0 "$router" 2>/dev/null; then
+			echo "bootstrap: narwhal stopped at start; its log, $logs/narwhal.log, ends:" >&2
+			tail -n 5 "$logs/narwhal.log" >&2
+			exit 1
+		fi
+		curl -sf http://127.0.0.1:8000/v1/models 2>/dev/null | grep -q '"id"' &&
+			ready=yes && break
 		sleep 0.2
 	done
+	[ "$ready" = yes ] ||
+		echo "bootstrap: narwhal lists no model after 20 s; the requests below may fail (log: $logs/narwhal.log)" >&2
 	echo "bootstrap: narwhal on http://127.0.0.1:8000 in front of 4 simulated engines (logs: $logs)"
 	echo "bootstrap: one streamed completion, prefill on one engine and decode on another;"
 	echo "bootstrap: the generated text, token by token as the SSE events arrive:"
@@ -104,10 +113,15 @@ demo() {
 		-d '{"model": "llama3-8b-h100", "prompt": "Narwhals are", "max_tokens": 24, "stream": true}' |
 		awk -F'"text":"' 'NF > 1 { split($2, piece, "\""); printf "%s", piece[1]; fflush() }'
 	echo
-	echo "bootstrap: a short open-loop workload (60 requests, Poisson at 4/s):"
+	# Its progress line (stderr, once a second) and any error show; a
+	# failed replay is reported and the fleet keeps running.
+	echo "bootstrap: a short open-loop workload (60 requests, Poisson at 4/s), progress each second:"
+	replay=0
 	"$b/narwhal-replay" --url http://127.0.0.1:8000 \
 		--synthetic 'rate=4,input=lognormal:1000:0.6,output=uniform:50:200' \
-		--max-requests 60 --slo-ttft 1 --slo-tpot 0.1 2>/dev/null || true
+		--max-requests 60 --slo-ttft 1 --slo-tpot 0.1 || replay=$?
+	[ "$replay" = 0 ] ||
+		echo "bootstrap: narwhal-replay failed (exit $replay), as it says above; the router's log: $logs/narwhal.log" >&2
 	echo "bootstrap: still running; try"
 	echo "  curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' -d '{\"model\": \"llama3-8b-h100\", \"prompt\": \"Hello\", \"max_tokens\": 8}'"
 	echo "  curl -s http://127.0.0.1:8000/narwhal/state     # everything the router knows"

@@ -127,9 +127,18 @@ read_profiles(const struct nw_config *cfg, struct nw_fleet *fleet, bool log_hint
 	return TRUE;
 }
 
-gboolean
-nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
+/* What --check-config --show-plugins prints of a loaded plugin. */
+static json_t *
+loaded_json(const struct nw_plugin *p)
 {
+	return json_pack("{s:s, s:s?, s:s}", "name", p->desc->name, "version", p->desc->version,
+	                 "path", p->path);
+}
+
+gboolean
+nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t *loaded)
+{
+	json_t *dialects = loaded ? json_object() : NULL;
 	struct nw_fleet *fleet = nw_fleet_new(cfg, 0);
 	struct nw_plugin_metrics *metrics = nw_plugin_metrics_new();
 	struct nw_profile_store *profiles = NULL;
@@ -152,6 +161,9 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 		const char *where;
 
 		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, &lp, &where, &error)) {
+			if (loaded != NULL)
+				json_object_set_new(loaded, nw_plugin_kind_name(plugin_slots[i].kind),
+				                    loaded_json(lp.plugin));
 			loaded_plugin_clear(&lp);
 			continue;
 		}
@@ -168,6 +180,9 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 			                                                     fleet, metrics, &error);
 
 			if (ld != NULL) {
+				if (dialects != NULL)
+					json_object_set_new(dialects, g_ptr_array_index(names, k),
+					                    loaded_json(ld->plugin));
 				nw_loaded_dialect_free(ld);
 				continue;
 			}
@@ -177,6 +192,8 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems)
 			ok = FALSE;
 		}
 	}
+	if (loaded != NULL)
+		json_object_set_new(loaded, "dialects", dialects);
 	nw_plugin_metrics_free(metrics);
 	nw_fleet_free(fleet);
 	nw_profile_store_free(profiles);

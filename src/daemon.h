@@ -24,7 +24,10 @@ void nw_daemon_free(struct nw_daemon *d);
 
 /* For --check-config and a reload: load every configured plugin and let
  * it validate its own section. Appends struct nw_config_error entries to problems; returns
- * false if any plugin refused. */
-gboolean nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems);
+ * false if any plugin refused. loaded, when not NULL, is an object that
+ * gets what was loaded, by kind ("admission", ..., and "dialects" by name):
+ * {"name", "version", "path"} each (--check-config --show-plugins). */
+gboolean nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems,
+                                 json_t *loaded);
 
 #endif /* NW_DAEMON_H */

@@ -4,6 +4,8 @@
  *   narwhal --config FILE          run
  *   narwhal --check-config FILE    print the effective configuration, or
  *                                  every problem, and exit 0 or 1
+ *     [--show-plugins [--json]]    print the plugins loaded and their files
+ *                                  instead of the configuration
  */
 #include "build-config.h"
 
@@ -23,29 +25,61 @@
 
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
 
+/* One plugin of --show-plugins as a text line: where it is configured,
+ * its own name and version, the file it was loaded from. */
+static void
+print_loaded(const char *where, const json_t *p)
+{
+	const char *version = json_string_value(json_object_get(p, "version"));
+
+	printf("%s: %s%s%s from %s\n", where, json_string_value(json_object_get(p, "name")),
+	       version ? " " : "", version ? version : "",
+	       json_string_value(json_object_get(p, "path")));
+}
+
+/* --check-config: the effective configuration, or with show_plugins the
+ * plugins loaded for it (docs/configuration.md, "Checking a file"). */
 static int
-check_config(const char *file)
+check_config(const char *file, gboolean show_plugins, gboolean json)
 {
 	GPtrArray *problems = NULL;
 	struct nw_config *cfg = nw_config_load_file(file, &problems);
+	json_t *loaded = show_plugins ? json_object() : NULL;
 	int status = 0;
 
 	if (cfg == NULL) {
 		nw_config_print_problems(file, problems, FALSE);
 		status = EXIT_CONFIG;
-	} else if (!nw_daemon_check_plugins(cfg, problems)) {
+	} else if (!nw_daemon_check_plugins(cfg, problems, loaded)) {
 		nw_config_print_problems(file, problems, FALSE);
 		status = EXIT_CONFIG;
-	} else {
-		json_t *effective = nw_config_to_json(cfg);
+	} else if (show_plugins && !json) {
+		static const char *const kinds[] = { "admission", "placement", "controller" };
+		const char *name;
+		json_t *p;
 
 		nw_config_print_problems(file, problems, TRUE);
-		json_dumpf(effective, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+		for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {
+			g_autofree char *where = g_strconcat("plugins.", kinds[i], NULL);
+
+			print_loaded(where, json_object_get(loaded, kinds[i]));
+		}
+		json_object_foreach(json_object_get(loaded, "dialects"), name, p) {
+			g_autofree char *where = g_strconcat("plugins.dialects.", name, NULL);
+
+			print_loaded(where, p);
+		}
+	} else {
+		json_t *out = show_plugins ? json_incref(loaded) : nw_config_to_json(cfg);
+
+		nw_config_print_problems(file, problems, TRUE);
+		json_dumpf(out, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
 		fputc('\n', stdout);
-		json_decref(effective);
+		json_decref(out);
 	}
 	if (problems)
 		g_ptr_array_unref(problems);
+	json_decref(loaded);
 	nw_config_free(cfg);
 	return status;
 }
@@ -108,12 +142,17 @@ main(int argc, char **argv)
 {
 	g_autofree char *config_file = NULL;
 	g_autofree char *check_file = NULL;
-	gboolean version = FALSE;
+	gboolean version = FALSE, show_plugins = FALSE, json = FALSE;
 	GOptionEntry entries[] = {
 		{ "config", 'c', 0, G_OPTION_ARG_FILENAME, &config_file,
 		  "Run with this configuration file", "FILE" },
 		{ "check-config", 0, 0, G_OPTION_ARG_FILENAME, &check_file,
 		  "Validate FILE, print the effective configuration and exit", "FILE" },
+		{ "show-plugins", 0, 0, G_OPTION_ARG_NONE, &show_plugins,
+		  "With --check-config: print each plugin loaded, its name, version and file, "
+		  "instead of the effective configuration", NULL },
+		{ "json", 0, 0, G_OPTION_ARG_NONE, &json,
+		  "With --show-plugins: print them as a JSON object", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
 		{ NULL },
 	};
@@ -121,7 +160,10 @@ main(int argc, char **argv)
 	GError *error = NULL;
 	int status;
 
-	setlocale(LC_ALL, "C");
+	/* Messages in the operator's locale (GLib's quotation marks would
+	 * print as '?' in "C"); numbers in JSON and configuration always in C. */
+	setlocale(LC_ALL, "");
+	setlocale(LC_NUMERIC, "C");
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
 		fprintf(stderr, "narwhal: %s (see --help)\n", error->message);
@@ -133,8 +175,13 @@ main(int argc, char **argv)
 		       NARWHAL_ABI_MINOR);
 		return 0;
 	}
+	if ((show_plugins && check_file == NULL) || (json && !show_plugins)) {
+		fprintf(stderr, "narwhal: --show-plugins goes with --check-config FILE, and --json "
+		        "with --show-plugins (see --help)\n");
+		return EXIT_USAGE;
+	}
 	if (check_file != NULL)
-		return check_config(check_file);
+		return check_config(check_file, show_plugins, json);
 	if (config_file == NULL) {
 		fprintf(stderr, "narwhal: give --config FILE to run or --check-config FILE to validate\n");
 		return EXIT_USAGE;

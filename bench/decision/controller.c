@@ -35,6 +35,7 @@
  */
 #include "build-config.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -533,6 +534,10 @@ main(int argc, char **argv)
 	g_auto(GStrv) sizes = NULL;
 	struct options o;
 
+	/* Messages in the operator's locale, numbers always in C (as the
+	 * programs do). */
+	setlocale(LC_ALL, "");
+	setlocale(LC_NUMERIC, "C");
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, &error))
 		die("options", error->message);

@@ -304,6 +304,24 @@ rule_dialects(struct loader *ld)
 			      d);
 			g_free(d);
 		} else {
+			json_t *path = json_object_get(v, "path");
+
+			/* path is Narwhal's, as plugins.<kind>.path is for the
+			 * other kinds (docs/configuration.md). */
+			if (path != NULL && !json_is_null(path) &&
+			    (!json_is_string(path) || json_string_length(path) == 0)) {
+				char *d = nw_json_describe(path);
+				char *pp = g_strconcat(p, ".path", NULL);
+
+				if (json_is_string(path))
+					ERROR(ld, pp, "empty string: null (find the plugin by name) or "
+					      "the path of a plugin .so file");
+				else
+					ERROR(ld, pp, "wrong type, found %s: null (find the plugin by "
+					      "name) or the path of a plugin .so file", d);
+				g_free(pp);
+				g_free(d);
+			}
 			for (uint32_t i = 0; i < c->fleet.n_engines && !used; i++)
 				used = g_strcmp0(c->fleet.engines[i].dialect, name) == 0;
 			if (!used && nw_loader_usable(ld, "fleet.engines"))

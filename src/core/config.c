@@ -564,6 +564,26 @@ nw_config_plugin_section(const struct nw_config *cfg, const struct nw_plugin_con
 }
 
 const char *
+nw_config_dialect_path(const struct nw_config *cfg, const char *name)
+{
+	return json_string_value(json_object_get(json_object_get(cfg->plugins.dialects, name),
+	                                          "path"));
+}
+
+json_t *
+nw_config_dialect_section(const struct nw_config *cfg, const char *name)
+{
+	json_t *entry = json_object_get(cfg->plugins.dialects, name);
+	json_t *section;
+
+	if (!json_is_object(entry) || json_object_get(entry, "path") == NULL)
+		return json_incref(entry);
+	section = json_copy(entry);
+	json_object_del(section, "path");
+	return section;
+}
+
+const char *
 nw_config_admission_name(nw_admission_mode mode)
 {
 	return nw_enum_name_of(nw_admission_names, (int)mode);

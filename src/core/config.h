@@ -196,7 +196,7 @@ struct nw_config {
 		uint32_t admission_max_inflight;   /* 0: serving.max_connections */
 		struct nw_plugin_config placement;
 		struct nw_plugin_config controller; /* name mirrors controller.policy */
-		json_t *dialects; /* object: dialect name -> config section; owned */
+		json_t *dialects; /* object: dialect name -> its section, with an optional "path"; owned */
 	} plugins;
 };
 
@@ -257,6 +257,13 @@ uint32_t nw_config_admission_limit(const struct nw_config *cfg);
  * The daemon and narwhal-replay's what-if mode create plugins alike. */
 json_t *nw_config_plugin_section(const struct nw_config *cfg, const struct nw_plugin_config *pc,
                                  narwhal_plugin_kind kind);
+
+/* A dialect's plugins.dialects.<name> entry: its "path", Narwhal's own
+ * key, or NULL to find the dialect by name (borrowed); and the rest of
+ * the entry, the section the dialect gets at create() (transfer full;
+ * NULL when the file has no entry for it). */
+const char *nw_config_dialect_path(const struct nw_config *cfg, const char *name);
+json_t *nw_config_dialect_section(const struct nw_config *cfg, const char *name);
 
 /* Append a problem of the caller's own (a plugin that will not load, a
  * field a reload cannot change) to a problems array; path may be NULL.

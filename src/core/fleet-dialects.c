@@ -21,16 +21,21 @@ struct nw_loaded_dialect *
 nw_loaded_dialect_new(const struct nw_config *cfg, const char *name, struct nw_fleet *fleet,
                       struct nw_plugin_metrics *metrics, GError **error)
 {
-	g_autofree char *file = nw_plugin_resolve(NARWHAL_KIND_DIALECT, name, NULL, cfg->plugins.dir);
+	const char *path = nw_config_dialect_path(cfg, name);
+	g_autofree char *file = nw_plugin_resolve(NARWHAL_KIND_DIALECT, name, path, cfg->plugins.dir);
 	struct nw_loaded_dialect *ld = g_new0(struct nw_loaded_dialect, 1);
 	GError *local = NULL;
 
-	ld->plugin = nw_plugin_load(NARWHAL_KIND_DIALECT, name, file, &local);
+	/* From an explicit path the name is not checked, as for the other
+	 * kinds: engines name the dialect by its plugins.dialects key. */
+	ld->plugin = nw_plugin_load(NARWHAL_KIND_DIALECT, path ? NULL : name, file, &local);
 	if (ld->plugin != NULL) {
+		json_t *section = nw_config_dialect_section(cfg, name);
+
 		ld->host = nw_host_new(NARWHAL_KIND_DIALECT, name, NULL, NULL, fleet, metrics);
-		ld->instance = nw_plugin_instance_new(ld->plugin, nw_host_table(ld->host),
-		                                      json_object_get(cfg->plugins.dialects, name),
+		ld->instance = nw_plugin_instance_new(ld->plugin, nw_host_table(ld->host), section,
 		                                      &local);
+		json_decref(section);
 	}
 	if (ld->instance == NULL) {
 		g_set_error(error, local->domain, local->code, "plugins.dialects.%s: %s", name,

@@ -150,24 +150,68 @@ nw_plugin_kind_name(narwhal_plugin_kind kind)
 	return k ? k->name : NULL;
 }
 
+/* Whether two directory names are the same, but for trailing slashes. */
+static bool
+same_dir(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+
+	while (la > 1 && a[la - 1] == '/')
+		la--;
+	while (lb > 1 && b[lb - 1] == '/')
+		lb--;
+	return la == lb && strncmp(a, b, la) == 0;
+}
+
+char **
+nw_plugin_search_path(const char *dir)
+{
+	const char *candidates[] = { dir, g_getenv("NARWHAL_PLUGIN_DIR"), NW_PLUGINDIR };
+	GPtrArray *dirs = g_ptr_array_new();
+
+	for (size_t i = 0; i < G_N_ELEMENTS(candidates); i++) {
+		const char *d = candidates[i];
+		bool seen = false;
+
+		if (d == NULL || *d == '\0')
+			continue;
+		for (guint k = 0; k < dirs->len && !seen; k++)
+			seen = same_dir(g_ptr_array_index(dirs, k), d);
+		if (!seen)
+			g_ptr_array_add(dirs, g_strdup(d));
+	}
+	g_ptr_array_add(dirs, NULL);
+	return (char **)g_ptr_array_free(dirs, FALSE);
+}
+
 char *
 nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
                   const char *dir)
 {
 	const char *kind_name = nw_plugin_kind_name(kind);
 	g_autofree char *base = NULL;
+	g_auto(GStrv) dirs = NULL;
 
 	if (path != NULL && *path != '\0')
 		return g_strdup(path);
 	g_return_val_if_fail(kind_name != NULL, NULL);
 	g_return_val_if_fail(name != NULL && *name != '\0', NULL);
 
-	if (dir == NULL || *dir == '\0')
-		dir = g_getenv("NARWHAL_PLUGIN_DIR");
-	if (dir == NULL || *dir == '\0')
-		dir = NW_PLUGINDIR;
+	/* The first directory that holds the file wins, so a drop-in
+	 * directory adds plugins without hiding the installed ones
+	 * (docs/plugins.md, "Where plugins live"). */
 	base = g_strdup_printf("%s-%s.so", kind_name, name);
-	return g_build_filename(dir, base, NULL);
+	dirs = nw_plugin_search_path(dir);
+	for (char **d = dirs; *d != NULL; d++) {
+		char *file = g_build_filename(*d, base, NULL);
+
+		if (g_file_test(file, G_FILE_TEST_EXISTS))
+			return file;
+		g_free(file);
+	}
+	/* Found nowhere: the first directory's file, whose not-found message
+	 * lists the whole search path. */
+	return g_build_filename(dirs[0], base, NULL);
 }
 
 /* Kind as text for messages, including values no host kind has. */
@@ -179,16 +223,17 @@ describe_kind(uint32_t kind)
 	return k ? g_strdup(k->name) : g_strdup_printf("unknown kind %" PRIu32, kind);
 }
 
-/* How the configuration can point at a file directly, for hints. Dialects
- * are found by name only. */
-static const char *
-path_hint(narwhal_plugin_kind kind)
+/* How the configuration can point at a file directly, for hints
+ * (transfer full); name is the dialect's, when known. */
+static char *
+path_hint(narwhal_plugin_kind kind, const char *name)
 {
 	switch (kind) {
-	case NARWHAL_KIND_ADMISSION: return "plugins.admission.path";
-	case NARWHAL_KIND_PLACEMENT: return "plugins.placement.path";
-	case NARWHAL_KIND_CONTROLLER: return "plugins.controller.path";
-	case NARWHAL_KIND_DIALECT: break;
+	case NARWHAL_KIND_ADMISSION: return g_strdup("plugins.admission.path");
+	case NARWHAL_KIND_PLACEMENT: return g_strdup("plugins.placement.path");
+	case NARWHAL_KIND_CONTROLLER: return g_strdup("plugins.controller.path");
+	case NARWHAL_KIND_DIALECT:
+		return g_strdup_printf("plugins.dialects.%s.path", name ? name : "<name>");
 	}
 	return NULL;
 }
@@ -225,16 +270,36 @@ plugins_in(const char *dir, narwhal_plugin_kind kind)
 	return g_strjoinv(", ", (char **)names->pdata);
 }
 
+/* What each directory of a search path holds of a kind: "open" for one
+ * directory, "/a: none; /b: open, predictive" for several (transfer full). */
+static char *
+plugins_in_path(char **dirs, narwhal_plugin_kind kind)
+{
+	GString *out = g_string_new(NULL);
+
+	for (char **d = dirs; *d != NULL; d++) {
+		g_autofree char *there = plugins_in(*d, kind);
+
+		if (dirs[1] == NULL)
+			g_string_append(out, there);
+		else
+			g_string_append_printf(out, "%s%s: %s", d == dirs ? "" : "; ", *d, there);
+	}
+	return g_string_free(out, FALSE);
+}
+
 static void
 refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
                  const char *name)
 {
 	g_autofree char *dir = g_path_get_dirname(file);
 	const char *kind_name = nw_plugin_kind_name(kind);
-	const char *path_key = path_hint(kind);
+	g_autofree char *path_key = path_hint(kind, name);
+	g_auto(GStrv) dirs = NULL;
+	g_autofree char *where = NULL;
 	g_autofree char *there = NULL;
 
-	if (name == NULL && path_key != NULL) {
+	if (name == NULL) {
 		/* The configuration named the file itself. */
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
 		            "%s: plugin file not found: expected a %s plugin at this path "
@@ -243,23 +308,25 @@ refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
 		            file, kind_name, dir, path_key);
 		return;
 	}
-	/* Say what the directory does hold: a name from the specification
-	 * that this build does not ship is then plain to see. */
-	there = plugins_in(dir, kind);
-	if (path_key != NULL) {
-		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
-		            "%s: plugin file not found: expected %s plugin \"%s\" in directory "
-		            "%s, found no such file (the %s plugins there: %s): choose one of "
-		            "those, install the plugin there, set plugins.dir to the directory "
-		            "that holds it, or give its file with %s",
-		            file, kind_name, name, dir, kind_name, there, path_key);
+	/* A name is looked up along the search path, whose first directory
+	 * holds file (nw_plugin_resolve). Say what each directory does hold:
+	 * a name from the specification that this build does not ship is
+	 * then plain to see. */
+	dirs = nw_plugin_search_path(dir);
+	if (dirs[1] == NULL) {
+		where = g_strdup_printf("directory %s", dirs[0]);
 	} else {
-		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
-		            "%s: plugin file not found: expected %s plugin \"%s\" in directory "
-		            "%s, found no such file (the %s plugins there: %s): install the "
-		            "plugin there, or set plugins.dir to the directory that holds it",
-		            file, kind_name, name ? name : "", dir, kind_name, there);
+		g_autofree char *joined = g_strjoinv(", ", dirs);
+
+		where = g_strdup_printf("directories %s (searched in this order)", joined);
 	}
+	there = plugins_in_path(dirs, kind);
+	g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
+	            "%s: plugin file not found: expected %s plugin \"%s\" in %s, found no "
+	            "such file (the %s plugins there: %s): choose one of those, install the "
+	            "plugin in one of those directories, set plugins.dir to the directory that "
+	            "holds it, or give its file with %s",
+	            file, kind_name, name, where, kind_name, there, path_key);
 }
 
 /* Whether an ops slot (in the host's copy) holds a function. */
@@ -376,13 +443,13 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 		return false;
 	}
 	if (name != NULL && strcmp(d->name, name) != 0) {
-		const char *path_key = path_hint(p->kind);
+		g_autofree char *path_key = path_hint(p->kind, name);
 
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NAME,
 		            "%s: plugin name mismatch: expected \"%s\", found \"%s\": configure "
-		            "the name \"%s\" and install the file as %s-%s.so%s%s",
-		            file, name, d->name, d->name, want->name, d->name,
-		            path_key ? ", or give its file with " : "", path_key ? path_key : "");
+		            "the name \"%s\" and install the file as %s-%s.so, or give its "
+		            "file with %s",
+		            file, name, d->name, d->name, want->name, d->name, path_key);
 		return false;
 	}
 	if (d->ops == NULL) {

@@ -59,8 +59,14 @@ struct nw_plugin_instance {
 /* Kind name used in file names and messages: "admission", ... */
 const char *nw_plugin_kind_name(narwhal_plugin_kind kind);
 
-/* The file for a plugin: path when given, else <dir>/<kind>-<name>.so.
- * When dir is NULL, $NARWHAL_PLUGIN_DIR or the installed plugin directory. */
+/* The directories a plugin is looked for in, in order: dir (plugins.dir;
+ * may be NULL), $NARWHAL_PLUGIN_DIR, the installed plugin directory; each
+ * once, unset ones left out (NULL-terminated, g_strfreev). */
+char **nw_plugin_search_path(const char *dir);
+
+/* The file for a plugin: path when given, else <kind>-<name>.so in the
+ * first directory of nw_plugin_search_path(dir) that holds it, or in its
+ * first directory when none does (the load then says where it looked). */
 char *nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
                         const char *dir);
 

@@ -479,7 +479,10 @@ main(int argc, char **argv)
 	int status;
 
 	process_start_unix_us = g_get_real_time();
-	setlocale(LC_ALL, "C");
+	/* Messages in the operator's locale (GLib's quotation marks would
+	 * print as '?' in "C"); numbers in JSON and configuration always in C. */
+	setlocale(LC_ALL, "");
+	setlocale(LC_NUMERIC, "C");
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, &gerror)) {
 		fprintf(stderr, "narwhal-sim: %s (see --help)\n", gerror->message);

@@ -143,6 +143,58 @@ test_resolve_env(void)
 	g_assert_cmpstr(b, ==, "/from/env/controller-static.so");
 }
 
+/* Issue 14: plugins.dir adds a directory searched first; a name it does
+ * not hold is still found in $NARWHAL_PLUGIN_DIR, then the installed
+ * directory, so a drop-in plugin does not hide the built-ins. */
+static void
+test_resolve_search_path(void)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *dropin = g_dir_make_tmp("narwhal-dropin-XXXXXX", &error);
+	g_autofree char *env = g_dir_make_tmp("narwhal-env-XXXXXX", &error);
+	g_autofree char *mine = g_build_filename(dropin, "placement-mine.so", NULL);
+	g_autofree char *open_env = g_build_filename(env, "admission-open.so", NULL);
+	g_autofree char *open_dropin = g_build_filename(dropin, "admission-open.so", NULL);
+	g_auto(GStrv) dirs = NULL;
+	char *got;
+
+	g_assert_no_error(error);
+	g_assert_true(g_file_set_contents(mine, "", 0, NULL));
+	g_assert_true(g_file_set_contents(open_env, "", 0, NULL));
+	g_setenv("NARWHAL_PLUGIN_DIR", env, TRUE);
+
+	dirs = nw_plugin_search_path(dropin);
+	g_assert_cmpuint(g_strv_length(dirs), ==, 3);
+	g_assert_cmpstr(dirs[0], ==, dropin);
+	g_assert_cmpstr(dirs[1], ==, env);
+	g_assert_cmpstr(dirs[2], ==, NW_PLUGINDIR);
+
+	got = nw_plugin_resolve(NARWHAL_KIND_PLACEMENT, "mine", NULL, dropin);
+	g_assert_cmpstr(got, ==, mine);
+	g_free(got);
+	/* Not in the drop-in directory: the next one's. */
+	got = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "open", NULL, dropin);
+	g_assert_cmpstr(got, ==, open_env);
+	g_free(got);
+	/* In both: the drop-in directory's wins. */
+	g_assert_true(g_file_set_contents(open_dropin, "", 0, NULL));
+	got = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "open", NULL, dropin);
+	g_assert_cmpstr(got, ==, open_dropin);
+	g_free(got);
+
+	/* A directory named twice is searched once. */
+	g_strfreev(dirs);
+	g_setenv("NARWHAL_PLUGIN_DIR", NW_PLUGINDIR "/", TRUE);
+	dirs = nw_plugin_search_path(NULL);
+	g_assert_cmpuint(g_strv_length(dirs), ==, 1);
+
+	g_unlink(mine);
+	g_unlink(open_env);
+	g_unlink(open_dropin);
+	g_rmdir(dropin);
+	g_rmdir(env);
+}
+
 static void
 test_resolve_default(void)
 {
@@ -181,8 +233,31 @@ test_not_found(void)
 	assert_contains(error->message, dir);
 	assert_contains(error->message, "plugins.dir");
 	assert_contains(error->message, "plugins.admission.path");
-	assert_contains(error->message, "the admission plugins there: none");
+	/* Every directory of the search path, in order, with what it holds
+	 * (issue 14: plugins.dir adds to the search path). */
+	{
+		g_autofree char *none = g_strdup_printf("the admission plugins there: %s: none; ", dir);
+		g_autofree char *order = g_strdup_printf("directories %s, %s", dir,
+		                                         g_getenv("NARWHAL_PLUGIN_DIR"));
+
+		assert_contains(error->message, none);
+		assert_contains(error->message, order);
+		assert_contains(error->message, "(searched in this order)");
+	}
 	g_clear_error(&error);
+
+	/* With one directory to search, the list is that directory's. */
+	g_setenv("NARWHAL_PLUGIN_DIR", NW_PLUGINDIR, TRUE);
+	g_free(file);
+	file = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "missing", NULL, NW_PLUGINDIR);
+	p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "missing", file, &error);
+	g_assert_null(p);
+	g_test_message("%s", error->message);
+	assert_contains(error->message, "in directory " NW_PLUGINDIR ", found no such file");
+	g_clear_error(&error);
+	g_unsetenv("NARWHAL_PLUGIN_DIR");
+	g_free(file);
+	file = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "missing", NULL, dir);
 
 	/* The message names the plugins of that kind the directory holds, in
 	 * order, so a name this build does not ship is plain to see. */
@@ -196,14 +271,14 @@ test_not_found(void)
 		g_assert_true(g_file_set_contents(other, "", 0, NULL));
 		p = nw_plugin_load(NARWHAL_KIND_ADMISSION, "missing", file, &error);
 		g_assert_null(p);
-		assert_contains(error->message, "the admission plugins there: alpha, zeta):");
+		assert_contains(error->message, "alpha, zeta;");
 		g_clear_error(&error);
 		g_unlink(zeta);
 		g_unlink(alpha);
 		g_unlink(other);
 	}
 
-	/* Dialects are found by name only: no path to suggest. */
+	/* A dialect's file is given in its plugins.dialects entry (issue 14). */
 	g_free(file);
 	file = nw_plugin_resolve(NARWHAL_KIND_DIALECT, "tgi", NULL, dir);
 	p = nw_plugin_load(NARWHAL_KIND_DIALECT, "tgi", file, &error);
@@ -211,8 +286,15 @@ test_not_found(void)
 	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND);
 	g_test_message("%s", error->message);
 	assert_contains(error->message, "expected dialect plugin \"tgi\"");
-	assert_contains(error->message, "or set plugins.dir");
-	g_assert_null(strstr(error->message, ".path"));
+	assert_contains(error->message, "set plugins.dir");
+	assert_contains(error->message, "give its file with plugins.dialects.tgi.path");
+	g_clear_error(&error);
+	g_free(file);
+	file = g_build_filename(dir, "tgi.so", NULL);
+	p = nw_plugin_load(NARWHAL_KIND_DIALECT, NULL, file, &error);
+	g_assert_null(p);
+	assert_contains(error->message, "expected a dialect plugin at this path");
+	assert_contains(error->message, "correct plugins.dialects.<name>.path");
 	g_clear_error(&error);
 
 	/* An explicit path (no name to check) points back at the path setting. */
@@ -1071,6 +1153,7 @@ static const struct isolated isolated_tests[] = {
 	/* These change the environment, which later children would inherit. */
 	{ "/loader/resolve/dir", test_resolve_dir },
 	{ "/loader/resolve/env", test_resolve_env },
+	{ "/loader/resolve/search-path", test_resolve_search_path },
 	{ "/loader/resolve/default", test_resolve_default },
 	{ "/loader/refuse/not-found", test_not_found },
 	{ "/loader/refuse/open", test_open_error },

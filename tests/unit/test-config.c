@@ -804,6 +804,16 @@ static const struct rule_case rule_cases[] = {
 	  "plugins.dialects.vllm", "wrong type, found integer 3" },
 	{ "narwhal", "dialect-section-bad-name", "{\"plugins\": {\"dialects\": {\"v LLM\": {}}}}", false,
 	  "plugins.dialects.v LLM", "is not a dialect name" },
+	/* issue 14: a dialect's file in its entry, as plugins.<kind>.path */
+	{ "narwhal", "dialect-path", "{\"plugins\": {\"dialects\": {\"vllm\": "
+	  "{\"path\": \"/src/x/dialect-vllm.so\"}}}}", true },
+	{ "narwhal", "dialect-path-null", "{\"plugins\": {\"dialects\": {\"vllm\": {\"path\": null}}}}",
+	  true },
+	{ "narwhal", "dialect-path-not-string", "{\"plugins\": {\"dialects\": {\"vllm\": "
+	  "{\"path\": 5}}}}", false, "plugins.dialects.vllm.path",
+	  "wrong type, found integer 5: null (find the plugin by name) or the path of a plugin .so file" },
+	{ "narwhal", "dialect-path-empty", "{\"plugins\": {\"dialects\": {\"vllm\": {\"path\": \"\"}}}}",
+	  false, "plugins.dialects.vllm.path", "empty string: null (find the plugin by name)" },
 	{ "narwhal", "controller-name-refused", "{\"plugins\": {\"controller\": {\"name\": \"static\"}}}",
 	  false, "plugins.controller.name", "named by controller.policy" },
 
@@ -1381,8 +1391,34 @@ test_struct_members(void)
 	g_assert_cmpstr(c->plugins.controller.path, ==, "/c.so");
 	g_assert_cmpint(json_integer_value(json_object_get(c->plugins.controller.config, "c")), ==, 3);
 	g_assert_nonnull(json_object_get(c->plugins.dialects, "sglang"));
+	g_assert_null(nw_config_dialect_path(c, "sglang"));
 	outcome_clear(&o);
 	g_free(doc);
+}
+
+/* issue 14: plugins.dialects.<name>.path names the dialect's file and is
+ * Narwhal's: the dialect's section is the entry without it. */
+static void
+test_dialect_path_section(void)
+{
+	g_autoptr(nw_config) c = nw_config_load_string(
+		"{\"fleet\": {\"engines\": [{\"id\": \"a\", \"url\": \"http://h:1\", "
+		"\"role\": \"prefill\"}, {\"id\": \"b\", \"url\": \"http://h:2\", "
+		"\"role\": \"decode\", \"dialect\": \"mine\"}]}, "
+		"\"plugins\": {\"dialects\": {\"mine\": {\"path\": \"/src/mine.so\", \"k\": 1}}}}",
+		"t.json", NULL);
+	json_t *section;
+
+	g_assert_nonnull(c);
+	g_assert_cmpstr(nw_config_dialect_path(c, "mine"), ==, "/src/mine.so");
+	g_assert_null(nw_config_dialect_path(c, "vllm"));
+	section = nw_config_dialect_section(c, "mine");
+	g_assert_null(json_object_get(section, "path"));
+	g_assert_cmpint(json_integer_value(json_object_get(section, "k")), ==, 1);
+	json_decref(section);
+	/* The entry itself keeps its path (the effective configuration). */
+	g_assert_nonnull(json_object_get(json_object_get(c->plugins.dialects, "mine"), "path"));
+	g_assert_null(nw_config_dialect_section(c, "vllm"));
 }
 
 /* --------------------------------------------- effective configuration --- */
@@ -1463,6 +1499,7 @@ test_to_json_round_trip(void)
 		"{" THREE_ENGINES ", \"serving\": {\"admission\": \"open\"}}",
 		"{\"serving\": {\"max_attempts\": 2, \"handoff_timeout_s\": 5}, "
 		"\"plugins\": {\"dialects\": {\"vllm\": {\"x\": [1]}}, \"dir\": \"/p\"}}",
+		"{\"plugins\": {\"dialects\": {\"vllm\": {\"path\": \"/src/dialect-vllm.so\"}}}}",
 	};
 
 	for (size_t i = 0; i < G_N_ELEMENTS(fragments); i++) {
@@ -1529,6 +1566,7 @@ main(int argc, char **argv)
 
 	g_test_add_func("/config/fleet/required", test_fleet_required);
 	g_test_add_func("/config/fleet/duplicates", test_fleet_duplicates);
+	g_test_add_func("/config/plugins/dialect-path", test_dialect_path_section);
 	g_test_add_func("/config/document/malformed-json", test_malformed_json);
 	g_test_add_func("/config/document/top-level", test_top_level);
 	g_test_add_func("/config/document/all-errors", test_all_errors);

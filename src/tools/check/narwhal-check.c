@@ -100,7 +100,10 @@ main(int argc, char **argv)
 	GError *error = NULL;
 	int status;
 
-	setlocale(LC_ALL, "C");
+	/* Messages in the operator's locale (GLib's quotation marks would
+	 * print as '?' in "C"); numbers in JSON and configuration always in C. */
+	setlocale(LC_ALL, "");
+	setlocale(LC_NUMERIC, "C");
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, &error)) {
 		fprintf(stderr, "narwhal-check: %s (see --help)\n", error->message);

@@ -6,6 +6,7 @@
  */
 #include "build-config.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -477,6 +478,10 @@ main(int argc, char **argv)
 	struct rp_body_opts body = { .stream = true };
 	struct wi_setup *wi = NULL;
 
+	/* Messages in the operator's locale (GLib's quotation marks would
+	 * print as '?' in "C"); numbers in JSON and configuration always in C. */
+	setlocale(LC_ALL, "");
+	setlocale(LC_NUMERIC, "C");
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	g_option_context_set_description(ctx, "Outputs: a table on stdout, progress on stderr, "
 	                                 "--out-json, --out-csv, --plot. Full manual: docs/replay.md.");
