@@ -69,9 +69,9 @@ read_error_object(const json_t *obj, struct oai_error *ef)
 
 /*
  * Find the error in a document: the nested {"error": {...}} of vLLM 0.10.1
- * and later (and of every in-band stream error), {"error": "text"}, or the
- * flat {"object": "error", ...} of older versions. False when the document
- * has none of these shapes.
+ * and later (and of every in-band stream error, SGLang's included),
+ * {"error": "text"}, or the flat {"object": "error", ...} of older vLLM and
+ * of SGLang. False when the document has none of these shapes.
  */
 static bool
 find_error(const json_t *doc, struct oai_error *ef)

@@ -135,7 +135,7 @@ valid_host(const char *s)
 static bool
 fleet_has(const struct narwhal_host *host, const char *id)
 {
-	const struct narwhal_fleet_view *fleet = host != NULL ? host->fleet(host->host_ctx) : NULL;
+	const struct narwhal_fleet_view *fleet = host->fleet(host->host_ctx);
 
 	if (fleet == NULL)
 		return true;

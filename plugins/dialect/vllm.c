@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "openai.h"
 #include "engine-metrics.h"
+#include "openai.h"
 
 #define VLLM_MAGIC 0x564c4c4du /* "VLLM" */
 
