@@ -1,4 +1,4 @@
-#include "vllm-metrics.h"
+#include "engine-metrics.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -10,17 +10,18 @@
 
 /*
  * A reader of the Prometheus text exposition format (version 0.0.4, what
- * vLLM's prometheus_client serves), strict about the lines it takes and
- * allocation-free: it walks the body in place. A line is blank, a comment
+ * the engines' prometheus_client serves), strict about the lines it takes
+ * and allocation-free: it walks the body in place. A line is blank, a comment
  * ('#' first: HELP, TYPE or anything else), or a sample
  *     name [{label="value",...}] value [timestamp]
  * Samples of the metrics below are read in full and must be well formed;
- * other samples need only start with a metric name, so a family vLLM adds
- * later cannot break monitoring. Reference: engine-wire-formats section 5.1.
+ * other samples need only start with a metric name, so a family an engine
+ * adds later cannot break monitoring. Reference: engine-wire-formats
+ * sections 5.1 and 5.2.
  */
 
-/* The metrics the dialect reads. */
-enum vllm_metric {
+/* The metrics a dialect reads. */
+enum engine_metric {
 	M_RUNNING,
 	M_WAITING,
 	M_KV,
@@ -29,13 +30,8 @@ enum vllm_metric {
 	M_COUNT,
 };
 
-static const char *const metric_names[M_COUNT] = {
-	[M_RUNNING] = "vllm:num_requests_running",
-	[M_WAITING] = "vllm:num_requests_waiting",
-	[M_KV] = "vllm:kv_cache_usage_perc",
-	[M_KV_OLD] = "vllm:gpu_cache_usage_perc",
-	[M_START] = "process_start_time_seconds",
-};
+/* The process collector's start time, the same for every engine. */
+#define START_TIME "process_start_time_seconds"
 
 /* One line of the body: [p, end). */
 struct scan {
@@ -220,7 +216,7 @@ struct metrics_seen {
 
 /* Whether v is valid for metric m. */
 static bool
-value_fits(enum vllm_metric m, double v)
+value_fits(enum engine_metric m, double v)
 {
 	switch (m) {
 	case M_RUNNING:
@@ -241,7 +237,7 @@ value_fits(enum vllm_metric m, double v)
  * counts add up, the cache usage and the start time are the highest. False
  * when a sum of counts leaves the range. */
 static bool
-merge_value(struct metrics_seen *ms, enum vllm_metric m, double v)
+merge_value(struct metrics_seen *ms, enum engine_metric m, double v)
 {
 	if (!ms->seen[m])
 		ms->value[m] = v;
@@ -257,7 +253,7 @@ merge_value(struct metrics_seen *ms, enum vllm_metric m, double v)
  * neither blank, a comment nor a sample, or a sample of a metric we read
  * that does not follow the format or whose value does not fit. */
 static bool
-read_line(struct scan *s, struct metrics_seen *ms)
+read_line(struct scan *s, const char *const names[M_COUNT], struct metrics_seen *ms)
 {
 	const char *name, *tok;
 	size_t n, len;
@@ -272,7 +268,7 @@ read_line(struct scan *s, struct metrics_seen *ms)
 	if (n == 0)
 		return false;
 	for (m = 0; m < M_COUNT; m++) {
-		if (strlen(metric_names[m]) == n && memcmp(name, metric_names[m], n) == 0)
+		if (names[m] != NULL && strlen(names[m]) == n && memcmp(name, names[m], n) == 0)
 			break;
 	}
 	if (m == M_COUNT)
@@ -287,26 +283,33 @@ read_line(struct scan *s, struct metrics_seen *ms)
 			return false;
 	}
 	len = scan_token(s, &tok);
-	if (len == 0 || !parse_value(tok, len, &v) || !value_fits((enum vllm_metric)m, v))
+	if (len == 0 || !parse_value(tok, len, &v) || !value_fits((enum engine_metric)m, v))
 		return false;
 	len = scan_token(s, &tok);
 	if (len > 0 && !is_timestamp(tok, len))
 		return false;
 	if (scan_token(s, &tok) != 0)
 		return false;
-	return merge_value(ms, (enum vllm_metric)m, v);
+	return merge_value(ms, (enum engine_metric)m, v);
 }
 
 /* GET /metrics: running and waiting requests, KV-cache usage and the
  * process start time, summed or maxed across the engine's series. */
 int
-vllm_metrics_read(const char *body, size_t len, struct narwhal_engine_metrics *out)
+engine_metrics_read(const char *body, size_t len, const struct engine_metric_names *which,
+                    struct narwhal_engine_metrics *out)
 {
 	struct metrics_seen ms = { { false } };
+	const char *names[M_COUNT];
 	const char *p, *end;
 
-	if (out == NULL || (body == NULL && len > 0))
+	if (out == NULL || which == NULL || (body == NULL && len > 0))
 		return -EINVAL;
+	names[M_RUNNING] = which->running;
+	names[M_WAITING] = which->waiting;
+	names[M_KV] = which->kv_usage;
+	names[M_KV_OLD] = which->kv_usage_old;
+	names[M_START] = START_TIME;
 	for (p = body, end = body + len; p < end;) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		struct scan s = { p, nl != NULL ? nl : end };
@@ -314,7 +317,7 @@ vllm_metrics_read(const char *body, size_t len, struct narwhal_engine_metrics *o
 		/* A CRLF body: the CR is not part of the line. */
 		if (s.end > s.p && s.end[-1] == '\r')
 			s.end--;
-		if (!read_line(&s, &ms))
+		if (!read_line(&s, names, &ms))
 			return -EPROTO;
 		p = nl != NULL ? nl + 1 : end;
 	}

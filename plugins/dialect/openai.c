@@ -1,0 +1,446 @@
+/*
+ * What the dialects of OpenAI-compatible engines share (vLLM, SGLang): the
+ * generation routes, the error shapes and their classes (spec 4.2), the
+ * model list and the SSE events. Compiled into each dialect that uses it;
+ * nothing here is exported from a plugin. Reference: engine-wire-formats
+ * sections 4 and 5.
+ */
+#include "openai.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- requests ----------------------------------------------------------- */
+
+const char *
+oai_route_path(narwhal_route route)
+{
+	switch (route) {
+	case NARWHAL_ROUTE_COMPLETIONS: return "/v1/completions";
+	case NARWHAL_ROUTE_CHAT_COMPLETIONS: return "/v1/chat/completions";
+	}
+	return NULL;
+}
+
+void
+oai_set_call(struct narwhal_http_call *out, const char *method, const char *path, json_t *body)
+{
+	out->flags = 0;
+	out->method = method;
+	out->path = path;
+	out->body = body;
+}
+
+bool
+oai_is_token_ids(const json_t *prompt)
+{
+	size_t i;
+	json_t *v;
+
+	if (!json_is_array(prompt) || json_array_size(prompt) == 0)
+		return false;
+	json_array_foreach(prompt, i, v) {
+		if (!json_is_integer(v))
+			return false;
+	}
+	return true;
+}
+
+int
+oai_copy_key(json_t *body, const json_t *client_body, const char *key)
+{
+	const json_t *v = json_object_get(client_body, key);
+
+	if (v == NULL || json_is_null(v))
+		return 0;
+	return json_object_set_new(body, key, json_deep_copy(v));
+}
+
+/* ---- error classification ---------------------------------------------- */
+
+static void
+read_error_object(const json_t *obj, struct oai_error *ef)
+{
+	ef->message = json_string_value(json_object_get(obj, "message"));
+	ef->type = json_string_value(json_object_get(obj, "type"));
+	ef->param = json_string_value(json_object_get(obj, "param"));
+	ef->code = json_object_get(obj, "code");
+}
+
+/*
+ * Find the error in a document: the nested {"error": {...}} of vLLM 0.10.1
+ * and later (and of every in-band stream error, SGLang's included),
+ * {"error": "text"}, or the flat {"object": "error", ...} of older vLLM and
+ * of SGLang. False when the document has none of these shapes.
+ */
+static bool
+find_error(const json_t *doc, struct oai_error *ef)
+{
+	const json_t *error;
+
+	memset(ef, 0, sizeof *ef);
+	if (!json_is_object(doc))
+		return false;
+	error = json_object_get(doc, "error");
+	if (json_is_object(error)) {
+		read_error_object(error, ef);
+		return true;
+	}
+	if (json_is_string(error)) {
+		ef->message = json_string_value(error);
+		return true;
+	}
+	if (json_is_string(json_object_get(doc, "object")) &&
+	    strcmp(json_string_value(json_object_get(doc, "object")), "error") == 0) {
+		read_error_object(doc, ef);
+		return true;
+	}
+	return false;
+}
+
+/* Error type names and the status each stands for: vLLM's exception class
+ * names and HTTP reason phrases, and the OpenAI-style names. */
+static const struct {
+	const char *type;
+	int status;
+} type_status[] = {
+	{ "BadRequestError", 400 },          { "Bad Request", 400 },
+	{ "invalid_request_error", 400 },    { "AuthenticationError", 401 },
+	{ "authentication_error", 401 },     { "Unauthorized", 401 },
+	{ "PermissionDeniedError", 403 },    { "permission_error", 403 },
+	{ "Forbidden", 403 },                { "NotFoundError", 404 },
+	{ "not_found_error", 404 },          { "Not Found", 404 },
+	{ "MethodNotAllowedError", 405 },    { "Method Not Allowed", 405 },
+	{ "RequestTimeoutError", 408 },      { "Request Timeout", 408 },
+	{ "ConflictError", 409 },            { "RequestEntityTooLargeError", 413 },
+	{ "UnprocessableEntityError", 422 }, { "Unprocessable Entity", 422 },
+	{ "RateLimitError", 429 },           { "rate_limit_error", 429 },
+	{ "Too Many Requests", 429 },        { "InternalServerError", 500 },
+	{ "server_error", 500 },             { "Internal Server Error", 500 },
+	{ "NotImplementedError", 501 },      { "not_supported_error", 501 },
+	{ "Not Implemented", 501 },          { "BadGatewayError", 502 },
+	{ "Bad Gateway", 502 },              { "ServiceUnavailableError", 503 },
+	{ "unavailable_error", 503 },        { "Service Unavailable", 503 },
+	{ "GatewayTimeoutError", 504 },      { "Gateway Timeout", 504 },
+};
+
+/* The status an error answer reports about itself: an integer code that is
+ * an HTTP error status, else its type's status, else 0 (unknown). */
+static int
+reported_status(const struct oai_error *ef)
+{
+	if (json_is_integer(ef->code)) {
+		json_int_t code = json_integer_value(ef->code);
+
+		if (code >= 400 && code <= 599)
+			return (int)code;
+	}
+	if (ef->type != NULL) {
+		for (size_t i = 0; i < sizeof type_status / sizeof type_status[0]; i++) {
+			if (strcmp(ef->type, type_status[i].type) == 0)
+				return type_status[i].status;
+		}
+	}
+	return 0;
+}
+
+static char
+ascii_lower(char c)
+{
+	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* No allocation. */
+bool
+oai_contains_ci(const char *hay, const char *needle)
+{
+	size_t n = strlen(needle);
+
+	for (; *hay != '\0'; hay++) {
+		size_t i = 0;
+
+		while (i < n && ascii_lower(hay[i]) == needle[i])
+			i++;
+		if (i == n)
+			return true;
+	}
+	return false;
+}
+
+/* The parameters vLLM names when a request does not fit the context. */
+static bool
+is_length_param(const char *param)
+{
+	return param != NULL &&
+	       (strcmp(param, "input_tokens") == 0 || strcmp(param, "input_text") == 0 ||
+	        strcmp(param, "max_tokens") == 0);
+}
+
+/*
+ * A 400 that means "does not fit the model's context". vLLM's wording has
+ * changed several times but always says "context length"; with a length
+ * parameter named, any mention of the context will do. The OpenAI-style
+ * code string is a shape, not text, and is taken as well.
+ */
+static bool
+is_context_too_long(const struct oai_error *ef)
+{
+	if (json_is_string(ef->code) &&
+	    strcmp(json_string_value(ef->code), "context_length_exceeded") == 0)
+		return true;
+	if (ef->message == NULL)
+		return false;
+	if (oai_contains_ci(ef->message, "context length"))
+		return true;
+	return is_length_param(ef->param) && oai_contains_ci(ef->message, "context");
+}
+
+/* Spec 4.2: only these may be retried. A 400, 413 or 422 refuses the
+ * client's own request (validation), whose message the client may see;
+ * every other status is permanent. */
+static narwhal_error_class
+status_class(int status)
+{
+	switch (status) {
+	case 408:
+	case 429:
+	case 500:
+	case 502:
+	case 503:
+	case 504:
+		return NARWHAL_ERROR_RETRYABLE;
+	case 400:
+	case 413:
+	case 422:
+		return NARWHAL_ERROR_CLIENT;
+	default:
+		return NARWHAL_ERROR_PERMANENT;
+	}
+}
+
+/* Class of an error whose HTTP status is status (0: take the one the body
+ * reports); handoff says which server errors are a failed handoff. */
+static narwhal_error_class
+classify(int status, const struct oai_error *ef, oai_handoff_fn handoff)
+{
+	if (status == 0)
+		status = reported_status(ef);
+	if (status == 400 && is_context_too_long(ef))
+		return NARWHAL_ERROR_CONTEXT_TOO_LONG;
+	if ((status == 0 || status >= 500) && handoff != NULL && handoff(ef))
+		return NARWHAL_ERROR_HANDOFF;
+	return status_class(status);
+}
+
+void
+oai_copy_text(char *dst, size_t size, const char *src)
+{
+	size_t n;
+
+	if (src == NULL) {
+		dst[0] = '\0';
+		return;
+	}
+	n = strlen(src);
+	if (n >= size) {
+		n = size - 1;
+		/* Do not end inside a UTF-8 sequence. */
+		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+int
+oai_parse_error(int32_t http_status, const char *body, size_t len, oai_handoff_fn handoff,
+                struct narwhal_engine_error *out)
+{
+	struct oai_error ef;
+	json_error_t jerr;
+	json_t *doc = NULL;
+	bool found;
+
+	if (out == NULL)
+		return -EINVAL;
+	if (body != NULL && len > 0)
+		doc = json_loadb(body, len, 0, &jerr);
+	found = find_error(doc, &ef);
+	/* An object without a known error shape may still be a flat error. */
+	if (!found && json_is_object(doc))
+		read_error_object(doc, &ef);
+	/* An HTTP error status is the answer; otherwise (an in-band error,
+	 * status 0, or an error body under 2xx) a body says its own, and
+	 * without one the host's preset stands. */
+	if (http_status >= 400 && http_status <= 599)
+		out->error_class = classify(http_status, &ef, handoff);
+	else if (json_is_object(doc))
+		out->error_class = classify(0, &ef, handoff);
+	oai_copy_text(out->message, sizeof out->message, ef.message);
+	oai_copy_text(out->param, sizeof out->param, ef.param);
+	json_decref(doc);
+	return found || ef.message != NULL ? 0 : -EPROTO;
+}
+
+int
+oai_parse_models(const json_t *response, struct narwhal_model_info *out)
+{
+	const json_t *id, *len;
+
+	if (response == NULL || out == NULL)
+		return -EINVAL;
+	id = json_object_get(json_array_get(json_object_get(response, "data"), 0), "id");
+	if (!json_is_string(id) || json_string_length(id) == 0 ||
+	    json_string_length(id) >= sizeof out->name)
+		return -EPROTO;
+	oai_copy_text(out->name, sizeof out->name, json_string_value(id));
+	len = json_object_get(json_array_get(json_object_get(response, "data"), 0),
+	                      "max_model_len");
+	if (json_is_integer(len) && json_integer_value(len) > 0)
+		out->max_model_len = json_integer_value(len);
+	return 0;
+}
+
+/* ---- SSE events --------------------------------------------------------- */
+
+static bool
+nonempty_string(const json_t *v)
+{
+	return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/* Whether one choice carries generated output. */
+static bool
+choice_has_output(const json_t *choice)
+{
+	const json_t *delta, *tools;
+
+	if (!json_is_object(choice))
+		return false;
+	/* Completions. */
+	if (nonempty_string(json_object_get(choice, "text")))
+		return true;
+	/* Chat; "message" when a request that cannot stream (beam search)
+	 * arrives as one event holding the whole response. */
+	delta = json_object_get(choice, "delta");
+	if (!json_is_object(delta))
+		delta = json_object_get(choice, "message");
+	if (!json_is_object(delta))
+		return false;
+	tools = json_object_get(delta, "tool_calls");
+	return nonempty_string(json_object_get(delta, "content")) ||
+	       nonempty_string(json_object_get(delta, "reasoning")) ||
+	       nonempty_string(json_object_get(delta, "reasoning_content")) ||
+	       (json_is_array(tools) && json_array_size(tools) > 0);
+}
+
+static int64_t
+usage_count(const json_t *usage, const char *key)
+{
+	const json_t *v = json_object_get(usage, key);
+
+	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+}
+
+static bool
+is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* The success terminator, allowing stray whitespace around it. */
+static bool
+is_done(const char *data, size_t len)
+{
+	while (len > 0 && is_space(data[0])) {
+		data++;
+		len--;
+	}
+	while (len > 0 && is_space(data[len - 1]))
+		len--;
+	return len == 6 && memcmp(data, "[DONE]", 6) == 0;
+}
+
+/* Whether hay holds needle; no allocation. This runs on every relayed
+ * token event, so memchr finds the candidates. */
+static bool
+contains(const char *hay, size_t len, const char *needle, size_t n)
+{
+	while (len >= n) {
+		const char *q = memchr(hay, needle[0], len - n + 1);
+
+		if (q == NULL)
+			return false;
+		if (memcmp(q, needle, n) == 0)
+			return true;
+		len -= (size_t)(q - hay) + 1;
+		hay = q + 1;
+	}
+	return false;
+}
+
+/* After the first token only a terminator or an error changes what the
+ * host does, and a token event holds neither text outside its strings
+ * (inside them a quote is escaped, so "\"error\"" cannot match there). */
+bool
+oai_sniff_sse(const char *data, size_t len)
+{
+	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7);
+}
+
+/*
+ * One data payload. tokens counts the choices that carry output in this
+ * event; the engines send one token per choice per event unless they batch,
+ * so it is an event count, and exact totals come from usage. Usage is read
+ * from any event that has it (vLLM's continuous_usage_stats puts it on
+ * every chunk).
+ */
+int
+oai_parse_sse(const char *data, size_t len, oai_handoff_fn handoff,
+              struct narwhal_sse_event *out)
+{
+	const json_t *choices, *usage;
+	struct oai_error ef;
+	json_error_t jerr;
+	json_t *doc;
+	size_t i;
+	json_t *choice;
+
+	if (data == NULL || out == NULL)
+		return -EINVAL;
+	out->tokens = 0;
+	out->prompt_tokens = -1;
+	out->completion_tokens = -1;
+	if (is_done(data, len)) {
+		out->kind = NARWHAL_SSE_DONE;
+		return 0;
+	}
+	doc = json_loadb(data, len, 0, &jerr);
+	if (!json_is_object(doc)) {
+		json_decref(doc);
+		return -EPROTO;
+	}
+	usage = json_object_get(doc, "usage");
+	if (json_is_object(usage)) {
+		out->prompt_tokens = usage_count(usage, "prompt_tokens");
+		out->completion_tokens = usage_count(usage, "completion_tokens");
+	} else {
+		usage = NULL;
+	}
+	choices = json_object_get(doc, "choices");
+	if (find_error(doc, &ef)) {
+		/* In-band: the status is already 200, so the body says it. */
+		out->kind = NARWHAL_SSE_ERROR;
+		out->error_class = classify(0, &ef, handoff);
+	} else if (json_is_array(choices) && json_array_size(choices) > 0) {
+		json_array_foreach(choices, i, choice) {
+			if (choice_has_output(choice))
+				out->tokens++;
+		}
+		out->kind = out->tokens > 0 ? NARWHAL_SSE_TOKENS : NARWHAL_SSE_OTHER;
+	} else {
+		out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
+	}
+	json_decref(doc);
+	return 0;
+}

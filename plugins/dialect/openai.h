@@ -1,0 +1,61 @@
+/*
+ * Shared pieces of the dialects whose engines serve the OpenAI-compatible
+ * API (openai.c): vLLM and SGLang. No state: every function works on its
+ * arguments alone.
+ */
+#ifndef NW_PLUGIN_OPENAI_H
+#define NW_PLUGIN_OPENAI_H
+
+#include <narwhal/plugin-abi.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The generation route the client used, or NULL for an unknown one. */
+const char *oai_route_path(narwhal_route route);
+
+/* Fill an outgoing call (flags 0). */
+void oai_set_call(struct narwhal_http_call *out, const char *method, const char *path,
+                  json_t *body);
+
+/* A prompt that is already token IDs: a non-empty list of integers. */
+bool oai_is_token_ids(const json_t *prompt);
+
+/* Copy client_body[key] into body when the client gave it (a null is not
+ * given). Returns -1 only when out of memory. */
+int oai_copy_key(json_t *body, const json_t *client_body, const char *key);
+
+/* Copy a string into a fixed buffer, cut at a character boundary; NULL
+ * gives "". */
+void oai_copy_text(char *dst, size_t size, const char *src);
+
+/* Whether hay contains needle (lower case), ignoring ASCII case. */
+bool oai_contains_ci(const char *hay, const char *needle);
+
+/* The parts of an error answer that classification reads. */
+struct oai_error {
+	const char *message;
+	const char *type;
+	const char *param;
+	const json_t *code;
+};
+
+/* A dialect's test for a server error that means the decode engine could
+ * not load the handoff (NARWHAL_ERROR_HANDOFF); NULL: none is. */
+typedef bool (*oai_handoff_fn)(const struct oai_error *ef);
+
+/* parse_error for the nested {"error": {...}}, {"error": "text"} and flat
+ * {"object": "error", ...} shapes. */
+int oai_parse_error(int32_t http_status, const char *body, size_t len, oai_handoff_fn handoff,
+                    struct narwhal_engine_error *out);
+
+/* parse_models: the first model of GET /v1/models and its max_model_len. */
+int oai_parse_models(const json_t *response, struct narwhal_model_info *out);
+
+/* sniff_sse and parse_sse for OpenAI-style chunks, usage and in-band
+ * errors. */
+bool oai_sniff_sse(const char *data, size_t len);
+int oai_parse_sse(const char *data, size_t len, oai_handoff_fn handoff,
+                  struct narwhal_sse_event *out);
+
+#endif /* NW_PLUGIN_OPENAI_H */
