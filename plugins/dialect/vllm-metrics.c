@@ -1,25 +1,16 @@
 #include "vllm-metrics.h"
 
 #include <errno.h>
-#include <locale.h>
-#include <math.h>
-#include <stdbool.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+
+#include "prom-text.h"
 
 /*
- * A reader of the Prometheus text exposition format (version 0.0.4, what
- * vLLM's prometheus_client serves), strict about the lines it takes and
- * allocation-free: it walks the body in place. A line is blank, a comment
- * ('#' first: HELP, TYPE or anything else), or a sample
- *     name [{label="value",...}] value [timestamp]
- * Samples of the metrics below are read in full and must be well formed;
- * other samples need only start with a metric name, so a family vLLM adds
- * later cannot break monitoring. Reference: engine-wire-formats section 5.1.
+ * What the vllm dialect reads from vLLM's /metrics page (prometheus_client's
+ * text format, read by prom-text.c). Reference: engine-wire-formats
+ * section 5.1.
  */
 
-/* The metrics the dialect reads. */
 enum vllm_metric {
 	M_RUNNING,
 	M_WAITING,
@@ -29,308 +20,36 @@ enum vllm_metric {
 	M_COUNT,
 };
 
-static const char *const metric_names[M_COUNT] = {
-	[M_RUNNING] = "vllm:num_requests_running",
-	[M_WAITING] = "vllm:num_requests_waiting",
-	[M_KV] = "vllm:kv_cache_usage_perc",
-	[M_KV_OLD] = "vllm:gpu_cache_usage_perc",
-	[M_START] = "process_start_time_seconds",
+static const struct prom_family families[M_COUNT] = {
+	[M_RUNNING] = { "vllm:num_requests_running", PROM_COUNT },
+	[M_WAITING] = { "vllm:num_requests_waiting", PROM_COUNT },
+	[M_KV] = { "vllm:kv_cache_usage_perc", PROM_RATIO },
+	[M_KV_OLD] = { "vllm:gpu_cache_usage_perc", PROM_RATIO },
+	[M_START] = { "process_start_time_seconds", PROM_TIME },
 };
-
-/* One line of the body: [p, end). */
-struct scan {
-	const char *p;
-	const char *end;
-};
-
-static bool
-is_blank(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-static void
-skip_blanks(struct scan *s)
-{
-	while (s->p < s->end && is_blank(*s->p))
-		s->p++;
-}
-
-static bool
-is_name_char(char c, bool first, bool colon)
-{
-	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_')
-		return true;
-	if (colon && c == ':')
-		return true;
-	return !first && c >= '0' && c <= '9';
-}
-
-/* A metric name (colon allowed) or a label name; its length, 0 if none. */
-static size_t
-scan_name(struct scan *s, bool colon)
-{
-	const char *start = s->p;
-
-	while (s->p < s->end && is_name_char(*s->p, s->p == start, colon))
-		s->p++;
-	return (size_t)(s->p - start);
-}
-
-/* The label set after '{': names, '=', quoted values whose only escapes are
- * \\, \" and \n; a trailing comma is allowed. */
-static bool
-scan_labels(struct scan *s)
-{
-	for (;;) {
-		skip_blanks(s);
-		if (s->p < s->end && *s->p == '}') {
-			s->p++;
-			return true;
-		}
-		if (scan_name(s, false) == 0)
-			return false;
-		skip_blanks(s);
-		if (s->p >= s->end || *s->p != '=')
-			return false;
-		s->p++;
-		skip_blanks(s);
-		if (s->p >= s->end || *s->p != '"')
-			return false;
-		for (s->p++;; s->p++) {
-			if (s->p >= s->end)
-				return false;
-			if (*s->p == '"')
-				break;
-			if (*s->p == '\\') {
-				if (++s->p >= s->end ||
-				    (*s->p != '\\' && *s->p != '"' && *s->p != 'n'))
-					return false;
-			}
-		}
-		s->p++;
-		skip_blanks(s);
-		if (s->p < s->end && *s->p == ',')
-			s->p++;
-		else if (s->p >= s->end || *s->p != '}')
-			return false;
-	}
-}
-
-/* The next blank-separated token; its length, 0 at the end of the line. */
-static size_t
-scan_token(struct scan *s, const char **token)
-{
-	skip_blanks(s);
-	*token = s->p;
-	while (s->p < s->end && !is_blank(*s->p))
-		s->p++;
-	return (size_t)(s->p - *token);
-}
-
-/* [+-]digits[.digits][e[+-]digits] with at least one digit in the mantissa. */
-static bool
-is_decimal(const char *t, size_t n)
-{
-	size_t i = 0, digits = 0;
-
-	if (i < n && (t[i] == '+' || t[i] == '-'))
-		i++;
-	for (; i < n && t[i] >= '0' && t[i] <= '9'; i++)
-		digits++;
-	if (i < n && t[i] == '.') {
-		for (i++; i < n && t[i] >= '0' && t[i] <= '9'; i++)
-			digits++;
-	}
-	if (digits == 0)
-		return false;
-	if (i < n && (t[i] == 'e' || t[i] == 'E')) {
-		size_t exp = 0;
-
-		i++;
-		if (i < n && (t[i] == '+' || t[i] == '-'))
-			i++;
-		for (; i < n && t[i] >= '0' && t[i] <= '9'; i++)
-			exp++;
-		if (exp == 0)
-			return false;
-	}
-	return i == n;
-}
-
-/* A sample value: a decimal float, NaN, +Inf or -Inf (the format's
- * spellings; strtod's hexadecimal and "infinity" forms are not). */
-static bool
-parse_value(const char *t, size_t n, double *out)
-{
-	char buf[64];
-	char *end;
-
-	if (n == 3 && memcmp(t, "NaN", 3) == 0) {
-		*out = NAN;
-		return true;
-	}
-	if ((n == 4 && memcmp(t, "+Inf", 4) == 0) || (n == 3 && memcmp(t, "Inf", 3) == 0)) {
-		*out = INFINITY;
-		return true;
-	}
-	if (n == 4 && memcmp(t, "-Inf", 4) == 0) {
-		*out = -INFINITY;
-		return true;
-	}
-	if (n >= sizeof buf || !is_decimal(t, n))
-		return false;
-	memcpy(buf, t, n);
-	buf[n] = '\0';
-	/* strtod reads the locale's decimal point; the host runs in "C", but
-	 * a plugin should not depend on it. */
-	if (localeconv()->decimal_point[0] != '.') {
-		char *dot = strchr(buf, '.');
-
-		if (dot != NULL)
-			*dot = localeconv()->decimal_point[0];
-	}
-	*out = strtod(buf, &end);
-	return *end == '\0';
-}
-
-/* An optional timestamp: an integer, milliseconds. */
-static bool
-is_timestamp(const char *t, size_t n)
-{
-	size_t i = t[0] == '-' ? 1 : 0;
-
-	if (i == n)
-		return false;
-	for (; i < n; i++) {
-		if (t[i] < '0' || t[i] > '9')
-			return false;
-	}
-	return true;
-}
-
-/* What the body says, summed or maxed across series. */
-struct metrics_seen {
-	bool seen[M_COUNT];
-	double value[M_COUNT];
-};
-
-/* Counts stay exact as doubles, and far from overflowing int64. */
-#define MAX_COUNT 9007199254740992.0 /* 2^53 */
-
-/* Whether v is valid for metric m. */
-static bool
-value_fits(enum vllm_metric m, double v)
-{
-	switch (m) {
-	case M_RUNNING:
-	case M_WAITING:
-		return v >= 0 && v <= MAX_COUNT && v == (double)(int64_t)v;
-	case M_KV:
-	case M_KV_OLD:
-		return v >= 0 && v <= 1;
-	case M_START:
-		return v > 0 && isfinite(v);
-	case M_COUNT:
-		break;
-	}
-	return false;
-}
-
-/* Several series of one metric (one per model_name or engine label): the
- * counts add up, the cache usage and the start time are the highest. False
- * when a sum of counts leaves the range. */
-static bool
-merge_value(struct metrics_seen *ms, enum vllm_metric m, double v)
-{
-	if (!ms->seen[m])
-		ms->value[m] = v;
-	else if (m == M_RUNNING || m == M_WAITING)
-		ms->value[m] += v;
-	else if (v > ms->value[m])
-		ms->value[m] = v;
-	ms->seen[m] = true;
-	return ms->value[m] <= MAX_COUNT || (m != M_RUNNING && m != M_WAITING);
-}
-
-/* One line. False when it is malformed where that matters: a line that is
- * neither blank, a comment nor a sample, or a sample of a metric we read
- * that does not follow the format or whose value does not fit. */
-static bool
-read_line(struct scan *s, struct metrics_seen *ms)
-{
-	const char *name, *tok;
-	size_t n, len;
-	double v;
-	int m;
-
-	skip_blanks(s);
-	if (s->p == s->end || *s->p == '#')
-		return true;
-	name = s->p;
-	n = scan_name(s, true);
-	if (n == 0)
-		return false;
-	for (m = 0; m < M_COUNT; m++) {
-		if (strlen(metric_names[m]) == n && memcmp(name, metric_names[m], n) == 0)
-			break;
-	}
-	if (m == M_COUNT)
-		return true;
-	/* The name ends at a brace or a blank, never inside a longer token. */
-	if (s->p == s->end || (*s->p != '{' && !is_blank(*s->p)))
-		return false;
-	skip_blanks(s);
-	if (s->p < s->end && *s->p == '{') {
-		s->p++;
-		if (!scan_labels(s))
-			return false;
-	}
-	len = scan_token(s, &tok);
-	if (len == 0 || !parse_value(tok, len, &v) || !value_fits((enum vllm_metric)m, v))
-		return false;
-	len = scan_token(s, &tok);
-	if (len > 0 && !is_timestamp(tok, len))
-		return false;
-	if (scan_token(s, &tok) != 0)
-		return false;
-	return merge_value(ms, (enum vllm_metric)m, v);
-}
 
 /* GET /metrics: running and waiting requests, KV-cache usage and the
  * process start time, summed or maxed across the engine's series. */
 int
 vllm_metrics_read(const char *body, size_t len, struct narwhal_engine_metrics *out)
 {
-	struct metrics_seen ms = { { false } };
-	const char *p, *end;
+	struct prom_value v[M_COUNT];
+	int rc;
 
-	if (out == NULL || (body == NULL && len > 0))
+	if (out == NULL)
 		return -EINVAL;
-	for (p = body, end = body + len; p < end;) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		struct scan s = { p, nl != NULL ? nl : end };
-
-		/* A CRLF body: the CR is not part of the line. */
-		if (s.end > s.p && s.end[-1] == '\r')
-			s.end--;
-		if (!read_line(&s, &ms))
-			return -EPROTO;
-		p = nl != NULL ? nl + 1 : end;
-	}
-	if (!ms.seen[M_RUNNING] && !ms.seen[M_WAITING] && !ms.seen[M_KV] &&
-	    !ms.seen[M_KV_OLD] && !ms.seen[M_START])
-		return -EPROTO;
-	if (ms.seen[M_RUNNING])
-		out->running = (int64_t)ms.value[M_RUNNING];
-	if (ms.seen[M_WAITING])
-		out->waiting = (int64_t)ms.value[M_WAITING];
-	if (ms.seen[M_KV])
-		out->kv_usage = ms.value[M_KV];
-	else if (ms.seen[M_KV_OLD])
-		out->kv_usage = ms.value[M_KV_OLD];
-	if (ms.seen[M_START])
-		out->start_time_s = ms.value[M_START];
+	rc = prom_text_read(body, len, families, M_COUNT, v);
+	if (rc != 0)
+		return rc;
+	if (v[M_RUNNING].seen)
+		out->running = (int64_t)v[M_RUNNING].value;
+	if (v[M_WAITING].seen)
+		out->waiting = (int64_t)v[M_WAITING].value;
+	if (v[M_KV].seen)
+		out->kv_usage = v[M_KV].value;
+	else if (v[M_KV_OLD].seen)
+		out->kv_usage = v[M_KV_OLD].value;
+	if (v[M_START].seen)
+		out->start_time_s = v[M_START].value;
 	return 0;
 }
-
