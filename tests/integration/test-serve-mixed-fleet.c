@@ -20,15 +20,15 @@
 #define TOKEN "mixed-fleet-admin-token"
 #define WAIT_MS 8000
 
-/* sim-0 speaks llamacpp with the role decode written for it; sim-1 and
- * sim-2 are a vLLM prefill and decode pair. */
+/* sim-0 speaks llamacpp, sim-1 and sim-2 vllm; roles[i] ('p', 'd') is the
+ * role written for engine i. */
 static gboolean
-start(struct serve_env *e, char **dir)
+start_roles(struct serve_env *e, const char *roles, char **dir)
 {
 	const char *const args[] = { "--engines", "3", "--time-scale", "20", NULL };
 	g_autofree char *cfg = NULL;
 
-	if (!serve_start(e, args, "dpd", NULL))
+	if (!serve_start(e, args, roles, NULL))
 		return FALSE;
 	*dir = serve_plugin_dir_new();
 	cfg = g_strdup_printf("{\"plugins\": {\"dir\": \"%s\"}, \"engine\": {\"tokenize\": false},"
@@ -43,6 +43,13 @@ start(struct serve_env *e, char **dir)
 		g_error("the engines did not all become available:\n%s", log);
 	}
 	return TRUE;
+}
+
+/* sim-0 (llamacpp) labelled decode beside a vLLM prefill and decode pair. */
+static gboolean
+start(struct serve_env *e, char **dir)
+{
+	return start_roles(e, "dpd", dir);
 }
 
 static guint16
@@ -234,6 +241,50 @@ test_never_moved(void)
 	serve_plugin_dir_free(dir);
 }
 
+/* Issue 14 with spec 7.2: the floors count engines that can pair. Written
+ * roles (as file-order assignment gives them when the llama.cpp engine
+ * comes first) that label the aggregate-only engine prefill and both vLLM
+ * engines decode leave no pairing prefill engine: floor repair moves a
+ * vLLM engine to prefill on the first pass, and the vLLM engines pair. */
+static void
+test_floors_count_pairing_engines(void)
+{
+	struct serve_env e;
+	char *dir;
+	gint64 deadline;
+	gboolean repaired = FALSE;
+
+	if (!start_roles(&e, "pdd", &dir))
+		return;
+	deadline = g_get_monotonic_time() + WAIT_MS * 1000;
+	while (!repaired && g_get_monotonic_time() < deadline) {
+		g_autofree char *r1 = engine_field(&e, "sim-1", "role");
+		g_autofree char *r2 = engine_field(&e, "sim-2", "role");
+
+		repaired = g_strcmp0(r1, "prefill") == 0 || g_strcmp0(r2, "prefill") == 0;
+		if (!repaired)
+			g_usleep(50000);
+	}
+	if (!repaired) {
+		g_autofree char *log = serve_log(&e);
+
+		g_error("no vLLM engine was moved to prefill:\n%s", log);
+	}
+	g_assert_true(serve_wait_log(&e, "\"caller\":\"floor_repair\"", 5000));
+	{
+		g_autofree char *r0 = engine_field(&e, "sim-0", "role");
+
+		g_assert_cmpstr(r0, ==, "prefill");
+	}
+	g_assert_cmpint(engine_action(&e, "sim-0", "drain", NULL, NULL), ==, 200);
+	post_ok(&e, 2);
+	g_assert_cmpint(serve_counter(&e, "prefill_started"), ==, 2);
+	g_assert_cmpint(serve_counter(&e, "decode_started"), ==, 2);
+	assert_no_request_plugin_errors(&e);
+	serve_clear(&e);
+	serve_plugin_dir_free(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -243,5 +294,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/mixed-fleet/issue-14/aggregate-beside-pairs",
 	                test_aggregate_beside_pairs);
 	g_test_add_func("/serve/mixed-fleet/issue-14/never-moved", test_never_moved);
+	g_test_add_func("/serve/mixed-fleet/issue-14/floors-count-pairing-engines",
+	                test_floors_count_pairing_engines);
 	return g_test_run();
 }
