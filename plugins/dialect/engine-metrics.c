@@ -321,8 +321,9 @@ engine_metrics_read(const char *body, size_t len, const struct engine_metric_nam
 			return -EPROTO;
 		p = nl != NULL ? nl + 1 : end;
 	}
-	if (!ms.seen[M_RUNNING] && !ms.seen[M_WAITING] && !ms.seen[M_KV] &&
-	    !ms.seen[M_KV_OLD] && !ms.seen[M_START])
+	/* The process start time alone is any Prometheus client's: the page
+	 * is the engine's only when it names one of the dialect's own. */
+	if (!ms.seen[M_RUNNING] && !ms.seen[M_WAITING] && !ms.seen[M_KV] && !ms.seen[M_KV_OLD])
 		return -EPROTO;
 	if (ms.seen[M_RUNNING])
 		out->running = (int64_t)ms.value[M_RUNNING];

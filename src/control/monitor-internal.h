@@ -130,6 +130,9 @@ void nw_monitor_refresh(struct nw_monitor *m);
 void nw_monitor_model_seen(struct nw_monitor *m, uint32_t engine);
 /* Live engines of a role. */
 uint32_t nw_monitor_live_of(const struct nw_monitor *m, narwhal_role role);
+/* Live engines of a role that can pair: the split the floors keep
+ * (docs/recovery.md, "Role floors"); an aggregate-only engine is outside it. */
+uint32_t nw_monitor_split_of(const struct nw_monitor *m, narwhal_role role);
 
 /* monitor-roles.c */
 /* A pass's floor repair (spec 7.2). */

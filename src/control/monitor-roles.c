@@ -159,9 +159,9 @@ nw_monitor_set_role(struct nw_monitor *m, uint32_t engine, narwhal_role to, cons
 	g = nw_roles_check_move(m->role_scratch, m->n, engine, to, &m->role_rules, now);
 	if (g != NW_ROLE_GUARD_OK)
 		return g;
-	c.prefill_after = nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL) + (to == NARWHAL_ROLE_PREFILL) -
+	c.prefill_after = nw_monitor_split_of(m, NARWHAL_ROLE_PREFILL) + (to == NARWHAL_ROLE_PREFILL) -
 	                  (c.from == NARWHAL_ROLE_PREFILL);
-	c.decode_after = nw_monitor_live_of(m, NARWHAL_ROLE_DECODE) + (to == NARWHAL_ROLE_DECODE) -
+	c.decode_after = nw_monitor_split_of(m, NARWHAL_ROLE_DECODE) + (to == NARWHAL_ROLE_DECODE) -
 	                 (c.from == NARWHAL_ROLE_DECODE);
 	apply_change(m, &c);
 	return NW_ROLE_GUARD_OK;

@@ -182,6 +182,20 @@ nw_monitor_live_of(const struct nw_monitor *m, narwhal_role role)
 	return n;
 }
 
+uint32_t
+nw_monitor_split_of(const struct nw_monitor *m, narwhal_role role)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+
+		n += (v->flags & NARWHAL_ENGINE_AVAILABLE) && v->role == role &&
+		     nw_dialect_pairs(&m->dialects[i]);
+	}
+	return n;
+}
+
 /* Whether engine is the last live engine of its role. */
 static bool
 last_of_role(const struct nw_monitor *m, uint32_t engine)
@@ -558,8 +572,8 @@ nw_monitor_to_json(const struct nw_monitor *m, bool operator)
 	                  * been ejected or readmitted since the last pass); the
 	                  * breach and the reachable split are the last pass's. */
 	                 "roles",
-	                 "live_prefill", (json_int_t)nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL),
-	                 "live_decode", (json_int_t)nw_monitor_live_of(m, NARWHAL_ROLE_DECODE),
+	                 "live_prefill", (json_int_t)nw_monitor_split_of(m, NARWHAL_ROLE_PREFILL),
+	                 "live_decode", (json_int_t)nw_monitor_split_of(m, NARWHAL_ROLE_DECODE),
 	                 "prefill_breach", m->floors.prefill_breach,
 	                 "decode_breach", m->floors.decode_breach,
 	                 "reachable_prefill", (json_int_t)m->floors.reachable_prefill,
@@ -604,8 +618,8 @@ nw_monitor_summary(const struct nw_monitor *m, struct nw_monitor_summary *out)
 	out->min_decode = m->role_rules.min_decode;
 	out->floors = m->floors;
 	/* As nw_monitor_to_json: the live split as the engines show it now. */
-	out->floors.live_prefill = nw_monitor_live_of(m, NARWHAL_ROLE_PREFILL);
-	out->floors.live_decode = nw_monitor_live_of(m, NARWHAL_ROLE_DECODE);
+	out->floors.live_prefill = nw_monitor_split_of(m, NARWHAL_ROLE_PREFILL);
+	out->floors.live_decode = nw_monitor_split_of(m, NARWHAL_ROLE_DECODE);
 	memcpy(out->role_changes, m->history.by_caller, sizeof out->role_changes);
 }
 

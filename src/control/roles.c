@@ -14,11 +14,15 @@
 #include "core/config.h"
 #include "core/dialect.h"
 
-/* The split and the engines that may change role, counted once per call. */
+/* The split and the engines that may change role, counted once per call.
+ * Only engines that can pair are in it: an aggregate-only engine runs
+ * whole requests whatever its label, so it is neither prefill nor decode
+ * capacity for a handoff (issue 14, a fleet that mixes dialects). */
 struct split {
 	uint32_t prefill, decode;         /* live, by role */
 	uint32_t movable_prefill;         /* live, unpinned, movable */
 	uint32_t movable_decode;
+	bool pairs;                       /* some engine, live or not, can pair */
 };
 
 static bool
@@ -35,7 +39,8 @@ count_split(const struct nw_role_engine *engines, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct nw_role_engine *e = &engines[i];
 
-		if (!e->live)
+		s.pairs |= !e->aggregate_only;
+		if (!e->live || e->aggregate_only)
 			continue;
 		if (e->role == NARWHAL_ROLE_PREFILL) {
 			s.prefill++;
@@ -169,11 +174,12 @@ nw_roles_repair_floors(const struct nw_role_engine *engines, uint32_t n,
 		live_p = proposed_p;
 		live_d = proposed_d;
 	}
+	/* A fleet where no engine can pair has no split to keep floors in. */
 	if (report != NULL)
 		*report = (struct nw_floor_report){
 			.live_prefill = live_p, .live_decode = live_d,
-			.prefill_breach = live_p < rules->min_prefill,
-			.decode_breach = live_d < rules->min_decode,
+			.prefill_breach = s.pairs && live_p < rules->min_prefill,
+			.decode_breach = s.pairs && live_d < rules->min_decode,
 			.reachable_prefill = reach_p, .reachable_decode = reach_d,
 		};
 	return count;
@@ -271,7 +277,7 @@ nw_roles_readmit_role(const struct nw_role_engine *engines, uint32_t n, uint32_t
 	if (engines[i].pinned || !engines[i].movable)
 		return current;
 	for (uint32_t k = 0; k < n; k++) {
-		if (k == i || !engines[k].live)
+		if (k == i || !engines[k].live || engines[k].aggregate_only)
 			continue;
 		prefill += engines[k].role == NARWHAL_ROLE_PREFILL;
 		decode += engines[k].role == NARWHAL_ROLE_DECODE;
@@ -415,6 +421,7 @@ nw_role_engine_of(const struct narwhal_engine_view *v, const struct nw_dialect *
 		.live = (v->flags & NARWHAL_ENGINE_AVAILABLE) != 0,
 		.pinned = (v->flags & NARWHAL_ENGINE_PINNED) != 0,
 		.movable = nw_dialect_pairs(d) && (d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES),
+		.aggregate_only = !nw_dialect_pairs(d),
 		.role_since_ns = v->role_since_ns,
 		.resident = v->role == NARWHAL_ROLE_DECODE ? v->resident_decode
 		                                           : v->resident_prefill + v->queued_prefill,

@@ -22,6 +22,8 @@ struct nw_role_engine {
 	bool live;                 /* available to placement now */
 	bool pinned;               /* role fixed by the operator */
 	bool movable;              /* its dialect allows per-request roles */
+	bool aggregate_only;       /* its dialect cannot pair: it runs whole
+	                            * requests, outside the prefill/decode split */
 	int64_t role_since_ns;     /* when its role last changed (dwell) */
 	uint32_t resident;         /* requests resident in its current phase */
 };

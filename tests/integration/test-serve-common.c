@@ -466,7 +466,8 @@ serve_plugin_dir_new(void)
 {
 	static const char *const builtin[] = {
 		"admission-open.so", "admission-predictive.so", "controller-static.so",
-		"dialect-vllm.so", "placement-least-loaded.so", "placement-slo-cost.so",
+		"dialect-llamacpp.so", "dialect-vllm.so", "placement-least-loaded.so",
+		"placement-slo-cost.so",
 	};
 	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
 	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",
@@ -510,7 +511,9 @@ serve_restart_with_dialects(struct serve_env *e, const char *dialects, const cha
 	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
 	for (size_t i = 0; i < json_array_size(engines) && dialects[i]; i++)
 		json_object_set_new(json_array_get(engines, i), "dialect",
-		                    json_string(dialects[i] == 'm' ? "mock" : "vllm"));
+		                    json_string(dialects[i] == 'm'   ? "mock"
+		                                : dialects[i] == 'l' ? "llamacpp"
+		                                                     : "vllm"));
 	if (!serve_start_daemon(e, config_json, NULL)) {
 		g_autofree char *log = serve_log(e);
 

@@ -106,7 +106,7 @@ gboolean serve_raw_read_until(int fd, GString *got, const char *needle, guint ti
 char *serve_plugin_dir_new(void);
 void serve_plugin_dir_free(char *dir);
 /* Restart narwhal with engine i's dialect set as dialects[i] ('v': vllm,
- * 'm': the mock) and the extra configuration. */
+ * 'm': the mock, 'l': llamacpp) and the extra configuration. */
 void serve_restart_with_dialects(struct serve_env *e, const char *dialects,
                                  const char *config_json);
 

@@ -16,6 +16,9 @@ struct side {
 	struct nw_config *cfg;
 	struct nw_fleet *fleet;
 	struct nw_monitor *m;
+	/* Each engine's dialect as the monitor sees it: vLLM's capabilities
+	 * (no plugin is called here). */
+	struct nw_dialect dialects[8];
 };
 
 static void
@@ -31,8 +34,14 @@ side_init(struct side *s, const char *engines_json, int64_t now)
 	g_assert_nonnull(s->cfg);
 	g_ptr_array_unref(problems);
 	s->fleet = nw_fleet_new(s->cfg, now);
+	g_assert_cmpuint(s->cfg->fleet.n_engines, <=, G_N_ELEMENTS(s->dialects));
+	for (uint32_t i = 0; i < G_N_ELEMENTS(s->dialects); i++)
+		s->dialects[i] = (struct nw_dialect){
+			.caps = NARWHAL_DIALECT_HANDOFF_SEQUENTIAL | NARWHAL_DIALECT_PER_REQUEST_ROLES,
+		};
 	o.cfg = s->cfg;
 	o.fleet = s->fleet;
+	o.dialects = s->dialects;
 	s->m = nw_monitor_new(&o);
 }
 

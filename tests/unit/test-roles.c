@@ -399,6 +399,78 @@ test_readmit_fewer_and_ties(void)
 	g_assert_cmpuint(nw_roles_readmit_role(e, 4, 2, &floors11), ==, D);
 }
 
+/* An engine whose dialect cannot pair (llama.cpp's): it runs whole
+ * requests whatever its role label, and never moves. */
+static struct nw_role_engine
+agg(narwhal_role role)
+{
+	return (struct nw_role_engine){ .role = role, .live = true, .aggregate_only = true };
+}
+
+/* Issue 14, a fleet that mixes dialects (spec 7.2): the floors keep engines
+ * that can pair in each phase, so an aggregate-only engine labelled
+ * prefill does not let the last pairing prefill engine move to decode. */
+static void
+test_mixed_guard_floors(void)
+{
+	struct nw_role_engine e[] = { agg(P), eng(P), eng(D), eng(D) };
+
+	g_assert_cmpint(nw_roles_check_move(e, 4, 1, D, &floors11, S(1)), ==,
+	                NW_ROLE_GUARD_PREFILL_FLOOR);
+	e[0].role = D;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 1, D, &floors11, S(1)), ==,
+	                NW_ROLE_GUARD_PREFILL_FLOOR);
+	/* Two pairing decode engines: one may go. */
+	g_assert_cmpint(nw_roles_check_move(e, 4, 2, P, &floors11, S(1)), ==, NW_ROLE_GUARD_OK);
+	e[3].live = false;
+	g_assert_cmpint(nw_roles_check_move(e, 4, 2, P, &floors11, S(1)), ==,
+	                NW_ROLE_GUARD_DECODE_FLOOR);
+	/* The aggregate-only engine itself never moves. */
+	g_assert_cmpint(nw_roles_check_move(e, 4, 0, P, &floors11, S(1)), ==,
+	                NW_ROLE_GUARD_NOT_MOVABLE);
+}
+
+/* Issue 14 (spec 7.2): floor repair counts only the engines that can pair.
+ * An aggregate-only engine labelled decode is no decode capacity for
+ * handoffs, so the pairing decode pool below its floor is repaired from
+ * the prefill engines; the split reported is that of the pairing engines. */
+static void
+test_mixed_floor_repair(void)
+{
+	struct nw_role_engine e[] = { agg(D), eng(P), eng(P) };
+	struct nw_role_change c[4];
+	struct nw_floor_report r;
+
+	g_assert_cmpuint(nw_roles_repair_floors(e, 3, &floors11, S(5), c, 4, &r), ==, 1);
+	g_assert_cmpuint(c[0].engine, ==, 1);
+	g_assert_cmpuint(c[0].to, ==, D);
+	assert_report(&r, 1, 1, false, false, 1, 1);
+}
+
+/* A fleet of aggregate-only engines has no prefill/decode split: nothing
+ * moves and no floor is breached. */
+static void
+test_all_aggregate_no_breach(void)
+{
+	struct nw_role_engine e[] = { agg(P), agg(D), agg(D) };
+	struct nw_role_change c[4];
+	struct nw_floor_report r;
+
+	g_assert_cmpuint(nw_roles_repair_floors(e, 3, &floors11, S(5), c, 4, &r), ==, 0);
+	g_assert_false(r.prefill_breach);
+	g_assert_false(r.decode_breach);
+}
+
+/* Readmission counts the pairing engines only: with the aggregate-only
+ * engine labelled decode, the decode pool is empty and takes the engine. */
+static void
+test_mixed_readmit(void)
+{
+	struct nw_role_engine e[] = { agg(D), eng(P), eng(P) };
+
+	g_assert_cmpuint(nw_roles_readmit_role(e, 3, 2, &floors11), ==, D);
+}
+
 static struct nw_role_change
 change(uint32_t engine, int64_t at_ns)
 {
@@ -655,5 +727,9 @@ main(int argc, char **argv)
 	g_test_add_func("/roles/issue-11/guard-floors", test_guard_floors);
 	g_test_add_func("/roles/issue-11/guard-dwell", test_guard_dwell);
 	g_test_add_func("/roles/issue-11/guard-resident", test_guard_resident);
+	g_test_add_func("/roles/issue-14/mixed-guard-floors", test_mixed_guard_floors);
+	g_test_add_func("/roles/issue-14/mixed-floor-repair", test_mixed_floor_repair);
+	g_test_add_func("/roles/issue-14/all-aggregate-no-breach", test_all_aggregate_no_breach);
+	g_test_add_func("/roles/issue-14/mixed-readmit", test_mixed_readmit);
 	return g_test_run();
 }

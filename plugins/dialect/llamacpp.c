@@ -1,0 +1,639 @@
+/*
+ * The "llamacpp" dialect: llama.cpp's server (llama-server) and its
+ * OpenAI-compatible routes (docs/dialects.md, "llama.cpp").
+ *
+ * llama.cpp has no remote KV handoff, so every engine of this dialect is
+ * aggregate-only: capabilities() offers no handoff flag, the host never
+ * gives it a prefill or decode leg, and the role controller never moves
+ * it. Each request runs whole on one engine, sent as the client wrote it.
+ *
+ * Sizing uses POST /tokenize, which takes one string ("content") and
+ * answers the token list; the monitor reads GET /metrics (only served with
+ * --metrics) for the busy slots, the deferred requests and, where the
+ * build exports it, the KV-cache usage. Reference: engine-wire-formats
+ * sections 3, 4.4, 4.5, 5.3 and 6.
+ *
+ * Config: none. No section, null or {} is accepted; any key is refused by
+ * name.
+ */
+#include <narwhal/plugin-abi.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine-metrics.h"
+
+#define LLAMACPP_MAGIC 0x4c4c4350u /* "LLCP" */
+
+struct llamacpp_dialect {
+	unsigned magic;
+	const struct narwhal_host *host;
+};
+
+static struct llamacpp_dialect *
+llamacpp_cast(void *instance)
+{
+	struct llamacpp_dialect *ld = instance;
+
+	if (ld == NULL || ld->magic != LLAMACPP_MAGIC)
+		abort(); /* the host passed something that is not ours */
+	return ld;
+}
+
+static int
+llamacpp_create(const struct narwhal_host *host, const json_t *config, void **instance,
+                char *err, size_t err_len)
+{
+	struct llamacpp_dialect *ld;
+
+	if (config != NULL && !json_is_null(config)) {
+		const char *key;
+		json_t *value;
+
+		if (!json_is_object(config)) {
+			snprintf(err, err_len, "config must be an empty object: the llamacpp dialect "
+			         "takes no options");
+			return -EINVAL;
+		}
+		/* Read-only walk; the cast only satisfies the macro's type. */
+		json_object_foreach((json_t *)config, key, value) {
+			(void)value;
+			snprintf(err, err_len, "unknown key \"%s\": the llamacpp dialect takes no "
+			         "options", key);
+			return -EINVAL;
+		}
+	}
+	ld = calloc(1, sizeof *ld);
+	if (ld == NULL) {
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	ld->magic = LLAMACPP_MAGIC;
+	ld->host = host;
+	*instance = ld;
+	return 0;
+}
+
+static void
+llamacpp_destroy(void *instance)
+{
+	struct llamacpp_dialect *ld = llamacpp_cast(instance);
+
+	ld->magic = 0;
+	free(ld);
+}
+
+/* No remote KV handoff in llama.cpp: whole requests only. */
+static uint32_t
+llamacpp_capabilities(void *instance, const struct narwhal_engine_ref *engine)
+{
+	(void)engine;
+	llamacpp_cast(instance);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Requests
+ * ------------------------------------------------------------------------ */
+
+static const char *
+route_path(narwhal_route route)
+{
+	switch (route) {
+	case NARWHAL_ROUTE_COMPLETIONS: return "/v1/completions";
+	case NARWHAL_ROUTE_CHAT_COMPLETIONS: return "/v1/chat/completions";
+	}
+	return NULL;
+}
+
+static void
+set_call(struct narwhal_http_call *out, const char *method, const char *path, json_t *body)
+{
+	out->flags = 0;
+	out->method = method;
+	out->path = path;
+	out->body = body;
+}
+
+/* A prompt that is already token IDs: a non-empty list of integers. */
+static bool
+is_token_ids(const json_t *prompt)
+{
+	size_t i;
+	json_t *v;
+
+	if (!json_is_array(prompt) || json_array_size(prompt) == 0)
+		return false;
+	json_array_foreach(prompt, i, v) {
+		if (!json_is_integer(v))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * POST /tokenize with {"content": prompt}. add_special is sent true, since
+ * the completion routes add the model's BOS and /tokenize by default does
+ * not (the count would be one short); parse_special true, as the
+ * completion routes parse special tokens in the prompt. A prompt of token
+ * IDs needs no call (-EALREADY) and a batch has no single count
+ * (-ENOTSUP). llama.cpp's /tokenize has no chat form, and rendering the
+ * template first (/apply-template) would be a second call: chat requests
+ * are sized by characters (-ENOTSUP).
+ */
+static int
+llamacpp_build_tokenize(void *instance, const struct narwhal_dialect_target *target,
+                        struct narwhal_http_call *out)
+{
+	const json_t *client_body, *prompt, *model;
+	json_t *body;
+
+	llamacpp_cast(instance);
+	if (target == NULL || !json_is_object(target->client_body) || out == NULL ||
+	    route_path(target->route) == NULL)
+		return -EINVAL;
+	client_body = target->client_body;
+	if (target->route == NARWHAL_ROUTE_CHAT_COMPLETIONS)
+		return json_is_array(json_object_get(client_body, "messages")) ? -ENOTSUP : -EINVAL;
+	prompt = json_object_get(client_body, "prompt");
+	/* A batch of one is one prompt. */
+	if (json_is_array(prompt) && json_array_size(prompt) == 1 &&
+	    json_is_string(json_array_get(prompt, 0)))
+		prompt = json_array_get(prompt, 0);
+	if (!json_is_string(prompt)) {
+		if (prompt == NULL)
+			return -EINVAL;
+		return is_token_ids(prompt) ? -EALREADY : -ENOTSUP;
+	}
+	body = json_pack("{s:O, s:b, s:b}", "content", prompt, "add_special", 1,
+	                 "parse_special", 1);
+	if (body == NULL)
+		return -ENOMEM;
+	/* In router mode llama-server picks the model by name; a single-model
+	 * server ignores the key. */
+	model = json_object_get(client_body, "model");
+	if (json_is_string(model) &&
+	    json_object_set_new(body, "model", json_deep_copy(model)) != 0) {
+		json_decref(body);
+		return -ENOMEM;
+	}
+	set_call(out, "POST", "/tokenize", body);
+	return 0;
+}
+
+/* The client's body, unchanged: llama.cpp takes the OpenAI shape. */
+static int
+llamacpp_build_aggregate(void *instance, const struct narwhal_dialect_target *target,
+                         struct narwhal_http_call *out)
+{
+	const char *path;
+
+	llamacpp_cast(instance);
+	if (target == NULL || !json_is_object(target->client_body) || out == NULL)
+		return -EINVAL;
+	path = route_path(target->route);
+	if (path == NULL)
+		return -EINVAL;
+	set_call(out, "POST", path, NULL);
+	out->flags = NARWHAL_CALL_CLIENT_BODY;
+	return 0;
+}
+
+/* GET /health: 200 {"status": "ok"} once the model is loaded, 503 while it
+ * loads. No API key is needed for it. */
+static int
+llamacpp_build_health(void *instance, const struct narwhal_engine_ref *engine,
+                      struct narwhal_http_call *out)
+{
+	(void)engine;
+	llamacpp_cast(instance);
+	if (out == NULL)
+		return -EINVAL;
+	set_call(out, "GET", "/health", NULL);
+	return 0;
+}
+
+static int
+llamacpp_build_models(void *instance, const struct narwhal_engine_ref *engine,
+                      struct narwhal_http_call *out)
+{
+	(void)engine;
+	llamacpp_cast(instance);
+	if (out == NULL)
+		return -EINVAL;
+	set_call(out, "GET", "/v1/models", NULL);
+	return 0;
+}
+
+static int
+llamacpp_build_metrics(void *instance, const struct narwhal_engine_ref *engine,
+                       struct narwhal_http_call *out)
+{
+	(void)engine;
+	llamacpp_cast(instance);
+	if (out == NULL)
+		return -EINVAL;
+	set_call(out, "GET", "/metrics", NULL);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Responses
+ * ------------------------------------------------------------------------ */
+
+/* {"tokens": [...]}: IDs, or {"id", "piece"} objects with with_pieces. The
+ * count is the list's length. */
+static int
+llamacpp_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt_tokens)
+{
+	const json_t *tokens;
+	size_t i;
+	json_t *t;
+
+	llamacpp_cast(instance);
+	if (response == NULL || prompt_tokens == NULL)
+		return -EINVAL;
+	tokens = json_object_get(response, "tokens");
+	if (!json_is_array(tokens))
+		return -EPROTO;
+	json_array_foreach(tokens, i, t) {
+		if (!json_is_integer(t) && !json_is_integer(json_object_get(t, "id")))
+			return -EPROTO;
+	}
+	*prompt_tokens = json_array_size(tokens);
+	return 0;
+}
+
+/* Copy a string into a fixed buffer, cut at a character boundary. */
+static void
+copy_text(char *dst, size_t size, const char *src)
+{
+	size_t n;
+
+	if (src == NULL) {
+		dst[0] = '\0';
+		return;
+	}
+	n = strlen(src);
+	if (n >= size) {
+		n = size - 1;
+		/* Do not end inside a UTF-8 sequence. */
+		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/* data[0].id is the served model: the --alias when given, else the model
+ * file's path or name. meta.n_ctx_train is the model's training context,
+ * not the server's -c window, so max_model_len stays unknown and an
+ * over-long request is refused by the engine (exceed_context_size_error). */
+static int
+llamacpp_parse_models(void *instance, const json_t *response, struct narwhal_model_info *out)
+{
+	const json_t *id;
+
+	llamacpp_cast(instance);
+	if (response == NULL || out == NULL)
+		return -EINVAL;
+	id = json_object_get(json_array_get(json_object_get(response, "data"), 0), "id");
+	if (!json_is_string(id) || json_string_length(id) == 0 ||
+	    json_string_length(id) >= sizeof out->name)
+		return -EPROTO;
+	copy_text(out->name, sizeof out->name, json_string_value(id));
+	return 0;
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* The parts of an error answer that classification reads. */
+struct error_fields {
+	const char *message;
+	const char *type;
+	const json_t *code;
+};
+
+/* {"error": {"code", "message", "type"}} (the only shape llama.cpp sends,
+ * in a body and in a stream), or {"error": "text"}. False when the
+ * document has neither. */
+static bool
+find_error(const json_t *doc, struct error_fields *ef)
+{
+	const json_t *error = json_object_get(doc, "error");
+
+	memset(ef, 0, sizeof *ef);
+	if (json_is_object(error)) {
+		ef->message = json_string_value(json_object_get(error, "message"));
+		ef->type = json_string_value(json_object_get(error, "type"));
+		ef->code = json_object_get(error, "code");
+		return true;
+	}
+	if (json_is_string(error)) {
+		ef->message = json_string_value(error);
+		return true;
+	}
+	return false;
+}
+
+/* llama.cpp's error types and the status each is sent with. */
+static const struct {
+	const char *type;
+	int status;
+} type_status[] = {
+	{ "invalid_request_error", 400 },     { "exceed_context_size_error", 400 },
+	{ "authentication_error", 401 },      { "permission_error", 403 },
+	{ "not_found_error", 404 },           { "server_error", 500 },
+	{ "not_supported_error", 501 },       { "unavailable_error", 503 },
+	{ "service_unavailable_error", 503 },
+};
+
+/* The status an error reports about itself: its integer code when that is
+ * an HTTP error status, else its type's, else 0. */
+static int
+reported_status(const struct error_fields *ef)
+{
+	if (json_is_integer(ef->code) && json_integer_value(ef->code) >= 400 &&
+	    json_integer_value(ef->code) <= 599)
+		return (int)json_integer_value(ef->code);
+	for (size_t i = 0; ef->type != NULL && i < sizeof type_status / sizeof type_status[0];
+	     i++) {
+		if (strcmp(ef->type, type_status[i].type) == 0)
+			return type_status[i].status;
+	}
+	return 0;
+}
+
+static char
+ascii_lower(char c)
+{
+	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* Whether hay contains needle (lower case), ignoring ASCII case. */
+static bool
+contains_ci(const char *hay, const char *needle)
+{
+	size_t n = strlen(needle);
+
+	for (; *hay != '\0'; hay++) {
+		size_t i = 0;
+
+		while (i < n && ascii_lower(hay[i]) == needle[i])
+			i++;
+		if (i == n)
+			return true;
+	}
+	return false;
+}
+
+/* A 400 that means "does not fit the context": the type newer builds send
+ * for it, or older builds' invalid_request_error whose message says the
+ * request exceeds the context size. */
+static bool
+is_context_too_long(const struct error_fields *ef)
+{
+	if (ef->type != NULL && strcmp(ef->type, "exceed_context_size_error") == 0)
+		return true;
+	return ef->message != NULL &&
+	       (contains_ci(ef->message, "context size") || contains_ci(ef->message, "context length"));
+}
+
+/* Spec 4.2: only these may be retried; a 400, 413 or 422 refuses the
+ * client's own request; every other status is permanent. */
+static narwhal_error_class
+status_class(int status)
+{
+	switch (status) {
+	case 408:
+	case 429:
+	case 500:
+	case 502:
+	case 503:
+	case 504:
+		return NARWHAL_ERROR_RETRYABLE;
+	case 400:
+	case 413:
+	case 422:
+		return NARWHAL_ERROR_CLIENT;
+	default:
+		return NARWHAL_ERROR_PERMANENT;
+	}
+}
+
+/* Class of an error whose HTTP status is status (0: the one the body
+ * reports). No handoff, so never NARWHAL_ERROR_HANDOFF. */
+static narwhal_error_class
+classify(int status, const struct error_fields *ef)
+{
+	if (status == 0)
+		status = reported_status(ef);
+	if (status == 400 && is_context_too_long(ef))
+		return NARWHAL_ERROR_CONTEXT_TOO_LONG;
+	return status_class(status);
+}
+
+static int
+llamacpp_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
+                     struct narwhal_engine_error *out)
+{
+	struct error_fields ef;
+	json_error_t jerr;
+	json_t *doc = NULL;
+	bool found;
+
+	llamacpp_cast(instance);
+	if (out == NULL)
+		return -EINVAL;
+	if (body != NULL && len > 0)
+		doc = json_loadb(body, len, 0, &jerr);
+	found = find_error(doc, &ef);
+	/* An HTTP error status is the answer; otherwise (an in-band error)
+	 * the body says its own, and without one the host's preset stands. */
+	if (http_status >= 400 && http_status <= 599)
+		out->error_class = classify(http_status, &ef);
+	else if (found)
+		out->error_class = classify(0, &ef);
+	copy_text(out->message, sizeof out->message, ef.message);
+	out->param[0] = '\0';
+	json_decref(doc);
+	return found ? 0 : -EPROTO;
+}
+
+/* ---- engine metrics (ABI 2.1) ------------------------------------------ */
+
+/* Requests in a slot are running; deferred ones wait for a free slot.
+ * llamacpp:kv_cache_usage_ratio is exported by older builds only. No start
+ * time is exported, so a restart shows only through /health. */
+static int
+llamacpp_parse_metrics(void *instance, const char *body, size_t len,
+                       struct narwhal_engine_metrics *out)
+{
+	static const struct engine_metric_names names = {
+		.running = "llamacpp:requests_processing",
+		.waiting = "llamacpp:requests_deferred",
+		.kv_usage = "llamacpp:kv_cache_usage_ratio",
+	};
+
+	llamacpp_cast(instance);
+	return engine_metrics_read(body, len, &names, out);
+}
+
+/* ---- SSE events ---------------------------------------------------------- */
+
+static bool
+nonempty_string(const json_t *v)
+{
+	return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/* Whether one choice carries generated output. */
+static bool
+choice_has_output(const json_t *choice)
+{
+	const json_t *delta, *tools;
+
+	if (nonempty_string(json_object_get(choice, "text")))
+		return true;
+	delta = json_object_get(choice, "delta");
+	if (!json_is_object(delta))
+		return false;
+	tools = json_object_get(delta, "tool_calls");
+	return nonempty_string(json_object_get(delta, "content")) ||
+	       nonempty_string(json_object_get(delta, "reasoning_content")) ||
+	       (json_is_array(tools) && json_array_size(tools) > 0);
+}
+
+static int64_t
+usage_count(const json_t *usage, const char *key)
+{
+	const json_t *v = json_object_get(usage, key);
+
+	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+}
+
+static bool
+is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* The success terminator, allowing stray whitespace around it. */
+static bool
+is_done(const char *data, size_t len)
+{
+	while (len > 0 && is_space(data[0])) {
+		data++;
+		len--;
+	}
+	while (len > 0 && is_space(data[len - 1]))
+		len--;
+	return len == 6 && memcmp(data, "[DONE]", 6) == 0;
+}
+
+/* Whether hay holds needle; no allocation. */
+static bool
+contains(const char *hay, size_t len, const char *needle, size_t n)
+{
+	while (len >= n) {
+		const char *q = memchr(hay, needle[0], len - n + 1);
+
+		if (q == NULL)
+			return false;
+		if (memcmp(q, needle, n) == 0)
+			return true;
+		len -= (size_t)(q - hay) + 1;
+		hay = q + 1;
+	}
+	return false;
+}
+
+/* After the first token only a terminator or an error matters to the host;
+ * inside a token's strings a quote is escaped, so "\"error\"" cannot match
+ * there. */
+static bool
+llamacpp_sniff_sse(void *instance, const char *data, size_t len)
+{
+	llamacpp_cast(instance);
+	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7);
+}
+
+/*
+ * One data payload of llama.cpp's OpenAI-compatible stream. Its last chunk
+ * carries finish_reason and, with stream_options.include_usage (or always,
+ * in older builds), usage and a timings object; usage is read from any
+ * event that has it.
+ */
+static int
+llamacpp_parse_sse(void *instance, const char *data, size_t len,
+                   struct narwhal_sse_event *out)
+{
+	const json_t *choices, *usage;
+	struct error_fields ef;
+	json_error_t jerr;
+	json_t *doc, *choice;
+	size_t i;
+
+	llamacpp_cast(instance);
+	if (data == NULL || out == NULL)
+		return -EINVAL;
+	out->tokens = 0;
+	out->prompt_tokens = -1;
+	out->completion_tokens = -1;
+	if (is_done(data, len)) {
+		out->kind = NARWHAL_SSE_DONE;
+		return 0;
+	}
+	doc = json_loadb(data, len, 0, &jerr);
+	if (!json_is_object(doc)) {
+		json_decref(doc);
+		return -EPROTO;
+	}
+	usage = json_object_get(doc, "usage");
+	if (json_is_object(usage)) {
+		out->prompt_tokens = usage_count(usage, "prompt_tokens");
+		out->completion_tokens = usage_count(usage, "completion_tokens");
+	} else {
+		usage = NULL;
+	}
+	choices = json_object_get(doc, "choices");
+	if (find_error(doc, &ef)) {
+		out->kind = NARWHAL_SSE_ERROR;
+		out->error_class = classify(0, &ef);
+	} else if (json_is_array(choices) && json_array_size(choices) > 0) {
+		json_array_foreach(choices, i, choice) {
+			if (choice_has_output(choice))
+				out->tokens++;
+		}
+		if (out->tokens > 0)
+			out->kind = NARWHAL_SSE_TOKENS;
+		else
+			out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
+	} else {
+		out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
+	}
+	json_decref(doc);
+	return 0;
+}
+
+static const struct narwhal_dialect_ops llamacpp_ops = {
+	.struct_size = sizeof(struct narwhal_dialect_ops),
+	.create = llamacpp_create,
+	.destroy = llamacpp_destroy,
+	.capabilities = llamacpp_capabilities,
+	.build_tokenize = llamacpp_build_tokenize,
+	.parse_tokenize = llamacpp_parse_tokenize,
+	.build_aggregate = llamacpp_build_aggregate,
+	.build_health = llamacpp_build_health,
+	.parse_sse = llamacpp_parse_sse,
+	.sniff_sse = llamacpp_sniff_sse,
+	.parse_error = llamacpp_parse_error,
+	.build_models = llamacpp_build_models,
+	.parse_models = llamacpp_parse_models,
+	.build_metrics = llamacpp_build_metrics,
+	.parse_metrics = llamacpp_parse_metrics,
+};
+
+NARWHAL_DIALECT_PLUGIN("llamacpp", "2.1.0", &llamacpp_ops)
