@@ -177,22 +177,25 @@ closed_port(void)
 	return port;
 }
 
+/* A fitted coefficient against the preset's: a miss is added to misses
+ * (check_preset decides whether it fails the test). */
 static void
-assert_close(const char *what, double got, double want)
+assert_close(GString *misses, const char *what, double got, double want)
 {
 	double rel = fabs(got - want) / fabs(want);
 
 	g_test_message("%s: got %.6g, preset %.6g, error %.2f%%", what, got, want, 100 * rel);
 	if (!(rel <= TOLERANCE))
-		g_error("%s: fitted %.6g is %.1f%% from the preset's %.6g (want within %.0f%%)", what,
-		        got, 100 * rel, want, 100 * TOLERANCE);
+		g_string_append_printf(misses, "%s: fitted %.6g is %.1f%% from the preset's %.6g "
+		                       "(want within %.0f%%)\n", what, got, 100 * rel, want,
+		                       100 * TOLERANCE);
 }
 
 /* A coefficient the preset sets to 0 has no relative error: the model's
  * predictions over the measured domain are compared instead (the corners
  * of the domain, where a wrong coefficient shows most). */
 static void
-assert_decode_close(const char *engine, const struct nw_decode_profile *d,
+assert_decode_close(GString *misses, const char *engine, const struct nw_decode_profile *d,
                     const double want_s[3])
 {
 	const double got[3] = { d->d0_s, d->d1_s, d->d2_s };
@@ -202,7 +205,7 @@ assert_decode_close(const char *engine, const struct nw_decode_profile *d,
 		g_autofree char *what = g_strdup_printf("%s decode %s", engine, names[i]);
 
 		if (want_s[i] != 0) {
-			assert_close(what, got[i], want_s[i]);
+			assert_close(misses, what, got[i], want_s[i]);
 			continue;
 		}
 		for (int corner = 0; corner < 4; corner++) {
@@ -211,23 +214,23 @@ assert_decode_close(const char *engine, const struct nw_decode_profile *d,
 			g_autofree char *at = g_strdup_printf("%s (preset 0): prediction at B=%g T=%g",
 			                                      what, b, t);
 
-			assert_close(at, d->d0_s + d->d1_s * t + d->d2_s * b,
+			assert_close(misses, at, d->d0_s + d->d1_s * t + d->d2_s * b,
 			             want_s[0] + want_s[1] * t + want_s[2] * b);
 		}
 	}
 }
 
 static void
-assert_prefill_close(const char *engine, const struct nw_prefill_profile *p,
+assert_prefill_close(GString *misses, const char *engine, const struct nw_prefill_profile *p,
                      const struct sim_model *m)
 {
 	g_autofree char *a = g_strdup_printf("%s prefill a", engine);
 	g_autofree char *b = g_strdup_printf("%s prefill b", engine);
 	g_autofree char *c = g_strdup_printf("%s prefill c", engine);
 
-	assert_close(a, p->a_s, m->prefill_a_ms / 1e3 / TIME_SCALE);
-	assert_close(b, p->b_s, m->prefill_b_ms / 1e3 / TIME_SCALE);
-	assert_close(c, p->c_s, m->prefill_c_ms / 1e3 / TIME_SCALE);
+	assert_close(misses, a, p->a_s, m->prefill_a_ms / 1e3 / TIME_SCALE);
+	assert_close(misses, b, p->b_s, m->prefill_b_ms / 1e3 / TIME_SCALE);
+	assert_close(misses, c, p->c_s, m->prefill_c_ms / 1e3 / TIME_SCALE);
 }
 
 /* The summary record of one engine in the --json document. */
@@ -252,16 +255,28 @@ summary_engine(const struct tool_run *r, const char *id)
  * unknown hardware (the dialect does not report it) and the measured
  * domains, kept inside the simulator's single-regime region (below its
  * decode_batch_split, within max_num_batched_tokens and the model's
- * length). --json prints the summary. */
+ * length). --json prints the summary.
+ *
+ * The tool times wall seconds, so another process busy on the machine
+ * bends one run's curves now and then (a loaded two-core machine moved a
+ * decode coefficient by up to 13% at a quarter speed under ASan): a run
+ * whose coefficients miss is run once more, and the second must recover
+ * them. A wrong model or a broken sweep misses on both. */
+#define ATTEMPTS 2
+
+/* One run of the tool on the fleet: true when every coefficient is within
+ * the tolerance; every structural check must hold either way. */
+static bool
+profile_once(struct fleet *f, const char *preset, const struct sim_model *m,
+             const double want_decode[3], GString *misses);
+
 static void
 check_preset(const char *preset)
 {
 	struct sim_model m;
 	struct fleet f;
-	struct tool_run r;
-	struct nw_profile_store *store;
-	GError *error = NULL;
 	double want_decode[3];
+	g_autoptr(GString) misses = g_string_new(NULL);
 
 	g_assert_true(sim_model_preset(preset, &m));
 	/* The tool measures wall seconds: model ms stretched by the time scale. */
@@ -269,21 +284,40 @@ check_preset(const char *preset)
 		want_decode[i] = m.decode_small[i] / 1e3 / TIME_SCALE;
 	if (!fleet_start(&f, preset, 2, TIME_SCALE, NULL))
 		return;
+	for (int attempt = 1;; attempt++) {
+		g_string_truncate(misses, 0);
+		if (profile_once(&f, preset, &m, want_decode, misses))
+			break;
+		if (attempt == ATTEMPTS)
+			g_error("%s: run %d of %d:\n%s", preset, attempt, ATTEMPTS, misses->str);
+		g_test_message("%s: run %d missed, once more:\n%s", preset, attempt, misses->str);
+	}
+	fleet_clear(&f);
+}
+
+static bool
+profile_once(struct fleet *f, const char *preset, const struct sim_model *m,
+             const double want_decode[3], GString *misses)
+{
+	struct tool_run r;
+	struct nw_profile_store *store;
+	GError *error = NULL;
+
 	{
-		const char *const args[] = { "--config", f.config, "--quick", "--json", NULL };
+		const char *const args[] = { "--config", f->config, "--quick", "--json", NULL };
 
 		run_profile(args, &r);
 	}
 	g_assert_cmpint(r.status, ==, 0);
 	g_test_message("%s: --quick on two engines took %.1f s", preset, r.seconds);
 
-	store = nw_profile_store_load(f.store, &error);
+	store = nw_profile_store_load(f->store, &error);
 	g_assert_no_error(error);
 	g_assert_cmpuint(store->version, ==, NW_PROFILE_STORE_VERSION);
 	g_assert_true(g_str_has_prefix(store->tool, "narwhal-profile "));
 	g_assert_cmpuint(store->engines->len, ==, 2);
 	for (unsigned i = 0; i < 2; i++) {
-		json_t *cfg_engine = json_array_get(json_object_get(f.sim.fleet, "engines"), i);
+		json_t *cfg_engine = json_array_get(json_object_get(f->sim.fleet, "engines"), i);
 		const char *id = json_string_value(json_object_get(cfg_engine, "id"));
 		const struct nw_engine_profile *p = nw_profile_store_find(store, id);
 		json_t *sum = summary_engine(&r, id);
@@ -293,23 +327,25 @@ check_preset(const char *preset)
 		g_assert_cmpstr(p->dialect, ==, "vllm");
 		g_assert_cmpstr(p->model, ==, preset);
 		g_assert_null(p->hardware);
-		assert_prefill_close(id, &p->prefill, &m);
-		assert_decode_close(id, &p->decode, want_decode);
+		assert_prefill_close(misses, id, &p->prefill, m);
+		assert_decode_close(misses, id, &p->decode, want_decode);
 
 		/* The domain stays where the simulator has one regime. */
-		g_assert_cmpuint(p->prefill.max_tokens, ==, MIN(m.max_num_batched_tokens,
-		                                                 m.max_model_len - 2));
+		g_assert_cmpuint(p->prefill.max_tokens, ==, MIN(m->max_num_batched_tokens,
+		                                                 m->max_model_len - 2));
 		g_assert_cmpuint(p->prefill.min_tokens, <=, 32);
 		g_assert_cmpuint(p->decode.min_active, ==, 1);
-		g_assert_cmpuint(p->decode.max_active, <, m.decode_batch_split);
-		g_assert_cmpuint(p->decode.max_kv_tokens, <=, m.kv_capacity_tokens);
+		g_assert_cmpuint(p->decode.max_active, <, m->decode_batch_split);
+		g_assert_cmpuint(p->decode.max_kv_tokens, <=, m->kv_capacity_tokens);
 		/* Beyond the spec: the KV capacity, from the engine's KV usage,
 		 * errs low by less than a block. */
-		g_assert_cmpuint(p->kv_capacity_tokens, <=, m.kv_capacity_tokens);
-		g_assert_cmpuint(p->kv_capacity_tokens, >=, m.kv_capacity_tokens * 98 / 100);
+		g_assert_cmpuint(p->kv_capacity_tokens, <=, m->kv_capacity_tokens);
+		g_assert_cmpuint(p->kv_capacity_tokens, >=, m->kv_capacity_tokens * 98 / 100);
 		g_assert_cmpuint(p->decode.max_kv_tokens, >, 4 * (uint64_t)p->decode.min_kv_tokens);
-		g_assert_cmpfloat(p->prefill.rel_rms_error, <, TOLERANCE);
-		g_assert_cmpfloat(p->decode.rel_rms_error, <, TOLERANCE);
+		if (!(p->prefill.rel_rms_error < TOLERANCE && p->decode.rel_rms_error < TOLERANCE))
+			g_string_append_printf(misses, "%s: fit errors %.2f%% (prefill), %.2f%% (decode)\n",
+			                       id, 100 * p->prefill.rel_rms_error,
+			                       100 * p->decode.rel_rms_error);
 		/* Both engines hand off: each one's handoffs were timed. */
 		g_assert_cmpuint(p->handoff.samples, >, 0);
 		g_assert_cmpuint(p->handoff.max_tokens, ==, p->prefill.max_tokens);
@@ -325,7 +361,7 @@ check_preset(const char *preset)
 		                                                   "max_active")), ==,
 		                p->decode.max_active);
 	}
-	g_assert_cmpstr(json_string_value(json_object_get(r.doc, "store")), ==, f.store);
+	g_assert_cmpstr(json_string_value(json_object_get(r.doc, "store")), ==, f->store);
 	g_assert_true(json_is_true(json_object_get(r.doc, "written")));
 	g_assert_true(json_is_true(json_object_get(r.doc, "quick")));
 	g_assert_cmpfloat(json_number_value(json_object_get(r.doc, "duration_s")), >, 0);
@@ -333,7 +369,7 @@ check_preset(const char *preset)
 	g_assert_null(strchr(r.err, '\r'));
 	nw_profile_store_free(store);
 	tool_run_clear(&r);
-	fleet_clear(&f);
+	return misses->len == 0;
 }
 
 static void
