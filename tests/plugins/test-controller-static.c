@@ -93,7 +93,7 @@ test_proposes_live_split(void)
 
 	if (h == NULL)
 		return;
-	nw_mock_host_set_fleet(h->host, &fleet);
+	narwhal_mock_host_set_fleet(h->host, &fleet);
 	out = propose(h, &in);
 	g_assert_cmpuint(out.prefill, ==, 1);
 	g_assert_cmpuint(out.decode, ==, 2);
@@ -116,11 +116,11 @@ test_proposes_live_split(void)
 
 	/* Policy from the input alone: no clock, fleet or estimator calls, no
 	 * log lines. */
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, i), ==, 0);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(h->host), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }
 
