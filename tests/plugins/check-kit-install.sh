@@ -3,7 +3,10 @@
 # the tree, made of exactly the configure.ac and Makefile.am of
 # docs/plugins.md section 9 and the fewest.c of section 10, must go through
 # autoreconf, configure and make against the installed narwhal.m4 and
-# narwhal-plugin.pc, and the plugin it builds must export its entry alone.
+# narwhal-plugin.pc, and the plugin it builds must export its entry alone;
+# then, with the lines "Testing a plugin" tells an author to add, its GLib
+# test on the installed test kit (narwhal-plugin-test) must pass under make
+# check, and the installed narwhal-plugin-check must pass the plugin.
 # Every step runs under a time and a memory limit: the narwhal.m4 of 0.1.0
 # sent m4 into endless expansion (it grew to 14.8 GB).
 #
@@ -43,20 +46,26 @@ extract() { # name, destination
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export ACLOCAL_PATH="$prefix/share/aclocal${ACLOCAL_PATH:+:$ACLOCAL_PATH}"
 
-if [ -f "$prefix/share/aclocal/narwhal.m4" ] && [ -f "$prefix/lib/pkgconfig/narwhal-plugin.pc" ] &&
-	[ -f "$prefix/include/narwhal/plugin-abi.h" ]; then
-	ok "make install put narwhal.m4, narwhal-plugin.pc and the header under $prefix"
+kit="share/aclocal/narwhal.m4 lib/pkgconfig/narwhal-plugin.pc include/narwhal/plugin-abi.h
+	lib/pkgconfig/narwhal-plugin-test.pc include/narwhal/plugin-test.h bin/narwhal-plugin-check"
+missing=""
+for f in $kit; do
+	[ -f "$prefix/$f" ] || missing="$missing $f"
+done
+if [ -z "$missing" ]; then
+	ok "make install put the kit under $prefix"
 else
-	not_ok "make install put narwhal.m4, narwhal-plugin.pc and the header under $prefix"
+	not_ok "make install put the kit under $prefix (missing:$missing)"
 fi
 
 proj=$tmp/fewest
 mkdir -p "$proj"
 if extract configure.ac "$proj/configure.ac" && extract Makefile.am "$proj/Makefile.am" &&
-	extract fewest.c "$proj/fewest.c"; then
-	ok "the manual holds configure.ac, Makefile.am and fewest.c"
+	extract fewest.c "$proj/fewest.c" && extract "Makefile.am tests" "$tmp/tests.am" &&
+	extract test-fewest-kit.c "$proj/test-fewest.c"; then
+	ok "the manual holds configure.ac, Makefile.am, fewest.c and its test on the kit"
 else
-	not_ok "the manual holds configure.ac, Makefile.am and fewest.c"
+	not_ok "the manual holds configure.ac, Makefile.am, fewest.c and its test on the kit"
 fi
 
 # Each step only when the one before it worked: a failure names its step.
@@ -93,6 +102,28 @@ if [ "$failed" = 0 ]; then
 	grep -q '^NARWHAL_PLUGIN_CFLAGS = .*-I' "$proj/Makefile" &&
 		ok "configure substituted NARWHAL_PLUGIN_CFLAGS from pkg-config" ||
 		not_ok "configure substituted NARWHAL_PLUGIN_CFLAGS from pkg-config"
+fi
+
+# The test on the kit, added as the manual says.
+if [ "$failed" = 0 ]; then
+	sed -i 's/^AC_CONFIG_FILES/PKG_CHECK_MODULES([KIT], [narwhal-plugin-test])\n&/' \
+		"$proj/configure.ac"
+	cat "$tmp/tests.am" >>"$proj/Makefile.am"
+fi
+step "autoreconf, configure with the test kit" sh -c 'autoreconf -fi && ./configure'
+step "make check runs the plugin's GLib test on the installed kit" make check
+check=$prefix/bin/narwhal-plugin-check
+if [ "$failed" = 0 ] && [ -x "$check" ]; then
+	rc=0
+	"$check" "$so" --config '{ "max_resident": 4 }' >"$tmp/log" 2>&1 || rc=$?
+	if [ "$rc" = 0 ] && grep -q '^conforms: every check passed$' "$tmp/log"; then
+		ok "the installed narwhal-plugin-check passes the plugin"
+	else
+		diag "$tmp/log"
+		not_ok "the installed narwhal-plugin-check passes the plugin (exit $rc)"
+	fi
+elif [ "$failed" = 0 ]; then
+	not_ok "narwhal-plugin-check is installed in $prefix/bin"
 fi
 
 echo "1..$n"

@@ -356,6 +356,8 @@ kit_conform(const struct nw_plugin *p, const json_t *user_config, FILE *out)
 	struct kit_world w0, w1;
 	struct kit_seen s0, s1;
 	const struct kit_guard_record *rec = kit_guard_record();
+	char slowest_slot[sizeof rec->slowest_slot];
+	gint64 slowest_us;
 	guint failed = 0;
 	void *inst;
 	int rc;
@@ -398,13 +400,22 @@ kit_conform(const struct nw_plugin *p, const json_t *user_config, FILE *out)
 	}
 	world_clear(&w1);
 
-	/* The same script on the same fake clock: the same answers. */
+	/* The same script on the same fake clock: the same answers. The
+	 * slowest call is measured in both runs, and only one slow in both
+	 * counts: a busy machine may preempt any one call. */
+	slowest_us = rec->slowest_us;
+	g_strlcpy(slowest_slot, rec->slowest_slot, sizeof slowest_slot);
+	kit_guard_reset_slowest();
 	inst = live(p, cfg, &w1, err, sizeof err);
 	seen_init(&s1);
 	if (inst != NULL) {
 		kit_scenario_for(p->kind)(p, inst, &w1, FALSE, &s1);
 		destroy(p, inst);
 		world_clear(&w1);
+	}
+	if (rec->slowest_us < slowest_us) {
+		slowest_us = rec->slowest_us;
+		g_strlcpy(slowest_slot, rec->slowest_slot, sizeof slowest_slot);
 	}
 	check_isolation(p, cfg, s0.transcript->str, out, &failed);
 	check_leak(p, cfg, bad, out, &failed);
@@ -429,9 +440,9 @@ kit_conform(const struct nw_plugin *p, const json_t *user_config, FILE *out)
 		        "%s called %s() (%u waits in all): a plugin call must never wait",
 		        rec->wait.slot, rec->wait.what, rec->wait.n);
 	} else {
-		verdict(out, &failed, rec->slowest_us <= KIT_SLOW_CALL_US, "blocking",
-		        "the slowest call (%s) took %.1f ms (at most %d ms allowed)", rec->slowest_slot,
-		        rec->slowest_us / 1000.0, KIT_SLOW_CALL_US / 1000);
+		verdict(out, &failed, slowest_us <= KIT_SLOW_CALL_US, "blocking",
+		        "the slowest call (%s) took %.1f ms (at most %d ms allowed)", slowest_slot,
+		        slowest_us / 1000.0, KIT_SLOW_CALL_US / 1000);
 	}
 	seen_clear(&s0);
 	seen_clear(&s1);

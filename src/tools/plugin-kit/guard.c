@@ -52,6 +52,13 @@ kit_guard_reset(void)
 	noted = NULL;
 }
 
+void
+kit_guard_reset_slowest(void)
+{
+	record.slowest_us = 0;
+	record.slowest_slot[0] = '\0';
+}
+
 const struct kit_guard_record *
 kit_guard_record(void)
 {

@@ -32,6 +32,8 @@ void kit_guard_enter(void);
 void kit_guard_leave(const char *slot);
 
 void kit_guard_reset(void);
+/* Starts a new measure of the slowest call (the counts go on). */
+void kit_guard_reset_slowest(void);
 const struct kit_guard_record *kit_guard_record(void);
 
 /* Wraps one plugin call: KIT_CALL("place", rc = ops->place(...)). */
