@@ -7,6 +7,7 @@
 # then, with the lines "Testing a plugin" tells an author to add, its GLib
 # test on the installed test kit (narwhal-plugin-test) must pass under make
 # check, and the installed narwhal-plugin-check must pass the plugin.
+# Last, examples/placement-rotate must build, pass its tests and conform.
 # Every step runs under a time and a memory limit: the narwhal.m4 of 0.1.0
 # sent m4 into endless expansion (it grew to 14.8 GB).
 #
@@ -124,6 +125,23 @@ if [ "$failed" = 0 ] && [ -x "$check" ]; then
 	fi
 elif [ "$failed" = 0 ]; then
 	not_ok "narwhal-plugin-check is installed in $prefix/bin"
+fi
+
+# The example project of examples/, as shipped: build, its tests and
+# narwhal-plugin-check under make check.
+if [ "$failed" = 0 ]; then
+	proj=$tmp/rotate
+	cp -R "$srcdir/examples/placement-rotate" "$proj"
+	chmod -R u+w "$proj"
+	export PATH="$prefix/bin:$PATH"
+	step "examples/placement-rotate: autoreconf and configure" sh -c 'autoreconf -fi && ./configure'
+	step "examples/placement-rotate: make check (its tests, narwhal-plugin-check)" make check
+	if [ "$failed" = 0 ] && grep -q '^conforms: every check passed$' "$tmp/log"; then
+		ok "examples/placement-rotate conforms"
+	elif [ "$failed" = 0 ]; then
+		diag "$tmp/log"
+		not_ok "examples/placement-rotate conforms"
+	fi
 fi
 
 echo "1..$n"
