@@ -21,7 +21,7 @@ nw_harness_new(narwhal_plugin_kind kind, const char *name)
 	h->plugin = nw_plugin_load(kind, name, file, &error);
 	g_assert_no_error(error);
 	g_assert_nonnull(h->plugin);
-	h->host = nw_mock_host_new();
+	h->host = narwhal_mock_host_new();
 	return h;
 }
 
@@ -37,7 +37,7 @@ nw_harness_create(struct nw_harness *h, const char *config_json, GError **error)
 		if (config == NULL)
 			g_error("test config is not JSON: %s: %s", jerr.text, config_json);
 	}
-	h->inst = nw_plugin_instance_new(h->plugin, nw_mock_host_table(h->host), config, error);
+	h->inst = nw_plugin_instance_new(h->plugin, narwhal_mock_host_table(h->host), config, error);
 	json_decref(config);
 	return h->inst != NULL;
 }
@@ -49,7 +49,7 @@ nw_harness_free(struct nw_harness *h)
 		return;
 	nw_plugin_instance_free(h->inst);
 	nw_plugin_free(h->plugin);
-	nw_mock_host_free(h->host);
+	narwhal_mock_host_free(h->host);
 	g_free(h);
 }
 
@@ -70,6 +70,6 @@ nw_harness_expect_config_error(narwhal_plugin_kind kind, const char *name,
 	g_assert_true(g_str_has_prefix(error->message, prefix));
 	if (strstr(error->message + strlen(prefix), reason) == NULL)
 		g_error("expected \"%s\" in \"%s\"", reason, error->message);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }

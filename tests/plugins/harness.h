@@ -7,10 +7,10 @@
 #define NW_TEST_PLUGIN_HARNESS_H
 
 #include "core/plugin-loader.h"
-#include "plugins/mock-host.h"
+#include <narwhal/plugin-test.h>
 
 struct nw_harness {
-	struct nw_mock_host *host;
+	struct narwhal_mock_host *host;
 	struct nw_plugin *plugin;
 	struct nw_plugin_instance *inst; /* NULL until nw_harness_create succeeds */
 };

@@ -69,7 +69,7 @@ price_of(double worst, double prefill_load, double decode_load)
 void
 script(struct scene *sc, uint32_t prefill, uint32_t decode, struct narwhal_split_price p)
 {
-	nw_mock_host_set_split_price(sc->mh, prefill, decode, &p);
+	narwhal_mock_host_set_split_price(sc->mh, prefill, decode, &p);
 }
 
 /* The usual prices: the live split at 1.0, P+1 (3/3) and D+1 (1/5) as
@@ -107,7 +107,7 @@ call(struct scene *sc)
 struct narwhal_controller_proposal
 step(struct scene *sc)
 {
-	nw_mock_host_advance(sc->mh, 5 * S_NS);
+	narwhal_mock_host_advance(sc->mh, 5 * S_NS);
 	sc->in.urgent = false;
 	return call(sc);
 }

@@ -21,7 +21,7 @@
 
 struct scene {
 	struct nw_harness *h;
-	struct nw_mock_host *mh;
+	struct narwhal_mock_host *mh;
 	struct narwhal_controller_input in;
 };
 

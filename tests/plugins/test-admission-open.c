@@ -139,7 +139,7 @@ test_queues_at_limit(void)
 	req = request(4, 4, 1, 2);
 	out = decide(h, &req);
 	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT_QUEUE);
-	g_assert_true(isnan(nw_mock_host_counter(h->host, "refusals_total")));
+	g_assert_true(isnan(narwhal_mock_host_counter(h->host, "refusals_total")));
 	nw_harness_free(h);
 }
 
@@ -157,7 +157,7 @@ test_refuses_when_queue_full(void)
 	g_assert_cmpint(out.verdict, ==, NARWHAL_REFUSE);
 	g_assert_cmpstr(out.reason, ==, "saturated");
 	g_assert_cmpfloat(out.retry_after_s, ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "refusals_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "refusals_total"), ==, 1.0);
 
 	/* queue_capacity 0 refuses at once at saturation. */
 	req = request(4, 4, 0, 0);
@@ -173,7 +173,7 @@ test_refuses_when_queue_full(void)
 	req = request(0, 0, 0, 1);
 	out = decide(h, &req);
 	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT_QUEUE);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "refusals_total"), ==, 3.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "refusals_total"), ==, 3.0);
 	nw_harness_free(h);
 }
 
@@ -193,7 +193,7 @@ test_retry_after_config(void)
 	out = decide(h, &req);
 	g_assert_cmpint(out.verdict, ==, NARWHAL_REFUSE);
 	g_assert_cmpfloat(out.retry_after_s, ==, 2.5);
-	g_assert_true(nw_mock_host_logged(h->host, NARWHAL_LOG_DEBUG, "retry_after_s=2.5"));
+	g_assert_true(narwhal_mock_host_logged(h->host, NARWHAL_LOG_DEBUG, "retry_after_s=2.5"));
 
 	/* Instances keep their own settings. */
 	out = decide(whole, &req);
@@ -236,10 +236,10 @@ test_no_host_calls(void)
 		req = request(admitted, 4, 0, 1);
 		decide(h, &req);
 	}
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(h->host), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, i), ==, 0);
 	nw_harness_free(h);
 }
 

@@ -76,22 +76,22 @@ fleet_init(struct fleet *f, const struct eng *engs, double ttft_s)
 }
 
 static void
-script(struct nw_mock_host *mh, const struct eng *engs)
+script(struct narwhal_mock_host *mh, const struct eng *engs)
 {
-	nw_mock_host_clear_engine_estimates(mh);
+	narwhal_mock_host_clear_engine_estimates(mh);
 	for (uint32_t i = 0; i < N_MAX && engs[i].id != NULL; i++) {
 		const struct eng *e = &engs[i];
 
 		if (e->queue.given)
-			nw_mock_host_set_engine_estimate(mh, NW_MOCK_PREFILL_QUEUE_SECONDS, i,
+			narwhal_mock_host_set_engine_estimate(mh, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, i,
 			                                 e->queue.st, e->queue.v);
 		if (e->prefill.given)
-			nw_mock_host_set_engine_estimate(mh, NW_MOCK_PREFILL_SECONDS, i, e->prefill.st,
+			narwhal_mock_host_set_engine_estimate(mh, NARWHAL_MOCK_PREFILL_SECONDS, i, e->prefill.st,
 			                                 e->prefill.v);
 		if (e->decode.given)
-			nw_mock_host_set_engine_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS, i,
+			narwhal_mock_host_set_engine_estimate(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS, i,
 			                                 e->decode.st, e->decode.v);
-		nw_mock_host_set_engine_domain(mh, NW_MOCK_DECODE_INTERVAL_SECONDS, i,
+		narwhal_mock_host_set_engine_domain(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS, i,
 		                               e->decode_max_kv, e->decode_max_active);
 	}
 }
@@ -105,7 +105,7 @@ predictive_with(struct fleet *f, const char *config_json)
 
 	if (h == NULL)
 		return NULL;
-	nw_mock_host_set_fleet(h->host, f != NULL ? &f->view : NULL);
+	narwhal_mock_host_set_fleet(h->host, f != NULL ? &f->view : NULL);
 	g_assert_true(nw_harness_create(h, config_json, &error));
 	g_assert_no_error(error);
 	return h;
@@ -386,7 +386,7 @@ test_descriptor(void)
 static void
 test_estimator_arguments(void)
 {
-	const struct nw_mock_estimate_call *c;
+	const struct narwhal_mock_estimate_call *c;
 	struct fleet f;
 	struct nw_harness *h;
 
@@ -396,18 +396,18 @@ test_estimator_arguments(void)
 		return;
 	script(h->host, two_priced);
 	decide(h, 1234);
-	c = nw_mock_host_last_estimate_for(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 0);
+	c = narwhal_mock_host_last_estimate_for(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 0);
 	g_assert_nonnull(c);
 	g_assert_cmpuint(c->tokens, ==, 1234);
-	c = nw_mock_host_last_estimate_for(h->host, NW_MOCK_DECODE_INTERVAL_SECONDS, 1);
+	c = narwhal_mock_host_last_estimate_for(h->host, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS, 1);
 	g_assert_nonnull(c);
 	g_assert_cmpuint(c->active_requests, ==, 5);
 	g_assert_cmpuint(c->tokens, ==, 5000 + 1234);
 	/* A decode engine is no prefill path while the fleet hands off. */
-	g_assert_cmpuint(nw_mock_host_estimate_calls_for(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 1),
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls_for(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 1),
 	                 ==, 0);
 	/* Admitted: the idle price is not needed. */
-	g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, NW_MOCK_PREFILL_SECONDS), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, NARWHAL_MOCK_PREFILL_SECONDS), ==, 0);
 	nw_harness_free(h);
 }
 
@@ -433,9 +433,9 @@ test_aggregate_candidates(void)
 	out = decide(h, 100);
 	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
 	g_assert_cmpfloat(out.projected_ttft_s, ==, 0.3);
-	g_assert_cmpuint(nw_mock_host_estimate_calls_for(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 1),
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls_for(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 1),
 	                 ==, 0);
-	g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, NW_MOCK_DECODE_INTERVAL_SECONDS), ==,
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS), ==,
 	                 0);
 	/* Once d1 drains it is a candidate, and the cheaper one. */
 	f.engines[1].resident_decode = 0;
@@ -498,7 +498,7 @@ test_unprofiled_refuses_to_start(void)
 
 		if (h == NULL)
 			return;
-		nw_mock_host_set_fleet(h->host, &f.view);
+		narwhal_mock_host_set_fleet(h->host, &f.view);
 		g_assert_false(nw_harness_create(h, configs[i], &error));
 		g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_CREATE);
 		g_test_message("%s", error->message);
@@ -508,7 +508,7 @@ test_unprofiled_refuses_to_start(void)
 		g_assert_nonnull(strstr(error->message, "docs/profiles.md"));
 		g_assert_nonnull(strstr(error->message,
 		                        "plugins.admission.config.without_profiles to \"open\""));
-		g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+		g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 		nw_harness_free(h);
 	}
 }
@@ -538,7 +538,7 @@ test_unprofiled_list_is_bounded(void)
 		views[i].role = PREFILL;
 		views[i].flags = NARWHAL_ENGINE_AVAILABLE;
 	}
-	nw_mock_host_set_fleet(h->host, &view);
+	narwhal_mock_host_set_fleet(h->host, &view);
 	g_assert_false(nw_harness_create(h, NULL, &error));
 	g_test_message("%s", error->message);
 	g_assert_nonnull(strstr(error->message, "an-engine-with-a-rather-long-name-000, "));
@@ -565,17 +565,17 @@ test_unprofiled_open_mode(void)
 	if (h == NULL)
 		return;
 	script(h->host, engs);
-	g_assert_true(nw_mock_host_logged(h->host, NARWHAL_LOG_WARNING,
+	g_assert_true(narwhal_mock_host_logged(h->host, NARWHAL_LOG_WARNING,
 	                                  "p0 has no measured profile: admitting through it "
 	                                  "unpriced"));
-	g_assert_cmpfloat(nw_mock_host_gauge(h->host, "unpriced"), ==, 1.0);
-	nw_mock_host_clear_logs(h->host);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(h->host, "unpriced"), ==, 1.0);
+	narwhal_mock_host_clear_logs(h->host);
 	for (int i = 0; i < 3; i++)
 		g_assert_cmpint(decide(h, 10).verdict, ==, NARWHAL_ADMIT);
 	/* Once, at start: not per request. */
-	g_assert_false(nw_mock_host_logged(h->host, NARWHAL_LOG_WARNING, "no measured profile"));
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "admitted_unpriced_total"), ==, 3.0);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "admitted_total"), ==, 3.0);
+	g_assert_false(narwhal_mock_host_logged(h->host, NARWHAL_LOG_WARNING, "no measured profile"));
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "admitted_unpriced_total"), ==, 3.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "admitted_total"), ==, 3.0);
 	nw_harness_free(h);
 
 	/* A fully profiled fleet is priced: the gauge says 0, no warning. */
@@ -583,8 +583,8 @@ test_unprofiled_open_mode(void)
 	h = predictive_with(&f, "{\"without_profiles\": \"open\"}");
 	if (h == NULL)
 		return;
-	g_assert_cmpfloat(nw_mock_host_gauge(h->host, "unpriced"), ==, 0.0);
-	g_assert_false(nw_mock_host_logged(h->host, NARWHAL_LOG_WARNING, "no measured profile"));
+	g_assert_cmpfloat(narwhal_mock_host_gauge(h->host, "unpriced"), ==, 0.0);
+	g_assert_false(narwhal_mock_host_logged(h->host, NARWHAL_LOG_WARNING, "no measured profile"));
 	nw_harness_free(h);
 }
 
@@ -632,25 +632,25 @@ test_metrics(void)
 	script(h->host, engs);
 	decide(h, 10);
 	decide(h, 10);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "admitted_total"), ==, 2.0);
-	g_assert_cmpfloat(nw_mock_host_gauge(h->host, "projected_ttft_seconds"), ==, 0.55);
-	nw_mock_host_set_engine_estimate(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 0, OK, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "admitted_total"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(h->host, "projected_ttft_seconds"), ==, 0.55);
+	narwhal_mock_host_set_engine_estimate(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 0, OK, 2.0);
 	decide(h, 10);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "refused_backlog_total"), ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_gauge(h->host, "projected_ttft_seconds"), ==, 2.05);
-	nw_mock_host_set_engine_estimate(h->host, NW_MOCK_PREFILL_SECONDS, 0, OK, 1.5);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "refused_backlog_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(h->host, "projected_ttft_seconds"), ==, 2.05);
+	narwhal_mock_host_set_engine_estimate(h->host, NARWHAL_MOCK_PREFILL_SECONDS, 0, OK, 1.5);
 	decide(h, 10);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "refused_too_long_total"), ==, 1.0);
-	nw_mock_host_set_engine_estimate(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 0, OOD, 0);
-	nw_mock_host_set_engine_estimate(h->host, NW_MOCK_PREFILL_SECONDS, 0, OOD, 0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "refused_too_long_total"), ==, 1.0);
+	narwhal_mock_host_set_engine_estimate(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 0, OOD, 0);
+	narwhal_mock_host_set_engine_estimate(h->host, NARWHAL_MOCK_PREFILL_SECONDS, 0, OOD, 0);
 	decide(h, 10);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "refused_outside_domain_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "refused_outside_domain_total"), ==, 1.0);
 	f.engines[0].flags &= ~(uint32_t)NARWHAL_ENGINE_AVAILABLE;
 	f.engines[1].flags &= ~(uint32_t)NARWHAL_ENGINE_AVAILABLE;
 	decide(h, 10);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "refused_no_engine_total"), ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "admitted_total"), ==, 2.0);
-	g_assert_true(isnan(nw_mock_host_counter(h->host, "admitted_unpriced_total")));
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "refused_no_engine_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "admitted_total"), ==, 2.0);
+	g_assert_true(isnan(narwhal_mock_host_counter(h->host, "admitted_unpriced_total")));
 	nw_harness_free(h);
 }
 
@@ -688,10 +688,10 @@ test_no_clock_reads(void)
 		return;
 	script(h->host, two_priced);
 	for (int i = 0; i < 10; i++) {
-		nw_mock_host_advance(h->host, 1000000);
+		narwhal_mock_host_advance(h->host, 1000000);
 		decide(h, 100 * (uint64_t)i);
 	}
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
 	nw_harness_free(h);
 }
 
@@ -725,9 +725,9 @@ test_no_allocation_growth(void)
 			struct narwhal_admission_decision out = { .struct_size = sizeof out };
 			struct narwhal_admission_request req = request(10 + (uint64_t)i);
 
-			g_assert_cmpint(ops->create(nw_mock_host_table(h->host), config, &inst, err,
+			g_assert_cmpint(ops->create(narwhal_mock_host_table(h->host), config, &inst, err,
 			                            sizeof err), ==, 0);
-			nw_mock_host_clear_logs(h->host); /* the mock keeps every line */
+			narwhal_mock_host_clear_logs(h->host); /* the mock keeps every line */
 			g_assert_cmpint(ops->decide(inst, &req, &out), ==, 0);
 			ops->destroy(inst);
 			g_assert_cmpint(ops->decide(nw_harness_ctx(h), &req, &out), ==, 0);
@@ -759,7 +759,7 @@ test_bad_arguments(void)
 	f.view.engine_view_size = 8;
 	g_assert_cmpint(decide_rc(h, 10, &out), ==, -EINVAL);
 	/* No fleet at all: the policy cannot decide. */
-	nw_mock_host_set_fleet(h->host, NULL);
+	narwhal_mock_host_set_fleet(h->host, NULL);
 	g_assert_cmpint(decide_rc(h, 10, &out), ==, -ENOENT);
 	nw_harness_free(h);
 }

@@ -36,19 +36,19 @@ test_urgent_moves(void)
 	sc.in.arrivals_long = 0; /* the scheduled gates do not apply */
 	out = urgent(&sc, 3000);
 	assert_move(&out, "urgent_ttft", LIVE_P + 1, LIVE_D - 1, 1.2);
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 2);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, LIVE_P - 1, LIVE_D + 1), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), ==, 2);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, LIVE_P - 1, LIVE_D + 1), ==, 0);
 	for (guint i = 0; i < 2; i++) {
-		const struct narwhal_split_query *q = nw_mock_host_split_query(sc.mh, i);
+		const struct narwhal_split_query *q = narwhal_mock_host_split_query(sc.mh, i);
 
 		g_assert_cmpuint(q->urgent_prompt_tokens, ==, 3000);
 		g_assert_cmpfloat(q->arrivals_per_s, ==, 10.0);
 		g_assert_cmpuint(q->decode_streams, ==, 8);
 	}
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "proposals_urgent_ttft_total"), ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "urgent_evaluations_total"), ==, 1.0);
-	g_assert_true(isnan(nw_mock_host_counter(sc.mh, "evaluations_total")));
-	g_assert_true(nw_mock_host_logged(sc.mh, NARWHAL_LOG_INFO, "reason urgent_ttft"));
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "proposals_urgent_ttft_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "urgent_evaluations_total"), ==, 1.0);
+	g_assert_true(isnan(narwhal_mock_host_counter(sc.mh, "evaluations_total")));
+	g_assert_true(narwhal_mock_host_logged(sc.mh, NARWHAL_LOG_INFO, "reason urgent_ttft"));
 
 	/* "The controller retains the current split when one request's
 	 * prefill duration alone exceeds the SLO and both splits produce the
@@ -136,9 +136,9 @@ test_urgent_keeps_confirmations(void)
 	script(&sc, LIVE_P + 1, LIVE_D - 1, p1);
 	(void)step(&sc);
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
 	urgent_no_change(&sc, 100, "no_gain");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
 	step_move(&sc, "consolidation",
 	            LIVE_P + 1, LIVE_D - 1, 0.7);
 	scene_clear(&sc);

@@ -54,7 +54,7 @@ test_config_accepts_host_sections(void)
 
 		if (!scene_init(&sc, configs[i]))
 			return;
-		g_assert_true(nw_mock_host_logged(sc.mh, NARWHAL_LOG_DEBUG,
+		g_assert_true(narwhal_mock_host_logged(sc.mh, NARWHAL_LOG_DEBUG,
 		                                  "step_s=5 confirmations=3 movement_margin=0.05 "
 		                                  "utilization=0.8 expand=1 shrink=0.5"));
 		scene_clear(&sc);
@@ -73,12 +73,12 @@ test_config_values_used(void)
 	                     " \"thresholds\": {\"sustained_intervals\": 4, \"expand\": 2,"
 	                     " \"shrink\": 1.5, \"panic_ratio\": 1.5}}"))
 		return;
-	g_assert_true(nw_mock_host_logged(sc.mh, NARWHAL_LOG_DEBUG,
+	g_assert_true(narwhal_mock_host_logged(sc.mh, NARWHAL_LOG_DEBUG,
 	                                  "step_s=0.5 confirmations=7 movement_margin=0 "
 	                                  "utilization=0.6 expand=2 shrink=1.5"));
 	script_three(&sc, 0.9, 0.2, 2.0, 2.0);
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_last_split_query(sc.mh)->utilization, ==, 0.6);
+	g_assert_cmpfloat(narwhal_mock_host_last_split_query(sc.mh)->utilization, ==, 0.6);
 	scene_clear(&sc);
 }
 
@@ -172,7 +172,7 @@ test_bad_arguments(void)
 	/* An input from before ABI 2.2 lacks the fields the decision needs. */
 	sc.in.struct_size = offsetof(struct narwhal_controller_input, arrivals_short);
 	g_assert_cmpint(ops->propose(nw_harness_ctx(sc.h), &sc.in, &out), ==, -EINVAL);
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), ==, 0);
 	scene_clear(&sc);
 }
 
@@ -192,35 +192,35 @@ test_step_rate_limit(void)
 	if (!scene_init(&sc, NULL))
 		return;
 	script_three(&sc, 1.0, 0.2, 1.0, 0.2); /* nothing improves */
-	nw_mock_host_set_time(sc.mh, 100 * S_NS);
+	narwhal_mock_host_set_time(sc.mh, 100 * S_NS);
 	out = call(&sc);
 	assert_no_change(&out, "margin");
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "evaluations_total"), ==, 1.0);
-	calls = nw_mock_host_split_price_calls(sc.mh);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "evaluations_total"), ==, 1.0);
+	calls = narwhal_mock_host_split_price_calls(sc.mh);
 	g_assert_cmpuint(calls, ==, 3);
 
 	/* in->now_ns says far later: only the host clock counts. */
-	nw_mock_host_advance(sc.mh, 4 * S_NS);
+	narwhal_mock_host_advance(sc.mh, 4 * S_NS);
 	sc.in.now_ns = 1000 * S_NS;
 	out = call(&sc);
 	assert_no_change(&out, "step");
 	g_assert_true(isnan(out.worst_slo_ratio));
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, calls);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "evaluations_total"), ==, 1.0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), ==, calls);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "evaluations_total"), ==, 1.0);
 
 	/* An urgent call at 104.5 s runs, and does not restart the step. */
-	nw_mock_host_advance(sc.mh, S_NS / 2);
+	narwhal_mock_host_advance(sc.mh, S_NS / 2);
 	out = urgent(&sc, 500);
 	g_assert_cmpstr(out.reason, !=, "step");
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), >, calls);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "urgent_evaluations_total"), ==, 1.0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), >, calls);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "urgent_evaluations_total"), ==, 1.0);
 
 	/* 105 s: step_s after the last scheduled evaluation. */
-	nw_mock_host_advance(sc.mh, S_NS / 2);
+	narwhal_mock_host_advance(sc.mh, S_NS / 2);
 	out = call(&sc);
 	assert_no_change(&out, "margin");
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "evaluations_total"), ==, 2.0);
-	g_assert_cmpuint(nw_mock_host_clock_reads(sc.mh), >=, 3);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "evaluations_total"), ==, 2.0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(sc.mh), >=, 3);
 	scene_clear(&sc);
 }
 
@@ -246,14 +246,14 @@ test_gates_before_pricing(void)
 	out = step(&sc);
 	assert_no_change(&out, "demand_floor");
 	g_assert_true(isnan(out.worst_slo_ratio));
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), ==, 0);
 
 	/* The larger of the two estimates is the demand signal. */
 	sc.in.demand_short = 0.5;
 	out = step(&sc);
 	assert_no_change(&out, "no_profile");
 	g_assert_true(isnan(out.worst_slo_ratio));
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), ==, 1);
 	sc.in.demand_short = 0.1;
 	sc.in.demand_long = 0.5;
 	out = step(&sc);
@@ -266,7 +266,7 @@ test_gates_before_pricing(void)
 	g_assert_cmpstr(out.reason, ==, "no_split");
 	g_assert_cmpuint(out.prefill, ==, 0);
 	g_assert_cmpuint(out.decode, ==, LIVE_D);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "evaluations_total"), ==, 5.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "evaluations_total"), ==, 5.0);
 	scene_clear(&sc);
 }
 
@@ -288,12 +288,12 @@ test_pricing_queries(void)
 	sc.in.demand_long = 8.0;
 	sc.in.arrival_dispersion = 6.5;
 	(void)step(&sc);
-	g_assert_cmpuint(nw_mock_host_split_price_calls(sc.mh), ==, 3);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, LIVE_P, LIVE_D), ==, 1);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, LIVE_P + 1, LIVE_D - 1), ==, 1);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, LIVE_P - 1, LIVE_D + 1), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(sc.mh), ==, 3);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, LIVE_P, LIVE_D), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, LIVE_P + 1, LIVE_D - 1), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, LIVE_P - 1, LIVE_D + 1), ==, 1);
 	for (guint i = 0; i < 3; i++) {
-		q = nw_mock_host_split_query(sc.mh, i);
+		q = narwhal_mock_host_split_query(sc.mh, i);
 		g_assert_cmpfloat(q->arrivals_per_s, ==, 12.5);
 		g_assert_cmpfloat(q->prompt_tokens, ==, 1000.0);
 		g_assert_cmpfloat(q->output_tokens, ==, 200.0);
@@ -304,10 +304,10 @@ test_pricing_queries(void)
 	}
 	sc.in.demand_short = 3.0;
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_last_split_query(sc.mh)->arrivals_per_s, ==, 8.0);
+	g_assert_cmpfloat(narwhal_mock_host_last_split_query(sc.mh)->arrivals_per_s, ==, 8.0);
 	sc.in.struct_size = offsetof(struct narwhal_controller_input, arrival_dispersion);
 	(void)step(&sc);
-	g_assert_true(isnan(nw_mock_host_last_split_query(sc.mh)->arrival_dispersion));
+	g_assert_true(isnan(narwhal_mock_host_last_split_query(sc.mh)->arrival_dispersion));
 	sc.in.struct_size = sizeof sc.in;
 
 	/* A side of one engine gives nothing up: 1/4 has no D+1, 2/1 no P+1. */
@@ -315,13 +315,13 @@ test_pricing_queries(void)
 	script(&sc, 1, LIVE_D, price_of(1.0, 0.6, 0.3));
 	script(&sc, 2, LIVE_D - 1, price_of(1.0, 0.4, 0.3));
 	(void)step(&sc);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, 0, LIVE_D + 1), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, 0, LIVE_D + 1), ==, 0);
 	sc.in.live_prefill = 2;
 	sc.in.live_decode = 1;
 	script(&sc, 2, 1, price_of(1.0, 0.6, 0.3));
 	(void)step(&sc);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, 3, 0), ==, 0);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(sc.mh, 1, 2), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, 3, 0), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(sc.mh, 1, 2), ==, 1);
 
 	/* One engine on each side: no adjacent split at all. */
 	sc.in.live_prefill = 1;
@@ -386,24 +386,24 @@ test_consolidation(void)
 	script_three(&sc, 0.7, 0.5, 1.0, 0.2); /* P+1 decode load exactly shrink */
 	out = confirm_three(&sc);
 	assert_move(&out, "consolidation", LIVE_P + 1, LIVE_D - 1, 0.7);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "proposals_consolidation_total"), ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
-	g_assert_true(nw_mock_host_logged(sc.mh, NARWHAL_LOG_INFO,
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "proposals_consolidation_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
+	g_assert_true(narwhal_mock_host_logged(sc.mh, NARWHAL_LOG_INFO,
 	                                  "proposes 3 prefill / 3 decode (from 2 / 4), reason "
 	                                  "consolidation: worst projected SLO ratio 1 -> 0.7"));
 	/* The count starts over after a proposal (here the host refused it:
 	 * the live split is unchanged). */
 	out = step(&sc);
 	assert_no_change(&out, "confirming");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
 
 	/* Projected decode load above shrink, no mixed pressure: refused. */
 	script(&sc, LIVE_P + 1, LIVE_D - 1, price_of(0.7, 0.4, 0.51));
 	out = step(&sc);
 	assert_no_change(&out, "source_load");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
-	g_assert_true(nw_mock_host_logged(sc.mh, NARWHAL_LOG_INFO, "proposes"));
-	g_assert_cmpuint(nw_mock_host_n_logs(sc.mh), ==, 2); /* the start line and one move */
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
+	g_assert_true(narwhal_mock_host_logged(sc.mh, NARWHAL_LOG_INFO, "proposes"));
+	g_assert_cmpuint(narwhal_mock_host_n_logs(sc.mh), ==, 2); /* the start line and one move */
 	scene_clear(&sc);
 }
 
@@ -421,7 +421,7 @@ test_mixed_pressure(void)
 	sc.in.prefill_load = 1.0; /* exactly expand */
 	out = confirm_three(&sc);
 	assert_move(&out, "mixed_pressure", LIVE_P + 1, LIVE_D - 1, 0.8);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "proposals_mixed_pressure_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "proposals_mixed_pressure_total"), ==, 1.0);
 
 	sc.in.profiles_complete = false;
 	step_no_change(&sc, "source_load");
@@ -509,7 +509,7 @@ test_decode_expansion(void)
 	assert_move(&out, "decode_expansion", LIVE_P - 1, LIVE_D + 1, 0.6);
 	out = step(&sc);
 	assert_move(&out, "decode_expansion", LIVE_P - 1, LIVE_D + 1, 0.6);
-	g_assert_cmpfloat(nw_mock_host_counter(sc.mh, "proposals_decode_expansion_total"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc.mh, "proposals_decode_expansion_total"), ==, 2.0);
 
 	sc.in.prefill_load = 0.51;
 	step_no_change(&sc, "source_load");
@@ -572,9 +572,9 @@ test_confirmations(void)
 	script_three(&sc, 0.7, 0.3, 1.0, 0.2);
 	for (int i = 1; i <= 3; i++) {
 		step_no_change(&sc, "confirming");
-		g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, i);
+		g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, i);
 		/* A call within step_s changes nothing. */
-		nw_mock_host_advance(sc.mh, S_NS);
+		narwhal_mock_host_advance(sc.mh, S_NS);
 		g_assert_cmpstr(call(&sc).reason, ==, "step");
 	}
 	/* The live split changed (the host moved something else): a new
@@ -585,40 +585,40 @@ test_confirmations(void)
 	script(&sc, 4, 2, price_of(0.7, 0.4, 0.3));
 	script(&sc, 2, 4, price_of(1.0, 0.2, 0.2));
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
 	sc.in.live_prefill = LIVE_P;
 	sc.in.live_decode = LIVE_D;
 	script_three(&sc, 0.7, 0.3, 1.0, 0.2);
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
 
 	/* The rule changes (consolidation to mixed pressure): back to 1. */
 	script(&sc, LIVE_P + 1, LIVE_D - 1, price_of(0.7, 0.4, 0.9));
 	sc.in.prefill_load = 1.1;
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
 
 	/* A failed eligibility check clears the candidate. */
 	sc.in.movable_to_prefill = 0;
 	step_no_change(&sc, "not_movable");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
 	sc.in.movable_to_prefill = 1;
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
 	/* No qualifying candidate clears it too. */
 	script(&sc, LIVE_P + 1, LIVE_D - 1, price_of(0.99, 0.4, 0.9));
 	step_no_change(&sc, "margin");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
 	/* So do the gates before pricing. */
 	script(&sc, LIVE_P + 1, LIVE_D - 1, price_of(0.7, 0.4, 0.9));
 	(void)step(&sc);
 	sc.in.arrivals_long = 1;
 	step_no_change(&sc, "min_arrivals");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 0.0);
 	sc.in.arrivals_long = 600;
 
 	/* Four in a row: the move. */
@@ -644,11 +644,11 @@ test_confirmations_completeness(void)
 	sc.in.evidence_closed = false;
 	(void)step(&sc);
 	(void)step(&sc);
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 2.0);
 	sc.in.evidence_closed = true;
 	out = step(&sc);
 	assert_no_change(&out, "confirming");
-	g_assert_cmpfloat(nw_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(sc.mh, "confirmations_pending"), ==, 1.0);
 	out = step(&sc);
 	assert_no_change(&out, "confirming");
 	out = step(&sc);
@@ -669,11 +669,11 @@ test_host_services_only(void)
 	for (int i = 0; i < 4; i++)
 		(void)step(&sc);
 	(void)urgent(&sc, 100);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(sc.mh), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(sc.mh, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(sc.mh), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(sc.mh, i), ==, 0);
 	/* Only scheduled calls read the clock, once each. */
-	g_assert_cmpuint(nw_mock_host_clock_reads(sc.mh), ==, 4);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(sc.mh), ==, 4);
 	scene_clear(&sc);
 }
 

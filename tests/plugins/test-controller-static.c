@@ -60,26 +60,11 @@ static void
 test_proposes_live_split(void)
 {
 	struct nw_harness *h = static_with(NULL);
-	struct narwhal_engine_view engines[3] = {
-		{ .struct_size = sizeof engines[0], .index = 0, .id = "p0",
-		  .role = NARWHAL_ROLE_PREFILL, .prefill_load = 3.0 },
-		{ .struct_size = sizeof engines[0], .index = 1, .id = "d0",
-		  .role = NARWHAL_ROLE_DECODE, .decode_load = 0.1 },
-		{ .struct_size = sizeof engines[0], .index = 2, .id = "d1",
-		  .role = NARWHAL_ROLE_DECODE, .decode_load = 0.1 },
-	};
-	struct narwhal_fleet_view fleet = {
-		.struct_size = sizeof fleet,
-		.engine_view_size = sizeof engines[0],
-		.n_engines = 3,
-		.engines = engines,
-		.ttft_target_s = 1.0,
-		.tpot_target_s = 0.05,
-	};
+	/* The kit's scripted fleet, as plugin authors build theirs. */
+	struct narwhal_test_fleet *fleet = narwhal_test_fleet_new(1.0, 0.05);
 	struct narwhal_controller_input in = {
 		.struct_size = sizeof in,
 		.now_ns = 5 * G_GINT64_CONSTANT(1000000000),
-		.fleet = &fleet,
 		.live_prefill = 1,
 		.live_decode = 2,
 		.prefill_load = 3.0,   /* badly overloaded */
@@ -91,9 +76,15 @@ test_proposes_live_split(void)
 	};
 	struct narwhal_controller_proposal out;
 
-	if (h == NULL)
+	if (h == NULL) {
+		narwhal_test_fleet_free(fleet);
 		return;
-	nw_mock_host_set_fleet(h->host, &fleet);
+	}
+	narwhal_test_fleet_add(fleet, "p0", NARWHAL_ROLE_PREFILL)->prefill_load = 3.0;
+	narwhal_test_fleet_add(fleet, "d0", NARWHAL_ROLE_DECODE)->decode_load = 0.1;
+	narwhal_test_fleet_add(fleet, "d1", NARWHAL_ROLE_DECODE)->decode_load = 0.1;
+	in.fleet = narwhal_test_fleet_view(fleet);
+	narwhal_mock_host_set_fleet(h->host, in.fleet);
 	out = propose(h, &in);
 	g_assert_cmpuint(out.prefill, ==, 1);
 	g_assert_cmpuint(out.decode, ==, 2);
@@ -116,12 +107,13 @@ test_proposes_live_split(void)
 
 	/* Policy from the input alone: no clock, fleet or estimator calls, no
 	 * log lines. */
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, i), ==, 0);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(h->host), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
+	narwhal_test_fleet_free(fleet);
 }
 
 /* What the host hands every controller plugin (docs/plugins.md, "Its

@@ -19,7 +19,7 @@
 #include <glib/gstdio.h>
 
 #include "core/plugin-loader.h"
-#include "plugins/mock-host.h"
+#include <narwhal/plugin-test.h>
 
 /* ------------------------------------------------------------- helpers --- */
 
@@ -685,7 +685,7 @@ static void
 test_dialect_optional_slots(void)
 {
 	struct nw_plugin *p = load_ok("dialect", NARWHAL_KIND_DIALECT, "mock");
-	struct nw_mock_host *mh = nw_mock_host_new();
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
 	g_autoptr(GError) error = NULL;
 	struct nw_plugin_instance *inst;
 	struct narwhal_http_call call = { .struct_size = sizeof call };
@@ -705,7 +705,7 @@ test_dialect_optional_slots(void)
 	g_assert_nonnull(p->ops.dialect.build_metrics);
 	g_assert_nonnull(p->ops.dialect.parse_metrics);
 
-	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), NULL, &error);
+	inst = nw_plugin_instance_new(p, narwhal_mock_host_table(mh), NULL, &error);
 	g_assert_no_error(error);
 	g_assert_cmpuint(p->ops.dialect.capabilities(inst->ctx, &engine), ==,
 	                 NARWHAL_DIALECT_HANDOFF_SEQUENTIAL);
@@ -715,7 +715,7 @@ test_dialect_optional_slots(void)
 	g_assert_cmpint(p->ops.dialect.parse_error(inst->ctx, 503, "", 0, &err), ==, -EPROTO);
 	nw_plugin_instance_free(inst);
 	nw_plugin_free(p);
-	nw_mock_host_free(mh);
+	narwhal_mock_host_free(mh);
 }
 
 /* Compatibility (plugin-abi.h): a dialect built for ABI 2.0 loads on a 2.2
@@ -754,7 +754,7 @@ static void
 test_dialect_metrics(void)
 {
 	struct nw_plugin *p = load_ok("dialect", NARWHAL_KIND_DIALECT, "mock");
-	struct nw_mock_host *mh = nw_mock_host_new();
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
 	g_autoptr(GError) error = NULL;
 	struct nw_plugin_instance *inst, *failing;
 	struct narwhal_http_call call = { .struct_size = sizeof call };
@@ -765,7 +765,7 @@ test_dialect_metrics(void)
 		.struct_size = sizeof engine, .index = 0, .id = "e0", .url = "http://127.0.0.1:1",
 	};
 
-	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), NULL, &error);
+	inst = nw_plugin_instance_new(p, narwhal_mock_host_table(mh), NULL, &error);
 	g_assert_no_error(error);
 	g_assert_cmpint(p->ops.dialect.build_metrics(inst->ctx, &engine, &call), ==, 0);
 	g_assert_cmpstr(call.method, ==, "GET");
@@ -792,11 +792,11 @@ test_dialect_metrics(void)
 	g_assert_cmpint(mock_metrics(p, inst->ctx, "start_time_s 0\n", &m), ==, -EPROTO);
 	nw_plugin_instance_free(inst);
 
-	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), config, &error);
+	inst = nw_plugin_instance_new(p, narwhal_mock_host_table(mh), config, &error);
 	g_assert_no_error(error);
 	g_assert_cmpint(p->ops.dialect.build_metrics(inst->ctx, &engine, &call), ==, 0);
 	g_assert_cmpstr(call.path, ==, "/stats");
-	failing = nw_plugin_instance_new(p, nw_mock_host_table(mh), fail, &error);
+	failing = nw_plugin_instance_new(p, narwhal_mock_host_table(mh), fail, &error);
 	g_assert_no_error(error);
 	g_assert_cmpint(mock_metrics(p, failing->ctx, "running 1\n", &m), ==, -EIO);
 	g_assert_cmpint(m.running, ==, -1);
@@ -805,7 +805,7 @@ test_dialect_metrics(void)
 	json_decref(config);
 	json_decref(fail);
 	nw_plugin_free(p);
-	nw_mock_host_free(mh);
+	narwhal_mock_host_free(mh);
 }
 
 /* ----------------------------------------------------------- instances --- */
@@ -814,7 +814,7 @@ static void
 test_instance_lifecycle(void)
 {
 	struct nw_plugin *p = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
-	struct nw_mock_host *mh = nw_mock_host_new();
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
 	g_autoptr(GError) error = NULL;
 	struct nw_plugin_instance *inst;
 	json_t *config = json_pack("{s:s}", "label", "first");
@@ -826,43 +826,43 @@ test_instance_lifecycle(void)
 	};
 	struct narwhal_admission_decision out = { .struct_size = sizeof out };
 
-	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), config, &error);
+	inst = nw_plugin_instance_new(p, narwhal_mock_host_table(mh), config, &error);
 	/* config is borrowed: the plugin must not keep it. */
 	json_decref(config);
 	g_assert_no_error(error);
 	g_assert_nonnull(inst);
 	g_assert_true(inst->plugin == p);
-	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "mock create label=first"));
-	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_instances_total"), ==, 1.0);
-	g_assert_cmpfloat(nw_mock_host_gauge(mh, "mock_live"), ==, 1.0);
+	g_assert_true(narwhal_mock_host_logged(mh, NARWHAL_LOG_INFO, "mock create label=first"));
+	g_assert_cmpfloat(narwhal_mock_host_counter(mh, "mock_instances_total"), ==, 1.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(mh, "mock_live"), ==, 1.0);
 
 	/* Unpriced without a profile. */
 	g_assert_cmpint(p->ops.admission.decide(inst->ctx, &req, &out), ==, 0);
 	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
 	g_assert_true(isnan(out.projected_ttft_s));
-	g_assert_cmpuint(nw_mock_host_estimate_calls(mh, NW_MOCK_PREFILL_SECONDS), ==, 1);
-	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_PREFILL_SECONDS)->tokens, ==, 100);
-	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls(mh, NARWHAL_MOCK_PREFILL_SECONDS), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_last_estimate(mh, NARWHAL_MOCK_PREFILL_SECONDS)->tokens, ==, 100);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(mh), ==, 0);
 
 	/* Priced with the canned estimate and the virtual clock. */
-	nw_mock_host_set_estimate(mh, NW_MOCK_PREFILL_SECONDS, NARWHAL_ESTIMATE_OK, 0.25);
-	nw_mock_host_set_time(mh, 1000000000);
-	nw_mock_host_advance(mh, 500000000);
+	narwhal_mock_host_set_estimate(mh, NARWHAL_MOCK_PREFILL_SECONDS, NARWHAL_ESTIMATE_OK, 0.25);
+	narwhal_mock_host_set_time(mh, 1000000000);
+	narwhal_mock_host_advance(mh, 500000000);
 	g_assert_cmpint(p->ops.admission.decide(inst->ctx, &req, &out), ==, 0);
 	g_assert_cmpfloat_with_epsilon(out.projected_ttft_s, 0.75, 1e-9);
-	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 1);
-	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_decisions_total"), ==, 2.0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(mh), ==, 1);
+	g_assert_cmpfloat(narwhal_mock_host_counter(mh, "mock_decisions_total"), ==, 2.0);
 
 	p->ops.admission.finished(inst->ctx, 1, true);
-	g_assert_cmpfloat(nw_mock_host_counter(mh, "mock_ok_total"), ==, 1.0);
-	g_assert_true(isnan(nw_mock_host_counter(mh, "mock_failed_total")));
+	g_assert_cmpfloat(narwhal_mock_host_counter(mh, "mock_ok_total"), ==, 1.0);
+	g_assert_true(isnan(narwhal_mock_host_counter(mh, "mock_failed_total")));
 
 	nw_plugin_instance_free(inst);
-	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "mock destroy label=first"));
-	g_assert_cmpfloat(nw_mock_host_gauge(mh, "mock_live"), ==, 0.0);
+	g_assert_true(narwhal_mock_host_logged(mh, NARWHAL_LOG_INFO, "mock destroy label=first"));
+	g_assert_cmpfloat(narwhal_mock_host_gauge(mh, "mock_live"), ==, 0.0);
 	nw_plugin_instance_free(NULL);
 	nw_plugin_free(p);
-	nw_mock_host_free(mh);
+	narwhal_mock_host_free(mh);
 }
 
 /* Two instances of one plugin keep separate state. */
@@ -871,7 +871,7 @@ test_two_instances(void)
 {
 	struct nw_plugin *p1 = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
 	struct nw_plugin *p2 = load_ok("good", NARWHAL_KIND_ADMISSION, "mock");
-	struct nw_mock_host *mh = nw_mock_host_new();
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
 	g_autoptr(GError) error = NULL;
 	struct nw_plugin_instance *a, *b;
 	json_t *ca = json_pack("{s:s}", "label", "a");
@@ -879,19 +879,19 @@ test_two_instances(void)
 
 	/* The same file twice shares code, not state. */
 	g_assert_true(p1->desc == p2->desc);
-	a = nw_plugin_instance_new(p1, nw_mock_host_table(mh), ca, &error);
+	a = nw_plugin_instance_new(p1, narwhal_mock_host_table(mh), ca, &error);
 	g_assert_no_error(error);
-	b = nw_plugin_instance_new(p2, nw_mock_host_table(mh), cb, &error);
+	b = nw_plugin_instance_new(p2, narwhal_mock_host_table(mh), cb, &error);
 	g_assert_no_error(error);
 	g_assert_true(a->ctx != b->ctx);
 	nw_plugin_instance_free(a);
 	nw_plugin_free(p1);
-	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=a"));
-	g_assert_false(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=b"));
+	g_assert_true(narwhal_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=a"));
+	g_assert_false(narwhal_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=b"));
 	nw_plugin_instance_free(b);
-	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=b"));
+	g_assert_true(narwhal_mock_host_logged(mh, NARWHAL_LOG_INFO, "destroy label=b"));
 	nw_plugin_free(p2);
-	nw_mock_host_free(mh);
+	narwhal_mock_host_free(mh);
 	json_decref(ca);
 	json_decref(cb);
 }
@@ -900,23 +900,23 @@ static char *
 expect_create_error(const char *mock, const char *config_json)
 {
 	struct nw_plugin *p = load_ok(mock, NARWHAL_KIND_ADMISSION, "mock");
-	struct nw_mock_host *mh = nw_mock_host_new();
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
 	g_autoptr(GError) error = NULL;
 	struct nw_plugin_instance *inst;
 	json_t *config = config_json ? json_loads(config_json, 0, NULL) : NULL;
 	char *message;
 
 	g_assert_true(config_json == NULL || config != NULL);
-	inst = nw_plugin_instance_new(p, nw_mock_host_table(mh), config, &error);
+	inst = nw_plugin_instance_new(p, narwhal_mock_host_table(mh), config, &error);
 	g_assert_null(inst);
 	g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_CREATE);
 	g_test_message("%s", error->message);
 	/* A refused create leaves nothing behind for destroy. */
-	g_assert_false(nw_mock_host_logged(mh, NARWHAL_LOG_INFO, "create"));
+	g_assert_false(narwhal_mock_host_logged(mh, NARWHAL_LOG_INFO, "create"));
 	message = g_strdup(error->message);
 	json_decref(config);
 	nw_plugin_free(p);
-	nw_mock_host_free(mh);
+	narwhal_mock_host_free(mh);
 	return message;
 }
 
@@ -969,8 +969,8 @@ test_create_silent(void)
 static void
 test_mock_host(void)
 {
-	struct nw_mock_host *mh = nw_mock_host_new();
-	const struct narwhal_host *h = nw_mock_host_table(mh);
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
+	const struct narwhal_host *h = narwhal_mock_host_table(mh);
 	struct narwhal_engine_view engines[2] = {
 		{ .struct_size = sizeof engines[0], .index = 0, .id = "e0" },
 		{ .struct_size = sizeof engines[0], .index = 1, .id = "e1" },
@@ -987,50 +987,50 @@ test_mock_host(void)
 	g_assert_cmpuint(h->abi_major, ==, NARWHAL_ABI_MAJOR);
 
 	g_assert_cmpint(h->now_ns(h->host_ctx), ==, 0);
-	nw_mock_host_set_time(mh, 42);
-	nw_mock_host_advance(mh, 8);
+	narwhal_mock_host_set_time(mh, 42);
+	narwhal_mock_host_advance(mh, 8);
 	g_assert_cmpint(h->now_ns(h->host_ctx), ==, 50);
-	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 2);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(mh), ==, 2);
 
 	h->log(h->host_ctx, NARWHAL_LOG_WARNING, "disk on fire");
-	g_assert_cmpuint(nw_mock_host_n_logs(mh), ==, 1);
-	g_assert_cmpstr(nw_mock_host_log_line(mh, 0), ==, "warning: disk on fire");
-	g_assert_true(nw_mock_host_logged(mh, NARWHAL_LOG_WARNING, "fire"));
-	g_assert_false(nw_mock_host_logged(mh, NARWHAL_LOG_ERROR, "fire"));
-	nw_mock_host_clear_logs(mh);
-	g_assert_cmpuint(nw_mock_host_n_logs(mh), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(mh), ==, 1);
+	g_assert_cmpstr(narwhal_mock_host_log_line(mh, 0), ==, "warning: disk on fire");
+	g_assert_true(narwhal_mock_host_logged(mh, NARWHAL_LOG_WARNING, "fire"));
+	g_assert_false(narwhal_mock_host_logged(mh, NARWHAL_LOG_ERROR, "fire"));
+	narwhal_mock_host_clear_logs(mh);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(mh), ==, 0);
 
 	h->counter_add(h->host_ctx, "c", 2.0);
 	h->counter_add(h->host_ctx, "c", 3.0);
 	h->gauge_set(h->host_ctx, "g", 7.0);
 	h->gauge_set(h->host_ctx, "g", 4.0);
-	g_assert_cmpfloat(nw_mock_host_counter(mh, "c"), ==, 5.0);
-	g_assert_cmpfloat(nw_mock_host_gauge(mh, "g"), ==, 4.0);
-	g_assert_true(isnan(nw_mock_host_counter(mh, "g")));
+	g_assert_cmpfloat(narwhal_mock_host_counter(mh, "c"), ==, 5.0);
+	g_assert_cmpfloat(narwhal_mock_host_gauge(mh, "g"), ==, 4.0);
+	g_assert_true(isnan(narwhal_mock_host_counter(mh, "g")));
 
 	g_assert_null(h->fleet(h->host_ctx));
-	nw_mock_host_set_fleet(mh, &fleet);
+	narwhal_mock_host_set_fleet(mh, &fleet);
 	g_assert_cmpstr(narwhal_fleet_engine(h->fleet(h->host_ctx), 1)->id, ==, "e1");
-	g_assert_cmpuint(nw_mock_host_fleet_reads(mh), ==, 2);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(mh), ==, 2);
 
 	g_assert_cmpint(h->decode_interval_seconds(h->host_ctx, 1, 8, 4096, &v), ==,
 	                NARWHAL_ESTIMATE_NO_PROFILE);
 	g_assert_cmpfloat(v, ==, -1.0);
-	nw_mock_host_set_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS,
+	narwhal_mock_host_set_estimate(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS,
 	                          NARWHAL_ESTIMATE_OK, 0.02);
 	g_assert_cmpint(h->decode_interval_seconds(h->host_ctx, 1, 8, 4096, &v), ==,
 	                NARWHAL_ESTIMATE_OK);
 	g_assert_cmpfloat(v, ==, 0.02);
-	g_assert_cmpuint(nw_mock_host_estimate_calls(mh, NW_MOCK_DECODE_INTERVAL_SECONDS), ==, 2);
-	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS)->engine,
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS), ==, 2);
+	g_assert_cmpuint(narwhal_mock_host_last_estimate(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS)->engine,
 	                 ==, 1);
-	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS)
+	g_assert_cmpuint(narwhal_mock_host_last_estimate(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS)
 	                 ->active_requests, ==, 8);
-	g_assert_cmpuint(nw_mock_host_last_estimate(mh, NW_MOCK_DECODE_INTERVAL_SECONDS)->tokens,
+	g_assert_cmpuint(narwhal_mock_host_last_estimate(mh, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS)->tokens,
 	                 ==, 4096);
 	g_assert_cmpint(h->prefill_queue_seconds(h->host_ctx, 0, 10, &v), ==,
 	                NARWHAL_ESTIMATE_NO_PROFILE);
-	nw_mock_host_free(mh);
+	narwhal_mock_host_free(mh);
 }
 
 /* A pricer for the mock's unscripted splits: ratio prefill/decode. */
@@ -1049,8 +1049,8 @@ ratio_pricer(const struct narwhal_split_query *q, struct narwhal_split_price *ou
 static void
 test_mock_host_price_split(void)
 {
-	struct nw_mock_host *mh = nw_mock_host_new();
-	const struct narwhal_host *h = nw_mock_host_table(mh);
+	struct narwhal_mock_host *mh = narwhal_mock_host_new();
+	const struct narwhal_host *h = narwhal_mock_host_table(mh);
 	struct narwhal_split_query q = {
 		.struct_size = sizeof q, .prefill = 3, .decode = 5, .arrivals_per_s = 2.5,
 		.prompt_tokens = 1000, .output_tokens = 200, .utilization = 0.9,
@@ -1061,12 +1061,12 @@ test_mock_host_price_split(void)
 	const struct narwhal_split_query *first;
 
 	g_assert_nonnull(h->price_split);
-	g_assert_null(nw_mock_host_last_split_query(mh));
+	g_assert_null(narwhal_mock_host_last_split_query(mh));
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
 	g_assert_cmpfloat(out.worst_ratio, ==, -1); /* untouched */
-	first = nw_mock_host_last_split_query(mh);
+	first = narwhal_mock_host_last_split_query(mh);
 
-	nw_mock_host_set_split_price(mh, 3, 5, &scripted);
+	narwhal_mock_host_set_split_price(mh, 3, 5, &scripted);
 	scripted.worst_ratio = 9; /* the script is a copy */
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_cmpfloat(out.worst_ratio, ==, 1.25);
@@ -1076,7 +1076,7 @@ test_mock_host_price_split(void)
 	q.decode = 4;
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
 
-	nw_mock_host_set_split_pricer(mh, ratio_pricer, NULL);
+	narwhal_mock_host_set_split_pricer(mh, ratio_pricer, NULL);
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_cmpfloat(out.worst_ratio, ==, 1.0);
 	q.prefill = 7;
@@ -1086,25 +1086,25 @@ test_mock_host_price_split(void)
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_cmpfloat(out.worst_ratio, ==, 1.25); /* the script wins */
 
-	nw_mock_host_set_split_price(mh, 3, 5, NULL);
+	narwhal_mock_host_set_split_price(mh, 3, 5, NULL);
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_OK);
 	g_assert_cmpfloat(out.worst_ratio, ==, 0.6);
-	nw_mock_host_set_split_price(mh, 3, 5, &scripted);
-	nw_mock_host_clear_split_prices(mh);
+	narwhal_mock_host_set_split_price(mh, 3, 5, &scripted);
+	narwhal_mock_host_clear_split_prices(mh);
 	g_assert_cmpint(h->price_split(h->host_ctx, &q, &out), ==, NARWHAL_ESTIMATE_NO_PROFILE);
 
-	g_assert_cmpuint(nw_mock_host_split_price_calls(mh), ==, 8);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(mh, 3, 5), ==, 5);
-	g_assert_cmpuint(nw_mock_host_split_price_calls_for(mh, 4, 4), ==, 2);
-	g_assert_cmpuint(nw_mock_host_split_query(mh, 2)->prefill, ==, 4);
-	g_assert_cmpuint(nw_mock_host_last_split_query(mh)->decode_streams, ==, 4);
-	g_assert_cmpfloat(nw_mock_host_last_split_query(mh)->utilization, ==, 0.9);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls(mh), ==, 8);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(mh, 3, 5), ==, 5);
+	g_assert_cmpuint(narwhal_mock_host_split_price_calls_for(mh, 4, 4), ==, 2);
+	g_assert_cmpuint(narwhal_mock_host_split_query(mh, 2)->prefill, ==, 4);
+	g_assert_cmpuint(narwhal_mock_host_last_split_query(mh)->decode_streams, ==, 4);
+	g_assert_cmpfloat(narwhal_mock_host_last_split_query(mh)->utilization, ==, 0.9);
 	/* a query kept from before stays valid */
-	g_assert_true(first == nw_mock_host_split_query(mh, 0));
+	g_assert_true(first == narwhal_mock_host_split_query(mh, 0));
 	g_assert_cmpuint(first->prefill, ==, 3);
 	g_assert_cmpfloat(first->arrivals_per_s, ==, 2.5);
-	g_assert_cmpuint(nw_mock_host_clock_reads(mh), ==, 0);
-	nw_mock_host_free(mh);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(mh), ==, 0);
+	narwhal_mock_host_free(mh);
 }
 
 /* ------------------------------------------------------- pkg-config --- */
@@ -1188,6 +1188,49 @@ static const struct isolated isolated_tests[] = {
 	{ "/loader/instance/silent-error", test_create_silent },
 };
 
+/* The kit's scripted fleet (issue 14, the plugin test library): engines
+ * at successive indices with the host's presets, a view that follows
+ * changes and growth, and eligible sets by role. */
+static void
+test_kit_fleet(void)
+{
+	struct narwhal_test_fleet *f = narwhal_test_fleet_new(2.0, 0.05);
+	const struct narwhal_fleet_view *v;
+	const uint32_t *el;
+	uint32_t n = 99;
+
+	g_assert_null(narwhal_test_fleet_engine(f, 0));
+	narwhal_test_fleet_add(f, "p0", NARWHAL_ROLE_PREFILL);
+	narwhal_test_fleet_add(f, "d0", NARWHAL_ROLE_DECODE)->resident_decode = 3;
+	narwhal_test_fleet_add(f, "p1", NARWHAL_ROLE_PREFILL);
+	v = narwhal_test_fleet_view(f);
+	g_assert_cmpuint(v->n_engines, ==, 3);
+	g_assert_cmpuint(v->engine_view_size, ==, sizeof(struct narwhal_engine_view));
+	g_assert_cmpfloat(v->ttft_target_s, ==, 2.0);
+	g_assert_cmpstr(narwhal_fleet_engine(v, 2)->id, ==, "p1");
+	g_assert_cmpuint(narwhal_fleet_engine(v, 2)->index, ==, 2);
+	g_assert_cmpuint(narwhal_fleet_engine(v, 1)->resident_decode, ==, 3);
+	g_assert_cmpuint(narwhal_fleet_engine(v, 0)->flags, ==, NARWHAL_ENGINE_AVAILABLE);
+	g_assert_true(isnan(narwhal_fleet_engine(v, 0)->prefill_load));
+
+	el = narwhal_test_fleet_eligible(f, NARWHAL_ROLE_PREFILL, &n);
+	g_assert_cmpuint(n, ==, 2);
+	g_assert_cmpuint(el[0], ==, 0);
+	g_assert_cmpuint(el[1], ==, 2);
+	el = narwhal_test_fleet_eligible(f, 0, &n);
+	g_assert_cmpuint(n, ==, 3);
+
+	/* Growth moves the array; the view follows. */
+	for (int i = 0; i < 64; i++)
+		narwhal_test_fleet_add(f, "x", NARWHAL_ROLE_DECODE);
+	narwhal_test_fleet_engine(f, 1)->resident_decode = 7;
+	v = narwhal_test_fleet_view(f);
+	g_assert_cmpuint(v->n_engines, ==, 67);
+	g_assert_cmpuint(narwhal_fleet_engine(v, 1)->resident_decode, ==, 7);
+	g_assert_cmpstr(narwhal_fleet_engine(v, 0)->id, ==, "p0");
+	narwhal_test_fleet_free(f);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1197,6 +1240,7 @@ main(int argc, char **argv)
 	g_test_add_func("/loader/resolve/path", test_resolve_path_wins);
 	g_test_add_func("/mock-host/services", test_mock_host);
 	g_test_add_func("/mock-host/price-split", test_mock_host_price_split);
+	g_test_add_func("/kit/fleet", test_kit_fleet);
 	g_test_add_func("/loader/pkgconfig-abi", test_pkgconfig_abi);
 	for (size_t i = 0; i < G_N_ELEMENTS(isolated_tests); i++)
 		g_test_add_data_func(isolated_tests[i].path, &isolated_tests[i], run_isolated);

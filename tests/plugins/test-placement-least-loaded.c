@@ -135,14 +135,14 @@ test_lowest_load(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 4);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, all4, 4, 1.0), ==, 1);
 	/* Loads change between calls; each call reads the fleet afresh. */
 	f.engines[1].resident_prefill = 9;
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, all4, 4, 2.0), ==, 2);
 	f.engines[3].resident_prefill = 0;
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, all4, 4, 0.0), ==, 3);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 3);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(h->host), ==, 3);
 	nw_harness_free(h);
 }
 
@@ -163,7 +163,7 @@ test_phases(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 4);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	/* Prefill counts queued offers too. */
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, all4, 4, 2.0), ==, 1);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_DECODE, all4, 4, 0.0), ==, 2);
@@ -187,7 +187,7 @@ test_eligible_subset(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 4);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_DECODE, some, 3, 2.0), ==, 2);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, one, 1, 4.0), ==, 1);
 	nw_harness_free(h);
@@ -211,7 +211,7 @@ test_tie_by_instance_id(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 4);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	for (guint i = 0; i < G_N_ELEMENTS(orders); i++) {
 		/* Prefill: all four tie at 2 (engine-d by its queued offer). */
 		g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, orders[i], 4, 2.0), ==, 2);
@@ -246,7 +246,7 @@ test_tie_independent_of_fleet_order(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, forward, 3);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	e = place(h, NARWHAL_PHASE_PREFILL, three, 3, 1.0);
 	g_assert_cmpstr(f.engines[e].id, ==, "p1");
 	fleet_init(&f, backward, 3);
@@ -273,7 +273,7 @@ test_tie_is_strcmp(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 4);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_DECODE, nines, 2, 0.0), ==, 1);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_DECODE, bees, 2, 0.0), ==, 3);
 	nw_harness_free(h);
@@ -293,7 +293,7 @@ test_no_overflow(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 2);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, two, 2, 7.0), ==, 1);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_AGGREGATE, two, 2, 14.0), ==, 1);
 	f.engines[1].resident_prefill = UINT32_MAX;
@@ -342,7 +342,7 @@ test_stride(void)
 		.ttft_target_s = 1.0,
 		.tpot_target_s = 0.05,
 	};
-	nw_mock_host_set_fleet(h->host, &view);
+	narwhal_mock_host_set_fleet(h->host, &view);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_DECODE, all4, 4, 1.0), ==, 2);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, all4, 4, 2.0), ==, 2);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_AGGREGATE, all4, 4, 3.0), ==, 2);
@@ -367,7 +367,7 @@ test_empty(void)
 	/* No fleet at all. */
 	g_assert_cmpint(place_rc(h, NARWHAL_PHASE_PREFILL, all4, 2, &out), ==, -ENOENT);
 	fleet_init(&f, loads, 2);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpint(place_rc(h, NARWHAL_PHASE_PREFILL, all4, 0, &out), ==, -ENOENT);
 	g_assert_cmpint(place_rc(h, NARWHAL_PHASE_DECODE, NULL, 0, &out), ==, -ENOENT);
 	g_assert_cmpuint(out.engine, ==, 777);
@@ -390,7 +390,7 @@ test_bad_arguments(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 1);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpint(place_rc(h, (narwhal_phase)0, zero, 1, &out), ==, -EINVAL);
 	g_assert_cmpint(place_rc(h, (narwhal_phase)4, zero, 1, &out), ==, -EINVAL);
 	g_assert_cmpint(nw_harness_ops(h)->placement.place(nw_harness_ctx(h), NULL, &out), ==,
@@ -422,13 +422,13 @@ test_no_other_host_calls(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, loads, 2);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	for (int phase = NARWHAL_PHASE_PREFILL; phase <= NARWHAL_PHASE_AGGREGATE; phase++)
 		place(h, (narwhal_phase)phase, two, 2, phase == NARWHAL_PHASE_AGGREGATE ? 1.0 : 0.0);
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, i), ==, 0);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }
 

@@ -66,20 +66,20 @@ fleet_init(struct fleet *f, const struct eng *engs)
 	return n;
 }
 
-static nw_mock_estimator
+static narwhal_mock_estimator
 estimator_of(narwhal_phase phase)
 {
-	return phase == NARWHAL_PHASE_DECODE ? NW_MOCK_DECODE_INTERVAL_SECONDS
-	                                     : NW_MOCK_PREFILL_QUEUE_SECONDS;
+	return phase == NARWHAL_PHASE_DECODE ? NARWHAL_MOCK_DECODE_INTERVAL_SECONDS
+	                                     : NARWHAL_MOCK_PREFILL_QUEUE_SECONDS;
 }
 
 static void
-script(struct nw_mock_host *mh, const struct eng *engs, narwhal_phase phase)
+script(struct narwhal_mock_host *mh, const struct eng *engs, narwhal_phase phase)
 {
-	nw_mock_host_clear_engine_estimates(mh);
+	narwhal_mock_host_clear_engine_estimates(mh);
 	for (uint32_t i = 0; i < N_MAX && engs[i].id != NULL; i++) {
 		if (engs[i].given)
-			nw_mock_host_set_engine_estimate(mh, estimator_of(phase), i, engs[i].st,
+			narwhal_mock_host_set_engine_estimate(mh, estimator_of(phase), i, engs[i].st,
 			                                 engs[i].v);
 	}
 }
@@ -215,7 +215,7 @@ run_scenario(gconstpointer data)
 		return;
 	g_test_message("%s", sc->name);
 	n = fleet_init(&f, sc->engines);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	script(h->host, sc->engines, sc->phase);
 	out = place(h, sc->phase, all, n);
 	g_assert_cmpuint(out.engine, <, n);
@@ -267,7 +267,7 @@ test_tie_by_instance_id(void)
 
 	if (h == NULL)
 		return;
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	for (guint i = 0; i < G_N_ELEMENTS(orders); i++) {
 		fleet_init(&f, priced);
 		script(h->host, priced, NARWHAL_PHASE_PREFILL);
@@ -289,24 +289,24 @@ test_decode_arguments(void)
 		{ "d0", P(OK, 0.01), .resident_decode = 3 }, { NULL },
 	};
 	static const uint32_t one[] = { 0 };
-	const struct nw_mock_estimate_call *c;
+	const struct narwhal_mock_estimate_call *c;
 	struct nw_harness *h = load("slo-cost", NULL);
 	struct fleet f;
 
 	if (h == NULL)
 		return;
 	fleet_init(&f, engs);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	script(h->host, engs, NARWHAL_PHASE_DECODE);
 	place(h, NARWHAL_PHASE_DECODE, one, 1);
-	c = nw_mock_host_last_estimate_for(h->host, NW_MOCK_DECODE_INTERVAL_SECONDS, 0);
+	c = narwhal_mock_host_last_estimate_for(h->host, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS, 0);
 	g_assert_nonnull(c);
 	g_assert_cmpuint(c->active_requests, ==, 4);
 	g_assert_cmpuint(c->tokens, ==, 3000 + 700 + 64);
-	g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS), ==, 0);
 	/* Prefill asks the queue projection for the prompt. */
 	place(h, NARWHAL_PHASE_PREFILL, one, 1);
-	c = nw_mock_host_last_estimate_for(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 0);
+	c = narwhal_mock_host_last_estimate_for(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 0);
 	g_assert_nonnull(c);
 	g_assert_cmpuint(c->tokens, ==, 700);
 	nw_harness_free(h);
@@ -327,10 +327,10 @@ test_eligible_only(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, engs);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	script(h->host, engs, NARWHAL_PHASE_PREFILL);
 	g_assert_cmpuint(place(h, NARWHAL_PHASE_PREFILL, some, 3).engine, ==, 2);
-	g_assert_cmpuint(nw_mock_host_estimate_calls_for(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 0),
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls_for(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 0),
 	                 ==, 0);
 	nw_harness_free(h);
 }
@@ -354,8 +354,8 @@ test_unpriced_equals_least_loaded(void)
 		return;
 	}
 	memset(&f, 0, sizeof f);
-	nw_mock_host_set_fleet(sc->host, &f.view);
-	nw_mock_host_set_fleet(ll->host, &f.view);
+	narwhal_mock_host_set_fleet(sc->host, &f.view);
+	narwhal_mock_host_set_fleet(ll->host, &f.view);
 	for (int round = 0; round < 500; round++) {
 		struct eng engs[N_MAX + 1] = { { NULL } };
 		uint32_t eligible[N_MAX], n = (uint32_t)g_rand_int_range(rand, 1, N_MAX + 1);
@@ -380,7 +380,7 @@ test_unpriced_equals_least_loaded(void)
 			g_assert_false(a.unserved);
 		}
 	}
-	g_assert_cmpfloat(nw_mock_host_counter(sc->host, "unpriced_total"), ==, 1500.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(sc->host, "unpriced_total"), ==, 1500.0);
 	g_rand_free(rand);
 	nw_harness_free(sc);
 	nw_harness_free(ll);
@@ -398,15 +398,15 @@ test_metrics(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, engs);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	script(h->host, engs, NARWHAL_PHASE_PREFILL);
 	place(h, NARWHAL_PHASE_PREFILL, all, 2);
 	place(h, NARWHAL_PHASE_PREFILL, all, 2);
-	nw_mock_host_set_engine_estimate(h->host, NW_MOCK_PREFILL_QUEUE_SECONDS, 1, OK, 0.5);
+	narwhal_mock_host_set_engine_estimate(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 1, OK, 0.5);
 	place(h, NARWHAL_PHASE_PREFILL, all, 2);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "placed_total"), ==, 3.0);
-	g_assert_cmpfloat(nw_mock_host_counter(h->host, "unserved_total"), ==, 2.0);
-	g_assert_true(isnan(nw_mock_host_counter(h->host, "unpriced_total")));
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "placed_total"), ==, 3.0);
+	g_assert_cmpfloat(narwhal_mock_host_counter(h->host, "unserved_total"), ==, 2.0);
+	g_assert_true(isnan(narwhal_mock_host_counter(h->host, "unpriced_total")));
 	nw_harness_free(h);
 }
 
@@ -423,14 +423,14 @@ test_no_clock_reads(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, engs);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	for (int phase = NARWHAL_PHASE_PREFILL; phase <= NARWHAL_PHASE_AGGREGATE; phase++) {
 		script(h->host, engs, (narwhal_phase)phase);
-		nw_mock_host_advance(h->host, 5000);
+		narwhal_mock_host_advance(h->host, 5000);
 		place(h, (narwhal_phase)phase, all, 3);
 	}
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }
 
@@ -451,7 +451,7 @@ test_no_allocation_growth(void)
 	if (h == NULL)
 		return;
 	fleet_init(&f, engs);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	script(h->host, engs, NARWHAL_PHASE_PREFILL);
 	ops = &nw_harness_ops(h)->placement;
 	for (int round = 0; round < 2; round++) {
@@ -462,7 +462,7 @@ test_no_allocation_growth(void)
 			char err[NARWHAL_ERROR_MAX];
 			struct narwhal_placement_result out;
 
-			g_assert_cmpint(ops->create(nw_mock_host_table(h->host), NULL, &inst, err,
+			g_assert_cmpint(ops->create(narwhal_mock_host_table(h->host), NULL, &inst, err,
 			                            sizeof err), ==, 0);
 			ops->destroy(inst);
 			g_assert_cmpint(place_rc(h, (narwhal_phase)(1 + i % 3), all, 3, &out), ==, 0);
@@ -488,7 +488,7 @@ test_empty_and_bad_arguments(void)
 	/* No fleet at all. */
 	g_assert_cmpint(place_rc(h, NARWHAL_PHASE_PREFILL, zero, 1, &out), ==, -ENOENT);
 	fleet_init(&f, engs);
-	nw_mock_host_set_fleet(h->host, &f.view);
+	narwhal_mock_host_set_fleet(h->host, &f.view);
 	g_assert_cmpint(place_rc(h, NARWHAL_PHASE_PREFILL, zero, 0, &out), ==, -ENOENT);
 	g_assert_cmpint(place_rc(h, NARWHAL_PHASE_PREFILL, outside, 3, &out), ==, -ENOENT);
 	g_assert_cmpuint(out.engine, ==, 777);

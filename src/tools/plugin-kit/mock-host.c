@@ -1,6 +1,6 @@
 #include "build-config.h"
 
-#include "plugins/mock-host.h"
+#include <narwhal/plugin-test.h>
 
 #include <math.h>
 #include <string.h>
@@ -9,7 +9,7 @@ struct canned {
 	narwhal_estimate_status status;
 	double value;
 	guint calls;
-	struct nw_mock_estimate_call last;
+	struct narwhal_mock_estimate_call last;
 };
 
 /* One engine's script and record for one estimator. */
@@ -20,10 +20,10 @@ struct per_engine {
 	uint64_t max_tokens;   /* the measured domain; 0: none */
 	uint32_t max_active;
 	guint calls;
-	struct nw_mock_estimate_call last;
+	struct narwhal_mock_estimate_call last;
 };
 
-struct nw_mock_host {
+struct narwhal_mock_host {
 	/* First, so a host_ctx pointer is also the table's owner. */
 	struct narwhal_host table;
 	int64_t now_ns;
@@ -33,10 +33,10 @@ struct nw_mock_host {
 	GHashTable *gauges;     /* char * -> double * */
 	const struct narwhal_fleet_view *fleet;
 	guint fleet_reads;
-	struct canned estimates[NW_MOCK_N_ESTIMATORS];
-	GArray *engines[NW_MOCK_N_ESTIMATORS]; /* struct per_engine, by engine index */
+	struct canned estimates[NARWHAL_MOCK_N_ESTIMATORS];
+	GArray *engines[NARWHAL_MOCK_N_ESTIMATORS]; /* struct per_engine, by engine index */
 	GHashTable *split_prices; /* split_key -> struct narwhal_split_price * */
-	nw_mock_split_pricer pricer;
+	narwhal_mock_split_pricer pricer;
 	void *pricer_data;
 	GPtrArray *split_queries; /* struct narwhal_split_query *, every call in order */
 };
@@ -46,7 +46,7 @@ static const char *const level_names[] = { "debug", "info", "warning", "error" }
 static int64_t
 mock_now_ns(void *host_ctx)
 {
-	struct nw_mock_host *mh = host_ctx;
+	struct narwhal_mock_host *mh = host_ctx;
 
 	mh->clock_reads++;
 	return mh->now_ns;
@@ -55,7 +55,7 @@ mock_now_ns(void *host_ctx)
 static void
 mock_log(void *host_ctx, narwhal_log_level level, const char *message)
 {
-	struct nw_mock_host *mh = host_ctx;
+	struct narwhal_mock_host *mh = host_ctx;
 	const char *name = (unsigned)level < G_N_ELEMENTS(level_names) ? level_names[level]
 	                                                               : "invalid";
 
@@ -77,7 +77,7 @@ metric_slot(GHashTable *table, const char *name)
 static void
 mock_counter_add(void *host_ctx, const char *name, double delta)
 {
-	struct nw_mock_host *mh = host_ctx;
+	struct narwhal_mock_host *mh = host_ctx;
 
 	*metric_slot(mh->counters, name) += delta;
 }
@@ -85,7 +85,7 @@ mock_counter_add(void *host_ctx, const char *name, double delta)
 static void
 mock_gauge_set(void *host_ctx, const char *name, double value)
 {
-	struct nw_mock_host *mh = host_ctx;
+	struct narwhal_mock_host *mh = host_ctx;
 
 	*metric_slot(mh->gauges, name) = value;
 }
@@ -93,7 +93,7 @@ mock_gauge_set(void *host_ctx, const char *name, double value)
 static const struct narwhal_fleet_view *
 mock_fleet(void *host_ctx)
 {
-	struct nw_mock_host *mh = host_ctx;
+	struct narwhal_mock_host *mh = host_ctx;
 
 	mh->fleet_reads++;
 	return mh->fleet;
@@ -101,7 +101,7 @@ mock_fleet(void *host_ctx)
 
 /* The engine's slot, grown as needed (new slots are zeroed: unscripted). */
 static struct per_engine *
-engine_slot(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine)
+engine_slot(struct narwhal_mock_host *mh, narwhal_mock_estimator which, uint32_t engine)
 {
 	GArray *a = mh->engines[which];
 
@@ -112,7 +112,7 @@ engine_slot(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine)
 }
 
 static narwhal_estimate_status
-answer(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine, uint64_t tokens,
+answer(struct narwhal_mock_host *mh, narwhal_mock_estimator which, uint32_t engine, uint64_t tokens,
        uint32_t active, double *out)
 {
 	struct canned *c = &mh->estimates[which];
@@ -138,14 +138,14 @@ answer(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine, uint64
 static narwhal_estimate_status
 mock_prefill_seconds(void *host_ctx, uint32_t engine, uint64_t prompt_tokens, double *out)
 {
-	return answer(host_ctx, NW_MOCK_PREFILL_SECONDS, engine, prompt_tokens, 0, out);
+	return answer(host_ctx, NARWHAL_MOCK_PREFILL_SECONDS, engine, prompt_tokens, 0, out);
 }
 
 static narwhal_estimate_status
 mock_decode_interval_seconds(void *host_ctx, uint32_t engine, uint32_t active_requests,
                              uint64_t resident_kv_tokens, double *out)
 {
-	return answer(host_ctx, NW_MOCK_DECODE_INTERVAL_SECONDS, engine, resident_kv_tokens,
+	return answer(host_ctx, NARWHAL_MOCK_DECODE_INTERVAL_SECONDS, engine, resident_kv_tokens,
 	              active_requests, out);
 }
 
@@ -153,7 +153,7 @@ static narwhal_estimate_status
 mock_prefill_queue_seconds(void *host_ctx, uint32_t engine, uint64_t prompt_tokens,
                            double *out)
 {
-	return answer(host_ctx, NW_MOCK_PREFILL_QUEUE_SECONDS, engine, prompt_tokens, 0, out);
+	return answer(host_ctx, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, engine, prompt_tokens, 0, out);
 }
 
 /* A split's key in split_prices: prefill in the high half. */
@@ -167,7 +167,7 @@ static narwhal_estimate_status
 mock_price_split(void *host_ctx, const struct narwhal_split_query *q,
                  struct narwhal_split_price *out)
 {
-	struct nw_mock_host *mh = host_ctx;
+	struct narwhal_mock_host *mh = host_ctx;
 	guint64 key;
 	const struct narwhal_split_price *scripted;
 	struct narwhal_split_price priced = { .struct_size = sizeof priced };
@@ -192,10 +192,10 @@ mock_price_split(void *host_ctx, const struct narwhal_split_query *q,
 	return st;
 }
 
-struct nw_mock_host *
-nw_mock_host_new(void)
+struct narwhal_mock_host *
+narwhal_mock_host_new(void)
 {
-	struct nw_mock_host *mh = g_new0(struct nw_mock_host, 1);
+	struct narwhal_mock_host *mh = g_new0(struct narwhal_mock_host, 1);
 
 	mh->table.struct_size = sizeof mh->table;
 	mh->table.abi_major = NARWHAL_ABI_MAJOR;
@@ -214,7 +214,7 @@ nw_mock_host_new(void)
 	mh->logs = g_ptr_array_new_with_free_func(g_free);
 	mh->counters = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	mh->gauges = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++) {
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++) {
 		mh->estimates[i].status = NARWHAL_ESTIMATE_NO_PROFILE;
 		mh->engines[i] = g_array_new(FALSE, TRUE, sizeof(struct per_engine));
 	}
@@ -224,14 +224,14 @@ nw_mock_host_new(void)
 }
 
 void
-nw_mock_host_free(struct nw_mock_host *mh)
+narwhal_mock_host_free(struct narwhal_mock_host *mh)
 {
 	if (mh == NULL)
 		return;
 	g_ptr_array_unref(mh->logs);
 	g_hash_table_unref(mh->counters);
 	g_hash_table_unref(mh->gauges);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
 		g_array_unref(mh->engines[i]);
 	g_hash_table_unref(mh->split_prices);
 	g_ptr_array_unref(mh->split_queries);
@@ -239,19 +239,19 @@ nw_mock_host_free(struct nw_mock_host *mh)
 }
 
 const struct narwhal_host *
-nw_mock_host_table(struct nw_mock_host *mh)
+narwhal_mock_host_table(struct narwhal_mock_host *mh)
 {
 	return &mh->table;
 }
 
 void
-nw_mock_host_set_time(struct nw_mock_host *mh, int64_t now_ns)
+narwhal_mock_host_set_time(struct narwhal_mock_host *mh, int64_t now_ns)
 {
 	mh->now_ns = now_ns;
 }
 
 void
-nw_mock_host_advance(struct nw_mock_host *mh, int64_t delta_ns)
+narwhal_mock_host_advance(struct narwhal_mock_host *mh, int64_t delta_ns)
 {
 	/* The host clock is monotonic. */
 	g_assert_cmpint(delta_ns, >=, 0);
@@ -259,26 +259,26 @@ nw_mock_host_advance(struct nw_mock_host *mh, int64_t delta_ns)
 }
 
 guint
-nw_mock_host_clock_reads(const struct nw_mock_host *mh)
+narwhal_mock_host_clock_reads(const struct narwhal_mock_host *mh)
 {
 	return mh->clock_reads;
 }
 
 guint
-nw_mock_host_n_logs(const struct nw_mock_host *mh)
+narwhal_mock_host_n_logs(const struct narwhal_mock_host *mh)
 {
 	return mh->logs->len;
 }
 
 const char *
-nw_mock_host_log_line(const struct nw_mock_host *mh, guint i)
+narwhal_mock_host_log_line(const struct narwhal_mock_host *mh, guint i)
 {
 	g_assert_cmpuint(i, <, mh->logs->len);
 	return g_ptr_array_index(mh->logs, i);
 }
 
 gboolean
-nw_mock_host_logged(const struct nw_mock_host *mh, narwhal_log_level level,
+narwhal_mock_host_logged(const struct narwhal_mock_host *mh, narwhal_log_level level,
                     const char *substring)
 {
 	g_autofree char *prefix = NULL;
@@ -295,7 +295,7 @@ nw_mock_host_logged(const struct nw_mock_host *mh, narwhal_log_level level,
 }
 
 void
-nw_mock_host_clear_logs(struct nw_mock_host *mh)
+narwhal_mock_host_clear_logs(struct narwhal_mock_host *mh)
 {
 	g_ptr_array_set_size(mh->logs, 0);
 }
@@ -309,59 +309,59 @@ metric_value(GHashTable *table, const char *name)
 }
 
 double
-nw_mock_host_counter(const struct nw_mock_host *mh, const char *name)
+narwhal_mock_host_counter(const struct narwhal_mock_host *mh, const char *name)
 {
 	return metric_value(mh->counters, name);
 }
 
 double
-nw_mock_host_gauge(const struct nw_mock_host *mh, const char *name)
+narwhal_mock_host_gauge(const struct narwhal_mock_host *mh, const char *name)
 {
 	return metric_value(mh->gauges, name);
 }
 
 void
-nw_mock_host_set_fleet(struct nw_mock_host *mh, const struct narwhal_fleet_view *fleet)
+narwhal_mock_host_set_fleet(struct narwhal_mock_host *mh, const struct narwhal_fleet_view *fleet)
 {
 	mh->fleet = fleet;
 }
 
 guint
-nw_mock_host_fleet_reads(const struct nw_mock_host *mh)
+narwhal_mock_host_fleet_reads(const struct narwhal_mock_host *mh)
 {
 	return mh->fleet_reads;
 }
 
 void
-nw_mock_host_set_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
+narwhal_mock_host_set_estimate(struct narwhal_mock_host *mh, narwhal_mock_estimator which,
                           narwhal_estimate_status status, double value)
 {
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
 	mh->estimates[which].status = status;
 	mh->estimates[which].value = value;
 }
 
 guint
-nw_mock_host_estimate_calls(const struct nw_mock_host *mh, nw_mock_estimator which)
+narwhal_mock_host_estimate_calls(const struct narwhal_mock_host *mh, narwhal_mock_estimator which)
 {
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
 	return mh->estimates[which].calls;
 }
 
-const struct nw_mock_estimate_call *
-nw_mock_host_last_estimate(const struct nw_mock_host *mh, nw_mock_estimator which)
+const struct narwhal_mock_estimate_call *
+narwhal_mock_host_last_estimate(const struct narwhal_mock_host *mh, narwhal_mock_estimator which)
 {
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
 	return &mh->estimates[which].last;
 }
 
 void
-nw_mock_host_set_engine_estimate(struct nw_mock_host *mh, nw_mock_estimator which,
+narwhal_mock_host_set_engine_estimate(struct narwhal_mock_host *mh, narwhal_mock_estimator which,
                                  uint32_t engine, narwhal_estimate_status status, double value)
 {
 	struct per_engine *pe;
 
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
 	pe = engine_slot(mh, which, engine);
 	pe->scripted = TRUE;
 	pe->status = status;
@@ -369,21 +369,21 @@ nw_mock_host_set_engine_estimate(struct nw_mock_host *mh, nw_mock_estimator whic
 }
 
 void
-nw_mock_host_set_engine_domain(struct nw_mock_host *mh, nw_mock_estimator which, uint32_t engine,
+narwhal_mock_host_set_engine_domain(struct narwhal_mock_host *mh, narwhal_mock_estimator which, uint32_t engine,
                                uint64_t max_tokens, uint32_t max_active)
 {
 	struct per_engine *pe;
 
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
 	pe = engine_slot(mh, which, engine);
 	pe->max_tokens = max_tokens;
 	pe->max_active = max_active;
 }
 
 void
-nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh)
+narwhal_mock_host_clear_engine_estimates(struct narwhal_mock_host *mh)
 {
-	for (guint w = 0; w < NW_MOCK_N_ESTIMATORS; w++) {
+	for (guint w = 0; w < NARWHAL_MOCK_N_ESTIMATORS; w++) {
 		for (guint i = 0; i < mh->engines[w]->len; i++) {
 			struct per_engine *pe = &g_array_index(mh->engines[w], struct per_engine, i);
 
@@ -395,27 +395,27 @@ nw_mock_host_clear_engine_estimates(struct nw_mock_host *mh)
 }
 
 guint
-nw_mock_host_estimate_calls_for(const struct nw_mock_host *mh, nw_mock_estimator which,
+narwhal_mock_host_estimate_calls_for(const struct narwhal_mock_host *mh, narwhal_mock_estimator which,
                                 uint32_t engine)
 {
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
 	if (engine >= mh->engines[which]->len)
 		return 0;
 	return g_array_index(mh->engines[which], struct per_engine, engine).calls;
 }
 
-const struct nw_mock_estimate_call *
-nw_mock_host_last_estimate_for(const struct nw_mock_host *mh, nw_mock_estimator which,
+const struct narwhal_mock_estimate_call *
+narwhal_mock_host_last_estimate_for(const struct narwhal_mock_host *mh, narwhal_mock_estimator which,
                                uint32_t engine)
 {
-	g_assert_cmpint(which, <, NW_MOCK_N_ESTIMATORS);
-	if (nw_mock_host_estimate_calls_for(mh, which, engine) == 0)
+	g_assert_cmpint(which, <, NARWHAL_MOCK_N_ESTIMATORS);
+	if (narwhal_mock_host_estimate_calls_for(mh, which, engine) == 0)
 		return NULL;
 	return &g_array_index(mh->engines[which], struct per_engine, engine).last;
 }
 
 void
-nw_mock_host_set_split_price(struct nw_mock_host *mh, uint32_t prefill, uint32_t decode,
+narwhal_mock_host_set_split_price(struct narwhal_mock_host *mh, uint32_t prefill, uint32_t decode,
                              const struct narwhal_split_price *price)
 {
 	if (price == NULL) {
@@ -429,14 +429,14 @@ nw_mock_host_set_split_price(struct nw_mock_host *mh, uint32_t prefill, uint32_t
 }
 
 void
-nw_mock_host_set_split_pricer(struct nw_mock_host *mh, nw_mock_split_pricer pricer, void *data)
+narwhal_mock_host_set_split_pricer(struct narwhal_mock_host *mh, narwhal_mock_split_pricer pricer, void *data)
 {
 	mh->pricer = pricer;
 	mh->pricer_data = data;
 }
 
 void
-nw_mock_host_clear_split_prices(struct nw_mock_host *mh)
+narwhal_mock_host_clear_split_prices(struct narwhal_mock_host *mh)
 {
 	g_hash_table_remove_all(mh->split_prices);
 	mh->pricer = NULL;
@@ -444,28 +444,28 @@ nw_mock_host_clear_split_prices(struct nw_mock_host *mh)
 }
 
 guint
-nw_mock_host_split_price_calls(const struct nw_mock_host *mh)
+narwhal_mock_host_split_price_calls(const struct narwhal_mock_host *mh)
 {
 	return mh->split_queries->len;
 }
 
 const struct narwhal_split_query *
-nw_mock_host_split_query(const struct nw_mock_host *mh, guint i)
+narwhal_mock_host_split_query(const struct narwhal_mock_host *mh, guint i)
 {
 	g_assert_cmpuint(i, <, mh->split_queries->len);
 	return g_ptr_array_index(mh->split_queries, i);
 }
 
 const struct narwhal_split_query *
-nw_mock_host_last_split_query(const struct nw_mock_host *mh)
+narwhal_mock_host_last_split_query(const struct narwhal_mock_host *mh)
 {
 	if (mh->split_queries->len == 0)
 		return NULL;
-	return nw_mock_host_split_query(mh, mh->split_queries->len - 1);
+	return narwhal_mock_host_split_query(mh, mh->split_queries->len - 1);
 }
 
 guint
-nw_mock_host_split_price_calls_for(const struct nw_mock_host *mh, uint32_t prefill,
+narwhal_mock_host_split_price_calls_for(const struct narwhal_mock_host *mh, uint32_t prefill,
                                    uint32_t decode)
 {
 	guint n = 0;

@@ -1,0 +1,118 @@
+/*
+ * A placement plugin that breaks one plugin rule on demand, for the tests
+ * of narwhal-plugin-check (tests/plugins/check-plugin-check.sh). Config:
+ * {"break": WHAT}, WHAT one of
+ *   "none"    keep every rule (the default): every check passes
+ *   "config"  accept keys it does not know
+ *   "slot"    place() fails
+ *   "range"   place() answers an engine outside the eligible set
+ *   "clock"   place() reads the wall clock
+ *   "sleep"   place() waits (usleep(0): it never really sleeps)
+ *   "static"  answers depend on a counter shared by every instance
+ *   "leak"    create() keeps memory that destroy() never frees
+ */
+#include <narwhal/plugin-abi.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const modes[] = { "none", "config", "slot", "range", "clock",
+	                             "sleep", "static", "leak" };
+enum { NONE, CONFIG, SLOT, RANGE, CLOCK, SLEEP, STATIC, LEAK, N_MODES };
+
+struct broken {
+	int mode;
+	void *kept; /* LEAK: allocated, then forgotten by destroy */
+};
+
+/* STATIC: the rule this mode exists to break. */
+static unsigned shared_calls;
+
+static int
+broken_create(const struct narwhal_host *host, const json_t *config, void **instance, char *err,
+              size_t err_len)
+{
+	struct broken *b;
+	const char *key;
+	json_t *value;
+	int mode = NONE;
+
+	(void)host;
+	json_object_foreach((json_t *)config, key, value) {
+		if (strcmp(key, "break") == 0 && json_is_string(value)) {
+			for (mode = 0; mode < N_MODES; mode++) {
+				if (strcmp(json_string_value(value), modes[mode]) == 0)
+					break;
+			}
+			if (mode == N_MODES) {
+				snprintf(err, err_len, "break: unknown mode \"%s\"",
+				         json_string_value(value));
+				return -EINVAL;
+			}
+		}
+	}
+	json_object_foreach((json_t *)config, key, value) {
+		if (strcmp(key, "break") != 0 && mode != CONFIG) {
+			snprintf(err, err_len, "unknown key \"%s\": only break is accepted", key);
+			return -EINVAL;
+		}
+	}
+	b = calloc(1, sizeof *b);
+	if (b == NULL)
+		return -ENOMEM;
+	b->mode = mode;
+	if (mode == LEAK)
+		b->kept = malloc(64);
+	*instance = b;
+	return 0;
+}
+
+static void
+broken_destroy(void *instance)
+{
+	free(instance); /* LEAK: b->kept is never freed */
+}
+
+static int
+broken_place(void *instance, const struct narwhal_placement_request *req,
+             struct narwhal_placement_result *out)
+{
+	struct broken *b = instance;
+	struct timespec ts;
+	unsigned pick = 0;
+
+	switch (b->mode) {
+	case SLOT:
+		return -EIO;
+	case RANGE:
+		out->engine = UINT32_MAX - 1;
+		return 0;
+	case CLOCK:
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		break;
+	case SLEEP:
+		usleep(0);
+		break;
+	case STATIC:
+		pick = shared_calls++;
+		break;
+	default:
+		break;
+	}
+	out->engine = req->eligible[pick % req->n_eligible];
+	out->cost = 0;
+	return 0;
+}
+
+static const struct narwhal_placement_ops broken_ops = {
+	.struct_size = sizeof broken_ops,
+	.create = broken_create,
+	.destroy = broken_destroy,
+	.place = broken_place,
+};
+
+NARWHAL_PLACEMENT_PLUGIN("broken", "1.0.0", &broken_ops)

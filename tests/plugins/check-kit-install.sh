@@ -1,0 +1,148 @@
+#!/bin/sh
+# The plugin author's kit as installed (issue 14): a plugin project outside
+# the tree, made of exactly the configure.ac and Makefile.am of
+# docs/plugins.md section 9 and the fewest.c of section 10, must go through
+# autoreconf, configure and make against the installed narwhal.m4 and
+# narwhal-plugin.pc, and the plugin it builds must export its entry alone;
+# then, with the lines "Testing a plugin" tells an author to add, its GLib
+# test on the installed test kit (narwhal-plugin-test) must pass under make
+# check, and the installed narwhal-plugin-check must pass the plugin.
+# Last, examples/placement-rotate must build, pass its tests and conform.
+# Every step runs under a time and a memory limit: the narwhal.m4 of 0.1.0
+# sent m4 into endless expansion (it grew to 14.8 GB).
+#
+#   check-kit-install.sh PREFIX     (make installcheck passes $(prefix))
+#
+# TAP on stdout; exits 1 when a check fails.
+
+prefix=${1:?usage: check-kit-install.sh PREFIX}
+srcdir=${srcdir:-$(dirname "$0")/../..}
+page=$srcdir/docs/plugins.md
+limit_s=${KIT_STEP_SECONDS:-300}
+limit_kb=${KIT_STEP_KB:-2000000}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/check-kit-install.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+n=0
+failed=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; }
+diag() { tail -n 30 "$1" | sed 's/^/# /'; }
+
+# One step of the build, bounded; its output goes to $tmp/log.
+bounded() {
+	(ulimit -v "$limit_kb" && exec timeout "$limit_s" "$@") >"$tmp/log" 2>&1
+}
+
+# The fenced block after the marker <!-- example: NAME -->.
+extract() { # name, destination
+	awk -v want="<!-- example: $1 -->" '
+		$0 == want { armed = 1; next }
+		armed && /^```/ { if (inside) exit; inside = 1; next }
+		inside { print }' "$page" >"$2"
+	[ -s "$2" ]
+}
+
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export ACLOCAL_PATH="$prefix/share/aclocal${ACLOCAL_PATH:+:$ACLOCAL_PATH}"
+
+kit="share/aclocal/narwhal.m4 lib/pkgconfig/narwhal-plugin.pc include/narwhal/plugin-abi.h
+	lib/pkgconfig/narwhal-plugin-test.pc include/narwhal/plugin-test.h bin/narwhal-plugin-check"
+missing=""
+for f in $kit; do
+	[ -f "$prefix/$f" ] || missing="$missing $f"
+done
+if [ -z "$missing" ]; then
+	ok "make install put the kit under $prefix"
+else
+	not_ok "make install put the kit under $prefix (missing:$missing)"
+fi
+
+proj=$tmp/fewest
+mkdir -p "$proj"
+if extract configure.ac "$proj/configure.ac" && extract Makefile.am "$proj/Makefile.am" &&
+	extract fewest.c "$proj/fewest.c" && extract "Makefile.am tests" "$tmp/tests.am" &&
+	extract test-fewest-kit.c "$proj/test-fewest.c"; then
+	ok "the manual holds configure.ac, Makefile.am, fewest.c and its test on the kit"
+else
+	not_ok "the manual holds configure.ac, Makefile.am, fewest.c and its test on the kit"
+fi
+
+# Each step only when the one before it worked: a failure names its step.
+step() { # description, command...
+	what=$1
+	shift
+	if [ "$failed" != 0 ]; then
+		n=$((n + 1))
+		echo "ok $n # SKIP $what: an earlier step failed"
+		return
+	fi
+	rc=0
+	(cd "$proj" && bounded "$@") || rc=$?
+	if [ "$rc" = 0 ]; then
+		ok "$what"
+	else
+		diag "$tmp/log"
+		not_ok "$what (exit $rc; limits ${limit_s} s, ${limit_kb} kB)"
+	fi
+}
+
+step "autoreconf -fi finishes on the manual's project" autoreconf -fi
+step "configure finds the installed kit" ./configure
+step "make builds the plugin" make
+so=$proj/.libs/placement-fewest.so
+if [ "$failed" = 0 ]; then
+	funcs=$(nm -D --defined-only "$so" | awk '$2 == "T" { print $3 }')
+	if [ "$funcs" = narwhal_plugin_entry ]; then
+		ok "the plugin exports narwhal_plugin_entry alone"
+	else
+		echo "# exported: $funcs"
+		not_ok "the plugin exports narwhal_plugin_entry alone"
+	fi
+	grep -q '^NARWHAL_PLUGIN_CFLAGS = .*-I' "$proj/Makefile" &&
+		ok "configure substituted NARWHAL_PLUGIN_CFLAGS from pkg-config" ||
+		not_ok "configure substituted NARWHAL_PLUGIN_CFLAGS from pkg-config"
+fi
+
+# The test on the kit, added as the manual says.
+if [ "$failed" = 0 ]; then
+	sed -i 's/^AC_CONFIG_FILES/PKG_CHECK_MODULES([KIT], [narwhal-plugin-test])\n&/' \
+		"$proj/configure.ac"
+	cat "$tmp/tests.am" >>"$proj/Makefile.am"
+fi
+step "autoreconf, configure with the test kit" sh -c 'autoreconf -fi && ./configure'
+step "make check runs the plugin's GLib test on the installed kit" make check
+check=$prefix/bin/narwhal-plugin-check
+if [ "$failed" = 0 ] && [ -x "$check" ]; then
+	rc=0
+	"$check" "$so" --config '{ "max_resident": 4 }' >"$tmp/log" 2>&1 || rc=$?
+	if [ "$rc" = 0 ] && grep -q '^conforms: every check passed$' "$tmp/log"; then
+		ok "the installed narwhal-plugin-check passes the plugin"
+	else
+		diag "$tmp/log"
+		not_ok "the installed narwhal-plugin-check passes the plugin (exit $rc)"
+	fi
+elif [ "$failed" = 0 ]; then
+	not_ok "narwhal-plugin-check is installed in $prefix/bin"
+fi
+
+# The example project of examples/, as shipped: build, its tests and
+# narwhal-plugin-check under make check.
+if [ "$failed" = 0 ]; then
+	proj=$tmp/rotate
+	cp -R "$srcdir/examples/placement-rotate" "$proj"
+	chmod -R u+w "$proj"
+	export PATH="$prefix/bin:$PATH"
+	step "examples/placement-rotate: autoreconf and configure" sh -c 'autoreconf -fi && ./configure'
+	step "examples/placement-rotate: make check (its tests, narwhal-plugin-check)" make check
+	if [ "$failed" = 0 ] && grep -q '^conforms: every check passed$' "$tmp/log"; then
+		ok "examples/placement-rotate conforms"
+	elif [ "$failed" = 0 ]; then
+		diag "$tmp/log"
+		not_ok "examples/placement-rotate conforms"
+	fi
+fi
+
+echo "1..$n"
+exit "$failed"
