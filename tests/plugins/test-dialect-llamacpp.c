@@ -157,7 +157,7 @@ test_empty_configs(void)
 
 		if (h == NULL)
 			return;
-		g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+		g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 		nw_harness_free(h);
 	}
 }
@@ -814,11 +814,11 @@ test_no_host_calls(void)
 	sse(h, "[DONE]");
 	expect_class(h, 503, "{\"error\":{\"code\":503}}", NARWHAL_ERROR_RETRYABLE);
 	g_assert_cmpint(metrics(h, SCRAPE, &m), ==, 0);
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 0);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, i), ==, 0);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(h->host), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }
 

@@ -26,7 +26,7 @@ sglang_at(const char *config_json, int64_t now_ns)
 
 	if (h == NULL)
 		return NULL;
-	nw_mock_host_set_time(h->host, now_ns);
+	narwhal_mock_host_set_time(h->host, now_ns);
 	g_assert_true(nw_harness_create(h, config_json, &error));
 	g_assert_no_error(error);
 	return h;
@@ -302,7 +302,7 @@ test_good_configs(void)
 
 		if (h == NULL)
 			return;
-		g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+		g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 		nw_harness_free(h);
 	}
 }
@@ -367,7 +367,7 @@ test_config_unknown_engine(void)
 
 	if (h == NULL)
 		return;
-	nw_mock_host_set_fleet(h->host, &fleet);
+	narwhal_mock_host_set_fleet(h->host, &fleet);
 	g_assert_false(nw_harness_create(h, "{\"engines\": {\"p0\": {}, \"p1\": {}}}", &error));
 	g_assert_nonnull(error);
 	g_assert_nonnull(strstr(error->message, "engines.p1: no engine of the fleet has this ID"));
@@ -499,7 +499,7 @@ test_rooms(void)
 	g_assert_cmpuint(high, <, 4096 * 3 / 4);
 	g_assert_cmpuint(differ, ==, 4096);
 	/* One clock read, at create; none per request. */
-	g_assert_cmpuint(nw_mock_host_clock_reads(a->host), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(a->host), ==, 1);
 out:
 	g_free(rooms);
 	nw_harness_free(a);
@@ -974,7 +974,7 @@ test_no_host_calls(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 1);
 	g_assert_cmpint(build_pair_leg(h, LEG_PREFILL, C, "{\"prompt\": \"x\"}", &body), ==, 0);
 	json_decref(body);
 	g_assert_cmpint(build_pair_leg(h, LEG_DECODE, C, "{\"prompt\": \"x\"}", &body), ==, 0);
@@ -983,11 +983,11 @@ test_no_host_calls(void)
 	                ==, 0);
 	json_decref(body);
 	g_assert_cmpint(metrics(h, scrape, sizeof scrape - 1, &m), ==, 0);
-	g_assert_cmpuint(nw_mock_host_clock_reads(h->host), ==, 1);
-	g_assert_cmpuint(nw_mock_host_fleet_reads(h->host), ==, 0);
-	for (guint i = 0; i < NW_MOCK_N_ESTIMATORS; i++)
-		g_assert_cmpuint(nw_mock_host_estimate_calls(h->host, i), ==, 0);
-	g_assert_cmpuint(nw_mock_host_n_logs(h->host), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_clock_reads(h->host), ==, 1);
+	g_assert_cmpuint(narwhal_mock_host_fleet_reads(h->host), ==, 0);
+	for (guint i = 0; i < NARWHAL_MOCK_N_ESTIMATORS; i++)
+		g_assert_cmpuint(narwhal_mock_host_estimate_calls(h->host, i), ==, 0);
+	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }
 
