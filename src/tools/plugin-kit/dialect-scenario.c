@@ -141,9 +141,16 @@ kit_scenario_dialect(const struct nw_plugin *p, void *inst, struct kit_world *w,
 	    ops->build_prefill == NULL)
 		kit_problem(seen->slots, "capabilities offers a handoff, but build_prefill is NULL");
 
+	/* An engine launched to hand off only (a handoff, no roles per
+	 * request: SGLang in PD mode) may refuse whole requests with -ENOTSUP
+	 * (docs/plugins.md, build_aggregate). */
 	c = fresh_call();
 	KIT_CALL("build_aggregate", rc = ops->build_aggregate(inst, &t, &c));
-	call_seen("build_aggregate", rc, &c, TRUE, seen);
+	call_seen("build_aggregate", rc, &c,
+	          !(rc == -ENOTSUP && (caps & NARWHAL_DIALECT_PER_REQUEST_ROLES) == 0 &&
+	            (caps & (NARWHAL_DIALECT_HANDOFF_SEQUENTIAL |
+	                     NARWHAL_DIALECT_HANDOFF_CONCURRENT)) != 0),
+	          seen);
 	c = fresh_call();
 	KIT_CALL("build_health", rc = ops->build_health(inst, &p0, &c));
 	call_seen("build_health", rc, &c, TRUE, seen);
