@@ -120,6 +120,8 @@ check "the unit, the default configuration and the manual are installed" has_fil
 check "the environment file is readable by root alone" \
 	sh -c '[ "$(stat -c %a /etc/narwhal/narwhal.env)" = 600 ]'
 check "postinst made the narwhal system user" id narwhal
+check "postinst made /var/lib/narwhal for the narwhal user" sh -c \
+	'[ "$(stat -c %U:%G:%a /var/lib/narwhal)" = narwhal:narwhal:750 ]'
 check "narwhal-dev: headers, pkg-config file and narwhal.m4" has_files \
 	/usr/include/narwhal/plugin-abi.h "$libdir/pkgconfig/narwhal-plugin.pc" /usr/share/aclocal/narwhal.m4
 
