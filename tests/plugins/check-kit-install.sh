@@ -7,7 +7,8 @@
 # then, with the lines "Testing a plugin" tells an author to add, its GLib
 # test on the installed test kit (narwhal-plugin-test) must pass under make
 # check, and the installed narwhal-plugin-check must pass the plugin.
-# Last, examples/placement-rotate must build, pass its tests and conform.
+# Last, the examples (examples/placement-rotate, examples/dialect-minnow)
+# must each build, pass their tests and conform.
 # Every step runs under a time and a memory limit: the narwhal.m4 of 0.1.0
 # sent m4 into endless expansion (it grew to 14.8 GB).
 #
@@ -127,22 +128,23 @@ elif [ "$failed" = 0 ]; then
 	not_ok "narwhal-plugin-check is installed in $prefix/bin"
 fi
 
-# The example project of examples/, as shipped: build, its tests and
+# The example projects of examples/, as shipped: build, their tests and
 # narwhal-plugin-check under make check.
-if [ "$failed" = 0 ]; then
-	proj=$tmp/rotate
-	cp -R "$srcdir/examples/placement-rotate" "$proj"
+export PATH="$prefix/bin:$PATH"
+for example in placement-rotate dialect-minnow; do
+	[ "$failed" = 0 ] || break
+	proj=$tmp/$example
+	cp -R "$srcdir/examples/$example" "$proj"
 	chmod -R u+w "$proj"
-	export PATH="$prefix/bin:$PATH"
-	step "examples/placement-rotate: autoreconf and configure" sh -c 'autoreconf -fi && ./configure'
-	step "examples/placement-rotate: make check (its tests, narwhal-plugin-check)" make check
+	step "examples/$example: autoreconf and configure" sh -c 'autoreconf -fi && ./configure'
+	step "examples/$example: make check (its tests, narwhal-plugin-check)" make check
 	if [ "$failed" = 0 ] && grep -q '^conforms: every check passed$' "$tmp/log"; then
-		ok "examples/placement-rotate conforms"
+		ok "examples/$example conforms"
 	elif [ "$failed" = 0 ]; then
 		diag "$tmp/log"
-		not_ok "examples/placement-rotate conforms"
+		not_ok "examples/$example conforms"
 	fi
-fi
+done
 
 echo "1..$n"
 exit "$failed"
