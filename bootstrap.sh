@@ -4,7 +4,9 @@
 #   ./bootstrap.sh demo   install dependencies, build, run Narwhal on conf/narwhal.json
 #   ./bootstrap.sh test   install dependencies, build with -Werror, run the whole
 #                         suite plain, then under ASan+UBSan, then make distcheck,
-#                         then each libFuzzer target briefly (FUZZ_SECONDS, default 20)
+#                         then, as root on Debian, build, install, start and purge
+#                         the Debian packages (tests/packaging/deb-check.sh), then
+#                         each libFuzzer target briefly (FUZZ_SECONDS, default 20)
 #   ./bootstrap.sh deps   only install the Debian packages
 set -eu
 
@@ -15,6 +17,23 @@ jobs=$(nproc 2>/dev/null || echo 2)
 packages="build-essential autoconf automake libtool pkg-config
 	libglib2.0-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev
 	curl clang libclang-rt-14-dev gnuplot-nox openssl prometheus"
+
+# What tests/packaging/deb-check.sh needs beyond the packages above to run
+# dpkg-buildpackage on debian/control (its Build-Depends are in that list).
+deb_packages="debhelper dh-autoreconf dpkg-dev fakeroot"
+
+# Whether the Debian packages can be checked here: deb-check.sh installs
+# and purges packages on this machine, so only as root on Debian. Says why
+# not in $why_not.
+deb_check_here() {
+	why_not=""
+	if [ ! -f /etc/debian_version ] || ! command -v dpkg-query >/dev/null 2>&1; then
+		why_not="this is not a Debian system"
+	elif [ "$(id -u)" != 0 ]; then
+		why_not="not running as root (it installs and purges packages)"
+	fi
+	[ -z "$why_not" ]
+}
 
 as_root() {
 	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -141,6 +160,11 @@ demo)
 	demo
 	;;
 test)
+	deb_check=no
+	if deb_check_here; then
+		deb_check=yes
+		packages="$packages $deb_packages"
+	fi
 	deps
 	# promtool (Debian's prometheus) checks GET /metrics; here its absence
 	# fails the test rather than skipping it.
@@ -152,11 +176,18 @@ test)
 	check
 	cd "$top/build/plain"
 	make -j"$jobs" distcheck || failed=$((failed + 1))
+	steps="plain and sanitizer runs of the suite, distcheck"
+	if [ "$deb_check" = yes ]; then
+		"$top/tests/packaging/deb-check.sh" || failed=$((failed + 1))
+		steps="$steps, the Debian packages"
+	else
+		echo "bootstrap: skipped the Debian packages (tests/packaging/deb-check.sh): $why_not"
+	fi
 	# The fuzz targets need clang's libFuzzer; they run for a bounded time.
 	configure_in build/fuzz CC=clang --enable-fuzzing
 	make -j"$jobs"
 	"$top/tests/fuzz/run-fuzzers.sh" "$top/build/fuzz" || failed=$((failed + 1))
-	echo "bootstrap: plain and sanitizer runs of the suite, distcheck, fuzzing"
+	echo "bootstrap: $steps, fuzzing"
 	echo "tests: $passed passed, $failed failed"
 	[ "$failed" = 0 ]
 	;;
