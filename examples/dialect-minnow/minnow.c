@@ -226,16 +226,16 @@ minnow_parse_error(void *instance, int32_t http_status, const char *body, size_t
 {
 	json_t *doc = body != NULL ? json_loadb(body, len, 0, NULL) : NULL;
 	const json_t *fault = json_object_get(doc, "fault");
-	narwhal_error_class class;
+	narwhal_error_class fc;
 
 	(void)instance;
 	if (!json_is_object(fault)) {
 		json_decref(doc);
 		return -EPROTO; /* not Minnow's: the class from the status stands */
 	}
-	class = fault_class(json_string_value(json_object_get(fault, "kind")));
-	if (class != 0)
-		out->error_class = class;
+	fc = fault_class(json_string_value(json_object_get(fault, "kind")));
+	if (fc != 0)
+		out->error_class = fc;
 	else if (http_status == 0)
 		out->error_class = NARWHAL_ERROR_PERMANENT;
 	copy_text(out->message, sizeof out->message,
@@ -301,11 +301,11 @@ minnow_parse_sse(void *instance, const char *data, size_t len, struct narwhal_ss
 	choices = json_object_get(doc, "choices");
 	usage = json_object_get(doc, "usage");
 	if (json_is_object(fault)) {
-		narwhal_error_class class =
+		narwhal_error_class fc =
 			fault_class(json_string_value(json_object_get(fault, "kind")));
 
 		out->kind = NARWHAL_SSE_ERROR;
-		out->error_class = class != 0 ? class : NARWHAL_ERROR_PERMANENT;
+		out->error_class = fc != 0 ? fc : NARWHAL_ERROR_PERMANENT;
 		json_decref(doc);
 		return 0;
 	}
