@@ -90,8 +90,13 @@ build_config(struct serve_env *e, const char *roles, const char *config_json)
 		}
 		json_object_set_new(json_object_get(cfg, "fleet"), "engines", copy);
 	}
-	if (e->dialect_config != NULL)
-		serve_json_merge(cfg, e->dialect_config);
+	if (e->dialect_config != NULL) {
+		/* A copy: the test's config merged next must not change it. */
+		json_t *copy = json_deep_copy(e->dialect_config);
+
+		serve_json_merge(cfg, copy);
+		json_decref(copy);
+	}
 	if (config_json != NULL) {
 		json_t *extra = sim_json(config_json);
 
@@ -201,7 +206,8 @@ sglang_settings(json_t *fleet, const char *dialects, const char *roles)
 		json_decref(engines);
 		return NULL;
 	}
-	return json_pack("{s:{s:{s:o}}}", "plugins", "dialects", "sglang", "engines", engines);
+	return json_pack("{s:{s:{s:{s:o}}}}", "plugins", "dialects", "sglang", "engines",
+	                 engines);
 }
 
 gboolean

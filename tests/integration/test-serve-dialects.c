@@ -4,8 +4,8 @@
  * llama.cpp fleets", and "a fleet that mixes dialects works"). Each
  * scenario runs against four narwhal-sim fleets whose engines speak their
  * dialect (narwhal-sim --dialect): a vLLM prefill/decode pair, a SGLang
- * pair launched in its roles, two llama.cpp engines (aggregate only), and
- * a vLLM pair beside a llama.cpp engine. The client sees the same API
+ * pair launched in its roles, two SGLang aggregate engines, two llama.cpp
+ * engines (aggregate only), and a vLLM pair beside a llama.cpp engine. The client sees the same API
  * whatever the engines speak (spec 4: completions and chat, streamed and
  * not, usage, error envelopes, cancellation, /v1/models), and the monitor
  * reads every engine's /metrics page.
@@ -30,6 +30,8 @@ struct fleet {
 static const struct fleet fleets[] = {
 	{ "vllm", "vv", "pd", 1 },
 	{ "sglang", "ss", "pd", 1 },
+	/* SGLang without --disaggregation-mode: the dialect is told so. */
+	{ "sglang-aggregate", "ss", "aa", 0 },
 	{ "llamacpp", "ll", "aa", 0 },
 	/* The llama.cpp engine comes first: it ties with the vLLM prefill
 	 * engine on load and the lower index wins, so it serves whole requests
