@@ -31,8 +31,8 @@ extern struct serve_env *serve_current;
 /* Start narwhal-sim with its arguments, then narwhal with the fleet and
  * the extra config (a JSON object text merged over the defaults: open
  * admission, static controller, info logs). roles: NULL keeps the sim's
- * roles, else one 'p'/'d' per engine. FALSE (test skipped) when
- * narwhal-sim is not built. */
+ * roles, else one 'p', 'd' or 'a' (no role) per engine. FALSE (test
+ * skipped) when narwhal-sim is not built. */
 gboolean serve_start(struct serve_env *e, const char *const *sim_args, const char *roles,
                      const char *config_json);
 /* serve_start with each engine's dialect: dialects has one letter per
