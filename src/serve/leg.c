@@ -37,6 +37,13 @@ leg_streams(const struct nw_request *r)
 	       nw_phase_streams(r);
 }
 
+/* The leg is the decode leg of a pair whose prefill leg runs beside it. */
+static bool
+concurrent_decode(const struct nw_request *r)
+{
+	return r->leg.kind == NW_LEG_DECODE && nw_phase_pair_concurrent(r);
+}
+
 static void
 on_response(void *data, long status)
 {
@@ -61,8 +68,10 @@ on_response(void *data, long status)
 	nw_relay_begin(r);
 	/* An aggregate stream commits on the engine's 200: before it, a
 	 * failure can still be retried. With serving.stream_commit
-	 * first_event every stream waits for its first event (relay.c). */
-	if (!nw_request_streaming(r) &&
+	 * first_event every stream waits for its first event (relay.c). A
+	 * concurrent pair's decode engine answers 200 before its prefill
+	 * engine is done: that pair commits on the prefill's answer (pair.c). */
+	if (!nw_request_streaming(r) && !concurrent_decode(r) &&
 	    s->cfg->serving.stream_commit == NW_STREAM_COMMIT_BEFORE_DECODE)
 		nw_request_commit_stream(r);
 }
@@ -189,8 +198,11 @@ send_call(struct nw_request *r)
 	/* Spec 4.3: a disaggregated stream commits its 200 before decode
 	 * starts, and no earlier: the slot and connection waits and the
 	 * handoff check before this can still be retried. serving.stream_commit
-	 * first_event holds it until the first event (relay.c). */
+	 * first_event holds it until the first event (relay.c). A concurrent
+	 * pair's prefill leg is still running: prefill failures are HTTP
+	 * errors (spec 4.3), so that pair commits on its answer (pair.c). */
 	if (leg->kind == NW_LEG_DECODE && r->parsed.stream && !nw_request_streaming(r) &&
+	    !concurrent_decode(r) &&
 	    s->cfg->serving.stream_commit == NW_STREAM_COMMIT_BEFORE_DECODE)
 		nw_request_commit_stream(r);
 	/* The handoff cap runs from the start of the prefill HTTP request. */

@@ -50,6 +50,12 @@ on_done(void *data, const struct nw_upstream_result *res)
 		/* The engine has its KV on the way: its prefill slot is free. */
 		if (r->prefill_engine >= 0)
 			nw_phase_prefill_done(r, now);
+		/* Spec 4.3: the prefill is done and decode starts, so a stream
+		 * commits its 200 now (leg.c holds it while the prefill runs, so
+		 * that a prefill failure is an HTTP error). */
+		if (r->parsed.stream && !nw_request_streaming(r) &&
+		    s->cfg->serving.stream_commit == NW_STREAM_COMMIT_BEFORE_DECODE)
+			nw_request_commit_stream(r);
 		return;
 	}
 	r->fault_engine = (int32_t)p->engine;

@@ -79,10 +79,23 @@ build_config(struct serve_env *e, const char *roles, const char *config_json)
 	if (roles != NULL) {
 		json_t *copy = json_deep_copy(engines);
 
-		for (size_t i = 0; i < json_array_size(copy) && roles[i]; i++)
-			json_object_set_new(json_array_get(copy, i), "role",
-			                    json_string(roles[i] == 'd' ? "decode" : "prefill"));
+		for (size_t i = 0; i < json_array_size(copy) && roles[i]; i++) {
+			json_t *engine = json_array_get(copy, i);
+
+			if (roles[i] == 'a')
+				json_object_del(engine, "role");
+			else
+				json_object_set_new(engine, "role",
+				                    json_string(roles[i] == 'd' ? "decode" : "prefill"));
+		}
 		json_object_set_new(json_object_get(cfg, "fleet"), "engines", copy);
+	}
+	if (e->dialect_config != NULL) {
+		/* A copy: the test's config merged next must not change it. */
+		json_t *copy = json_deep_copy(e->dialect_config);
+
+		serve_json_merge(cfg, copy);
+		json_decref(copy);
 	}
 	if (config_json != NULL) {
 		json_t *extra = sim_json(config_json);
@@ -157,11 +170,59 @@ serve_start_daemon(struct serve_env *e, const char *config_json, const char *con
 
 struct serve_env *serve_current;
 
+/* narwhal-sim's --dialect entry for engine i (docs/simulator.md). */
+static const char *
+sim_dialect_entry(char dialect, char role)
+{
+	switch (dialect) {
+	case 'v':
+		return "vllm";
+	case 'l':
+		return "llamacpp";
+	case 's':
+		return role == 'p' ? "sglang:prefill" : role == 'd' ? "sglang:decode"
+		                                                    : "sglang:aggregate";
+	default:
+		g_error("unknown dialect letter '%c'", dialect);
+	}
+}
+
+/* What the sglang dialect must be told of the fleet (docs/dialects.md):
+ * its aggregate engines run without --disaggregation-mode. NULL when
+ * nothing. */
+static json_t *
+sglang_settings(json_t *fleet, const char *dialects, const char *roles)
+{
+	json_t *engines = json_object();
+
+	for (size_t i = 0; dialects[i]; i++) {
+		json_t *engine = json_array_get(json_object_get(fleet, "engines"), i);
+		const char *id = json_string_value(json_object_get(engine, "id"));
+
+		if (dialects[i] == 's' && roles[i] != 'p' && roles[i] != 'd')
+			json_object_set_new(engines, id, json_pack("{s:b}", "disaggregation", 0));
+	}
+	if (json_object_size(engines) == 0) {
+		json_decref(engines);
+		return NULL;
+	}
+	return json_pack("{s:{s:{s:{s:o}}}}", "plugins", "dialects", "sglang", "engines",
+	                 engines);
+}
+
 gboolean
 serve_start(struct serve_env *e, const char *const *sim_args, const char *roles,
             const char *config_json)
 {
+	return serve_start_dialects(e, NULL, roles, sim_args, config_json);
+}
+
+gboolean
+serve_start_dialects(struct serve_env *e, const char *dialects, const char *roles,
+                     const char *const *sim_args, const char *config_json)
+{
 	g_autofree char *bin = sim_bin();
+	g_autoptr(GPtrArray) args = g_ptr_array_new_with_free_func(g_free);
 	GError *error = NULL;
 	json_t *cfg;
 
@@ -171,7 +232,24 @@ serve_start(struct serve_env *e, const char *const *sim_args, const char *roles,
 		g_test_skip("narwhal-sim is not built");
 		return FALSE;
 	}
-	g_assert_true(sim_start(&e->sim, sim_args));
+	if (dialects != NULL) {
+		GString *list = g_string_new(NULL);
+
+		g_assert_true(roles != NULL && strlen(roles) == strlen(dialects));
+		for (size_t i = 0; dialects[i]; i++)
+			g_string_append_printf(list, "%s%s", i ? "," : "",
+			                       sim_dialect_entry(dialects[i], roles[i]));
+		g_ptr_array_add(args, g_strdup("--engines"));
+		g_ptr_array_add(args, g_strdup_printf("%zu", strlen(dialects)));
+		g_ptr_array_add(args, g_strdup("--dialect"));
+		g_ptr_array_add(args, g_string_free(list, FALSE));
+	}
+	for (const char *const *a = sim_args; a && *a; a++)
+		g_ptr_array_add(args, g_strdup(*a));
+	g_ptr_array_add(args, NULL);
+	g_assert_true(sim_start(&e->sim, (const char *const *)args->pdata));
+	if (dialects != NULL)
+		e->dialect_config = sglang_settings(e->sim.fleet, dialects, roles);
 	e->model = json_string_value(json_object_get(e->sim.fleet, "model"));
 	e->dir = g_dir_make_tmp("narwhal-serve-test-XXXXXX", &error);
 	g_assert_no_error(error);
@@ -243,6 +321,7 @@ serve_clear(struct serve_env *e)
 	g_free(e->dir);
 	g_free(e->config_path);
 	g_free(e->log_path);
+	json_decref(e->dialect_config);
 	memset(e, 0, sizeof *e);
 }
 
@@ -466,8 +545,8 @@ serve_plugin_dir_new(void)
 {
 	static const char *const builtin[] = {
 		"admission-open.so", "admission-predictive.so", "controller-static.so",
-		"dialect-llamacpp.so", "dialect-vllm.so", "placement-least-loaded.so",
-		"placement-slo-cost.so",
+		"dialect-llamacpp.so", "dialect-sglang.so", "dialect-vllm.so",
+		"placement-least-loaded.so", "placement-slo-cost.so",
 	};
 	const char *built = g_getenv("NARWHAL_PLUGIN_DIR");
 	g_autofree char *mock = g_test_build_filename(G_TEST_BUILT, "plugins", ".libs",

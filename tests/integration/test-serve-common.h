@@ -20,6 +20,9 @@ struct serve_env {
 	char *log_path;
 	guint16 port;
 	const char *model;
+	/* Dialect settings the fleet needs (plugins.dialects), merged into
+	 * every configuration written before the test's own; NULL: none. */
+	json_t *dialect_config;
 };
 
 /* The environment of the running test, for failure reports. */
@@ -28,10 +31,19 @@ extern struct serve_env *serve_current;
 /* Start narwhal-sim with its arguments, then narwhal with the fleet and
  * the extra config (a JSON object text merged over the defaults: open
  * admission, static controller, info logs). roles: NULL keeps the sim's
- * roles, else one 'p'/'d' per engine. FALSE (test skipped) when
- * narwhal-sim is not built. */
+ * roles, else one 'p', 'd' or 'a' (no role) per engine. FALSE (test
+ * skipped) when narwhal-sim is not built. */
 gboolean serve_start(struct serve_env *e, const char *const *sim_args, const char *roles,
                      const char *config_json);
+/* serve_start with each engine's dialect: dialects has one letter per
+ * engine ('v': vllm, 's': sglang, 'l': llamacpp), given to narwhal-sim as
+ * --engines and --dialect before sim_args; roles has one letter per engine
+ * ('p', 'd', or 'a' for none). A SGLang engine is launched in its role
+ * (sglang:prefill, sglang:decode, sglang:aggregate) and configured as
+ * docs/dialects.md asks: the same role, and an aggregate engine with
+ * disaggregation false. A llama.cpp engine's role is only a label. */
+gboolean serve_start_dialects(struct serve_env *e, const char *dialects, const char *roles,
+                              const char *const *sim_args, const char *config_json);
 /* Start only narwhal again, after serve_stop_daemon, or with env vars. */
 gboolean serve_start_daemon(struct serve_env *e, const char *config_json, const char *const *envp);
 int serve_stop_daemon(struct serve_env *e, int signo, guint timeout_ms);
@@ -106,7 +118,9 @@ gboolean serve_raw_read_until(int fd, GString *got, const char *needle, guint ti
 char *serve_plugin_dir_new(void);
 void serve_plugin_dir_free(char *dir);
 /* Restart narwhal with engine i's dialect set as dialects[i] ('v': vllm,
- * 'm': the mock, 'l': llamacpp) and the extra configuration. */
+ * 'm': the mock, 'l': llamacpp) and the extra configuration, whatever the
+ * simulator engine speaks (serve_start_dialects starts engines that speak
+ * each dialect). */
 void serve_restart_with_dialects(struct serve_env *e, const char *dialects,
                                  const char *config_json);
 
