@@ -6,7 +6,9 @@
 #                         suite plain, then under ASan+UBSan, then make distcheck,
 #                         then, as root on Debian, build, install, start and purge
 #                         the Debian packages (tests/packaging/deb-check.sh), then
-#                         each libFuzzer target briefly (FUZZ_SECONDS, default 20)
+#                         each libFuzzer target briefly (FUZZ_SECONDS, default 20),
+#                         then the OpenAI Node SDK scenarios through Narwhal
+#                         (NARWHAL_SKIP_CLIENT_TESTS=1 skips them)
 #   ./bootstrap.sh deps   only install the Debian packages
 set -eu
 
@@ -17,6 +19,10 @@ jobs=$(nproc 2>/dev/null || echo 2)
 packages="build-essential autoconf automake libtool pkg-config
 	libglib2.0-dev libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev
 	curl clang libclang-rt-14-dev gnuplot-nox openssl prometheus"
+# node and npm for the OpenAI SDK suite (tests/clients/openai-node). A
+# node that brings its own npm (NodeSource's nodejs, which conflicts with
+# Debian's npm) is kept as it is.
+node_packages="nodejs npm"
 
 # What tests/packaging/deb-check.sh needs beyond the packages above to run
 # dpkg-buildpackage on debian/control (its Build-Depends are in that list).
@@ -45,6 +51,8 @@ deps() {
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing="$missing $p"
 	done
+	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+		missing="$missing $node_packages"
 	if [ -n "$missing" ]; then
 		echo "bootstrap: installing$missing"
 		as_root apt-get update -qq
@@ -187,7 +195,10 @@ test)
 	configure_in build/fuzz CC=clang --enable-fuzzing
 	make -j"$jobs"
 	"$top/tests/fuzz/run-fuzzers.sh" "$top/build/fuzz" || failed=$((failed + 1))
-	echo "bootstrap: $steps, fuzzing"
+	# The official OpenAI Node SDK through Narwhal (about 10 s); a registry
+	# that cannot be reached fails it (tests/clients/openai-node/README.md).
+	"$top/tests/clients/openai-node/run.sh" "$top/build/plain" || failed=$((failed + 1))
+	echo "bootstrap: $steps, fuzzing, the OpenAI SDK scenarios"
 	echo "tests: $passed passed, $failed failed"
 	[ "$failed" = 0 ]
 	;;
