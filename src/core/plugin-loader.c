@@ -302,10 +302,11 @@ refuse_not_found(GError **error, const char *file, narwhal_plugin_kind kind,
 	if (name == NULL) {
 		/* The configuration named the file itself. */
 		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_NOT_FOUND,
-		            "%s: plugin file not found: expected a %s plugin at this path "
+		            "%s: plugin file not found: expected %s %s plugin at this path "
 		            "(directory %s), found no such file: correct %s, or remove it "
 		            "and set plugins.dir to find the plugin by name",
-		            file, kind_name, dir, path_key);
+		            file, strchr("aeiou", kind_name[0]) != NULL ? "an" : "a", kind_name, dir,
+		            path_key);
 		return;
 	}
 	/* A name is looked up along the search path, whose first directory

@@ -53,7 +53,7 @@ expect "an ABI 1 plugin is refused by the loader" 1 \
 	'^FAIL  load: the daemon would refuse it: .*incompatible plugin ABI' "$mocks/mock-major.so"
 expect "a missing required slot is refused by the loader" 1 \
 	'^FAIL  load: .*required .* slot is NULL' "$mocks/mock-null-slot.so"
-expect "a missing file is refused" 1 '^FAIL  load: .*not found' "$tmp/no-such-plugin.so"
+expect "a missing file is refused" 1 '^FAIL  load: no such file: ' "$tmp/no-such-plugin.so"
 
 # One rule broken at a time.
 broken=$mocks/placement-broken.so

@@ -309,6 +309,12 @@ test_not_found(void)
 	assert_contains(error->message, dir);
 	assert_contains(error->message, "correct plugins.controller.path");
 	assert_contains(error->message, "plugins.dir");
+	g_clear_error(&error);
+	/* "an" before a vowel: the admission kind's message reads right. */
+	p = nw_plugin_load(NARWHAL_KIND_ADMISSION, NULL, file, &error);
+	g_assert_null(p);
+	assert_contains(error->message, "expected an admission plugin at this path");
+	g_clear_error(&error);
 	g_rmdir(dir);
 }
 

@@ -122,6 +122,13 @@ main(int argc, char **argv)
 	 * cannot read /dev/urandom: do it now, not inside a plugin's call. */
 	json_object_seed(0);
 
+	/* The loader's own message for a missing file names the kind it was
+	 * asked for, which the tool does not know yet. */
+	if (!g_file_test(file, G_FILE_TEST_EXISTS)) {
+		printf("FAIL  load: no such file: %s\n", file);
+		json_decref(config);
+		return EXIT_FAILED;
+	}
 	p = load_any_kind(file, &error);
 	if (p == NULL) {
 		printf("FAIL  load: the daemon would refuse it: %s\n", error->message);
