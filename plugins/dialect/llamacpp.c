@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine-metrics.h"
+#include "openai.h"
 
 #define LLAMACPP_MAGIC 0x4c4c4350u /* "LLCP" */
 
@@ -98,41 +99,6 @@ llamacpp_capabilities(void *instance, const struct narwhal_engine_ref *engine)
  * Requests
  * ------------------------------------------------------------------------ */
 
-static const char *
-route_path(narwhal_route route)
-{
-	switch (route) {
-	case NARWHAL_ROUTE_COMPLETIONS: return "/v1/completions";
-	case NARWHAL_ROUTE_CHAT_COMPLETIONS: return "/v1/chat/completions";
-	}
-	return NULL;
-}
-
-static void
-set_call(struct narwhal_http_call *out, const char *method, const char *path, json_t *body)
-{
-	out->flags = 0;
-	out->method = method;
-	out->path = path;
-	out->body = body;
-}
-
-/* A prompt that is already token IDs: a non-empty list of integers. */
-static bool
-is_token_ids(const json_t *prompt)
-{
-	size_t i;
-	json_t *v;
-
-	if (!json_is_array(prompt) || json_array_size(prompt) == 0)
-		return false;
-	json_array_foreach(prompt, i, v) {
-		if (!json_is_integer(v))
-			return false;
-	}
-	return true;
-}
-
 /*
  * POST /tokenize with {"content": prompt}. add_special is sent true, since
  * the completion routes add the model's BOS and /tokenize by default does
@@ -152,7 +118,7 @@ llamacpp_build_tokenize(void *instance, const struct narwhal_dialect_target *tar
 
 	llamacpp_cast(instance);
 	if (target == NULL || !json_is_object(target->client_body) || out == NULL ||
-	    route_path(target->route) == NULL)
+	    oai_route_path(target->route) == NULL)
 		return -EINVAL;
 	client_body = target->client_body;
 	if (target->route == NARWHAL_ROUTE_CHAT_COMPLETIONS)
@@ -165,7 +131,7 @@ llamacpp_build_tokenize(void *instance, const struct narwhal_dialect_target *tar
 	if (!json_is_string(prompt)) {
 		if (prompt == NULL)
 			return -EINVAL;
-		return is_token_ids(prompt) ? -EALREADY : -ENOTSUP;
+		return oai_is_token_ids(prompt) ? -EALREADY : -ENOTSUP;
 	}
 	body = json_pack("{s:O, s:b, s:b}", "content", prompt, "add_special", 1,
 	                 "parse_special", 1);
@@ -179,7 +145,7 @@ llamacpp_build_tokenize(void *instance, const struct narwhal_dialect_target *tar
 		json_decref(body);
 		return -ENOMEM;
 	}
-	set_call(out, "POST", "/tokenize", body);
+	oai_set_call(out, "POST", "/tokenize", body);
 	return 0;
 }
 
@@ -193,10 +159,10 @@ llamacpp_build_aggregate(void *instance, const struct narwhal_dialect_target *ta
 	llamacpp_cast(instance);
 	if (target == NULL || !json_is_object(target->client_body) || out == NULL)
 		return -EINVAL;
-	path = route_path(target->route);
+	path = oai_route_path(target->route);
 	if (path == NULL)
 		return -EINVAL;
-	set_call(out, "POST", path, NULL);
+	oai_set_call(out, "POST", path, NULL);
 	out->flags = NARWHAL_CALL_CLIENT_BODY;
 	return 0;
 }
@@ -211,7 +177,7 @@ llamacpp_build_health(void *instance, const struct narwhal_engine_ref *engine,
 	llamacpp_cast(instance);
 	if (out == NULL)
 		return -EINVAL;
-	set_call(out, "GET", "/health", NULL);
+	oai_set_call(out, "GET", "/health", NULL);
 	return 0;
 }
 
@@ -223,7 +189,7 @@ llamacpp_build_models(void *instance, const struct narwhal_engine_ref *engine,
 	llamacpp_cast(instance);
 	if (out == NULL)
 		return -EINVAL;
-	set_call(out, "GET", "/v1/models", NULL);
+	oai_set_call(out, "GET", "/v1/models", NULL);
 	return 0;
 }
 
@@ -235,7 +201,7 @@ llamacpp_build_metrics(void *instance, const struct narwhal_engine_ref *engine,
 	llamacpp_cast(instance);
 	if (out == NULL)
 		return -EINVAL;
-	set_call(out, "GET", "/metrics", NULL);
+	oai_set_call(out, "GET", "/metrics", NULL);
 	return 0;
 }
 
@@ -266,27 +232,6 @@ llamacpp_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt
 	return 0;
 }
 
-/* Copy a string into a fixed buffer, cut at a character boundary. */
-static void
-copy_text(char *dst, size_t size, const char *src)
-{
-	size_t n;
-
-	if (src == NULL) {
-		dst[0] = '\0';
-		return;
-	}
-	n = strlen(src);
-	if (n >= size) {
-		n = size - 1;
-		/* Do not end inside a UTF-8 sequence. */
-		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
-			n--;
-	}
-	memcpy(dst, src, n);
-	dst[n] = '\0';
-}
-
 /* data[0].id is the served model: the --alias when given, else the model
  * file's path or name. meta.n_ctx_train is the model's training context,
  * not the server's -c window, so max_model_len stays unknown and an
@@ -303,7 +248,7 @@ llamacpp_parse_models(void *instance, const json_t *response, struct narwhal_mod
 	if (!json_is_string(id) || json_string_length(id) == 0 ||
 	    json_string_length(id) >= sizeof out->name)
 		return -EPROTO;
-	copy_text(out->name, sizeof out->name, json_string_value(id));
+	oai_copy_text(out->name, sizeof out->name, json_string_value(id));
 	return 0;
 }
 
@@ -366,29 +311,6 @@ reported_status(const struct error_fields *ef)
 	return 0;
 }
 
-static char
-ascii_lower(char c)
-{
-	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
-
-/* Whether hay contains needle (lower case), ignoring ASCII case. */
-static bool
-contains_ci(const char *hay, const char *needle)
-{
-	size_t n = strlen(needle);
-
-	for (; *hay != '\0'; hay++) {
-		size_t i = 0;
-
-		while (i < n && ascii_lower(hay[i]) == needle[i])
-			i++;
-		if (i == n)
-			return true;
-	}
-	return false;
-}
-
 /* A 400 that means "does not fit the context": the type newer builds send
  * for it, or older builds' invalid_request_error whose message says the
  * request exceeds the context size. */
@@ -397,8 +319,8 @@ is_context_too_long(const struct error_fields *ef)
 {
 	if (ef->type != NULL && strcmp(ef->type, "exceed_context_size_error") == 0)
 		return true;
-	return ef->message != NULL &&
-	       (contains_ci(ef->message, "context size") || contains_ci(ef->message, "context length"));
+	return ef->message != NULL && (oai_contains_ci(ef->message, "context size") ||
+	                               oai_contains_ci(ef->message, "context length"));
 }
 
 /* Spec 4.2: only these may be retried; a 400, 413 or 422 refuses the
@@ -456,7 +378,7 @@ llamacpp_parse_error(void *instance, int32_t http_status, const char *body, size
 		out->error_class = classify(http_status, &ef);
 	else if (found)
 		out->error_class = classify(0, &ef);
-	copy_text(out->message, sizeof out->message, ef.message);
+	oai_copy_text(out->message, sizeof out->message, ef.message);
 	out->param[0] = '\0';
 	json_decref(doc);
 	return found ? 0 : -EPROTO;
@@ -506,50 +428,6 @@ choice_has_output(const json_t *choice)
 	       (json_is_array(tools) && json_array_size(tools) > 0);
 }
 
-static int64_t
-usage_count(const json_t *usage, const char *key)
-{
-	const json_t *v = json_object_get(usage, key);
-
-	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
-}
-
-static bool
-is_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-/* The success terminator, allowing stray whitespace around it. */
-static bool
-is_done(const char *data, size_t len)
-{
-	while (len > 0 && is_space(data[0])) {
-		data++;
-		len--;
-	}
-	while (len > 0 && is_space(data[len - 1]))
-		len--;
-	return len == 6 && memcmp(data, "[DONE]", 6) == 0;
-}
-
-/* Whether hay holds needle; no allocation. */
-static bool
-contains(const char *hay, size_t len, const char *needle, size_t n)
-{
-	while (len >= n) {
-		const char *q = memchr(hay, needle[0], len - n + 1);
-
-		if (q == NULL)
-			return false;
-		if (memcmp(q, needle, n) == 0)
-			return true;
-		len -= (size_t)(q - hay) + 1;
-		hay = q + 1;
-	}
-	return false;
-}
-
 /* After the first token only a terminator or an error matters to the host;
  * inside a token's strings a quote is escaped, so "\"error\"" cannot match
  * there. */
@@ -557,7 +435,7 @@ static bool
 llamacpp_sniff_sse(void *instance, const char *data, size_t len)
 {
 	llamacpp_cast(instance);
-	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7);
+	return oai_sniff_sse(data, len);
 }
 
 /*
@@ -582,7 +460,7 @@ llamacpp_parse_sse(void *instance, const char *data, size_t len,
 	out->tokens = 0;
 	out->prompt_tokens = -1;
 	out->completion_tokens = -1;
-	if (is_done(data, len)) {
+	if (oai_is_done(data, len)) {
 		out->kind = NARWHAL_SSE_DONE;
 		return 0;
 	}
@@ -593,8 +471,8 @@ llamacpp_parse_sse(void *instance, const char *data, size_t len,
 	}
 	usage = json_object_get(doc, "usage");
 	if (json_is_object(usage)) {
-		out->prompt_tokens = usage_count(usage, "prompt_tokens");
-		out->completion_tokens = usage_count(usage, "completion_tokens");
+		out->prompt_tokens = oai_usage_count(usage, "prompt_tokens");
+		out->completion_tokens = oai_usage_count(usage, "completion_tokens");
 	} else {
 		usage = NULL;
 	}

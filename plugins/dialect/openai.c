@@ -334,8 +334,8 @@ choice_has_output(const json_t *choice)
 	       (json_is_array(tools) && json_array_size(tools) > 0);
 }
 
-static int64_t
-usage_count(const json_t *usage, const char *key)
+int64_t
+oai_usage_count(const json_t *usage, const char *key)
 {
 	const json_t *v = json_object_get(usage, key);
 
@@ -349,8 +349,8 @@ is_space(char c)
 }
 
 /* The success terminator, allowing stray whitespace around it. */
-static bool
-is_done(const char *data, size_t len)
+bool
+oai_is_done(const char *data, size_t len)
 {
 	while (len > 0 && is_space(data[0])) {
 		data++;
@@ -411,7 +411,7 @@ oai_parse_sse(const char *data, size_t len, oai_handoff_fn handoff,
 	out->tokens = 0;
 	out->prompt_tokens = -1;
 	out->completion_tokens = -1;
-	if (is_done(data, len)) {
+	if (oai_is_done(data, len)) {
 		out->kind = NARWHAL_SSE_DONE;
 		return 0;
 	}
@@ -422,8 +422,8 @@ oai_parse_sse(const char *data, size_t len, oai_handoff_fn handoff,
 	}
 	usage = json_object_get(doc, "usage");
 	if (json_is_object(usage)) {
-		out->prompt_tokens = usage_count(usage, "prompt_tokens");
-		out->completion_tokens = usage_count(usage, "completion_tokens");
+		out->prompt_tokens = oai_usage_count(usage, "prompt_tokens");
+		out->completion_tokens = oai_usage_count(usage, "completion_tokens");
 	} else {
 		usage = NULL;
 	}

@@ -1,6 +1,6 @@
 /*
  * Shared pieces of the dialects whose engines serve the OpenAI-compatible
- * API (openai.c): vLLM and SGLang. No state: every function works on its
+ * API (openai.c): vLLM, SGLang and llama.cpp. No state: every function works on its
  * arguments alone.
  */
 #ifndef NW_PLUGIN_OPENAI_H
@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The generation route the client used, or NULL for an unknown one. */
 const char *oai_route_path(narwhal_route route);
@@ -51,6 +52,13 @@ int oai_parse_error(int32_t http_status, const char *body, size_t len, oai_hando
 
 /* parse_models: the first model of GET /v1/models and its max_model_len. */
 int oai_parse_models(const json_t *response, struct narwhal_model_info *out);
+
+/* The stream's success terminator, [DONE], stray whitespace around it
+ * allowed. */
+bool oai_is_done(const char *data, size_t len);
+
+/* usage[key] when a count (0 or more); -1 otherwise. */
+int64_t oai_usage_count(const json_t *usage, const char *key);
 
 /* sniff_sse and parse_sse for OpenAI-style chunks, usage and in-band
  * errors. */
