@@ -73,3 +73,28 @@ nw_harness_expect_config_error(narwhal_plugin_kind kind, const char *name,
 	g_assert_cmpuint(narwhal_mock_host_n_logs(h->host), ==, 0);
 	nw_harness_free(h);
 }
+
+json_t *
+nw_harness_json(const char *text)
+{
+	json_error_t jerr;
+	json_t *v = json_loads(text, JSON_DECODE_ANY, &jerr);
+
+	if (v == NULL)
+		g_error("test JSON does not parse: %s: %s", jerr.text, text);
+	return v;
+}
+
+void
+nw_harness_assert_json(const json_t *got, const char *expected_text)
+{
+	json_t *expected = nw_harness_json(expected_text);
+
+	if (!json_equal(got, expected)) {
+		char *g = json_dumps(got, JSON_SORT_KEYS | JSON_ENCODE_ANY);
+		char *e = json_dumps(expected, JSON_SORT_KEYS | JSON_ENCODE_ANY);
+
+		g_error("JSON differs:\n  got      %s\n  expected %s", g ? g : "(null)", e);
+	}
+	json_decref(expected);
+}

@@ -35,5 +35,12 @@ void nw_harness_expect_config_error(narwhal_plugin_kind kind, const char *name,
 /* Typed access to the instance's context and ops. */
 #define nw_harness_ctx(h) ((h)->inst->ctx)
 #define nw_harness_ops(h) (&(h)->plugin->ops)
+#define nw_harness_dialect(h) (&(h)->plugin->ops.dialect)
+
+/* JSON text of a test (any value); the test fails when it does not parse. */
+json_t *nw_harness_json(const char *text);
+
+/* Assert that got equals the JSON of expected_text, printing both when not. */
+void nw_harness_assert_json(const json_t *got, const char *expected_text);
 
 #endif /* NW_TEST_PLUGIN_HARNESS_H */

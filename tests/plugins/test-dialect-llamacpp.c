@@ -30,23 +30,6 @@ llamacpp_with(const char *config_json)
 	return h;
 }
 
-static const struct narwhal_dialect_ops *
-ops(struct nw_harness *h)
-{
-	return &nw_harness_ops(h)->dialect;
-}
-
-static json_t *
-parse(const char *text)
-{
-	json_error_t jerr;
-	json_t *v = json_loads(text, JSON_DECODE_ANY, &jerr);
-
-	if (v == NULL)
-		g_error("test JSON does not parse: %s: %s", jerr.text, text);
-	return v;
-}
-
 static const struct narwhal_engine_ref test_engine = {
 	.struct_size = sizeof test_engine, .index = 0, .id = "e0", .url = "http://127.0.0.1:1",
 };
@@ -75,16 +58,16 @@ static void
 expect_tokenize(struct nw_harness *h, narwhal_route route, const char *client_text,
                 int expected_rc, const char *expected_text)
 {
-	json_t *client = parse(client_text);
+	json_t *client = nw_harness_json(client_text);
 	json_t *pristine = json_deep_copy(client);
 	struct narwhal_http_call call = poisoned_call();
-	int rc = ops(h)->build_tokenize(nw_harness_ctx(h), TGT(route, client), &call);
+	int rc = nw_harness_dialect(h)->build_tokenize(nw_harness_ctx(h), TGT(route, client), &call);
 
 	g_assert_true(json_equal(client, pristine));
 	if (rc != expected_rc)
 		g_error("build_tokenize: %d, expected %d, for %s", rc, expected_rc, client_text);
 	if (rc == 0) {
-		json_t *expected = parse(expected_text);
+		json_t *expected = nw_harness_json(expected_text);
 
 		g_assert_cmpstr(call.method, ==, "POST");
 		g_assert_cmpstr(call.path, ==, "/tokenize");
@@ -115,22 +98,22 @@ test_descriptor(void)
 	g_assert_cmpstr(h->plugin->desc->name, ==, "llamacpp");
 	g_assert_cmpuint(h->plugin->desc->abi_major, ==, NARWHAL_ABI_MAJOR);
 	g_assert_cmpuint(h->plugin->desc->abi_minor, ==, NARWHAL_ABI_MINOR);
-	g_assert_null(ops(h)->build_prefill);
-	g_assert_null(ops(h)->build_decode);
-	g_assert_null(ops(h)->parse_prefill);
-	g_assert_null(ops(h)->router_keys);
-	g_assert_null(ops(h)->whole_body_only);
-	g_assert_nonnull(ops(h)->build_tokenize);
-	g_assert_nonnull(ops(h)->parse_tokenize);
-	g_assert_nonnull(ops(h)->build_aggregate);
-	g_assert_nonnull(ops(h)->build_health);
-	g_assert_nonnull(ops(h)->parse_sse);
-	g_assert_nonnull(ops(h)->sniff_sse);
-	g_assert_nonnull(ops(h)->parse_error);
-	g_assert_nonnull(ops(h)->build_models);
-	g_assert_nonnull(ops(h)->parse_models);
-	g_assert_nonnull(ops(h)->build_metrics);
-	g_assert_nonnull(ops(h)->parse_metrics);
+	g_assert_null(nw_harness_dialect(h)->build_prefill);
+	g_assert_null(nw_harness_dialect(h)->build_decode);
+	g_assert_null(nw_harness_dialect(h)->parse_prefill);
+	g_assert_null(nw_harness_dialect(h)->router_keys);
+	g_assert_null(nw_harness_dialect(h)->whole_body_only);
+	g_assert_nonnull(nw_harness_dialect(h)->build_tokenize);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_tokenize);
+	g_assert_nonnull(nw_harness_dialect(h)->build_aggregate);
+	g_assert_nonnull(nw_harness_dialect(h)->build_health);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->sniff_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_error);
+	g_assert_nonnull(nw_harness_dialect(h)->build_models);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_models);
+	g_assert_nonnull(nw_harness_dialect(h)->build_metrics);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_metrics);
 	nw_harness_free(h);
 }
 
@@ -143,7 +126,7 @@ test_capabilities(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h), &test_engine), ==, 0);
+	g_assert_cmpuint(nw_harness_dialect(h)->capabilities(nw_harness_ctx(h), &test_engine), ==, 0);
 	nw_harness_free(h);
 }
 
@@ -236,10 +219,10 @@ static void
 expect_count(struct nw_harness *h, const char *response_text, int expected_rc,
              uint64_t expected)
 {
-	json_t *response = parse(response_text);
+	json_t *response = nw_harness_json(response_text);
 	uint64_t n = 987654321;
 
-	g_assert_cmpint(ops(h)->parse_tokenize(nw_harness_ctx(h), response, &n), ==, expected_rc);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_tokenize(nw_harness_ctx(h), response, &n), ==, expected_rc);
 	g_assert_cmpuint(n, ==, expected_rc == 0 ? expected : 987654321);
 	json_decref(response);
 }
@@ -262,7 +245,7 @@ test_parse_tokenize(void)
 	expect_count(h, "{\"tokens\": 3}", -EPROTO, 0);
 	expect_count(h, "{\"count\": 3}", -EPROTO, 0);
 	expect_count(h, "[1, 2]", -EPROTO, 0);
-	g_assert_cmpint(ops(h)->parse_tokenize(nw_harness_ctx(h), NULL, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_tokenize(nw_harness_ctx(h), NULL, NULL), ==, -EINVAL);
 	nw_harness_free(h);
 }
 
@@ -274,29 +257,29 @@ static void
 test_aggregate(void)
 {
 	struct nw_harness *h = llamacpp_with(NULL);
-	json_t *client = parse("{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true}");
+	json_t *client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true}");
 	struct narwhal_http_call call = poisoned_call();
 
 	if (h == NULL) {
 		json_decref(client);
 		return;
 	}
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(C, client), &call), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(C, client), &call), ==, 0);
 	g_assert_cmpstr(call.method, ==, "POST");
 	g_assert_cmpstr(call.path, ==, "/v1/completions");
 	g_assert_cmpuint(call.flags, ==, NARWHAL_CALL_CLIENT_BODY);
 	g_assert_null(call.body);
 	call = poisoned_call();
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(CHAT, client), &call), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(CHAT, client), &call), ==, 0);
 	g_assert_cmpstr(call.path, ==, "/v1/chat/completions");
 	g_assert_cmpuint(call.flags, ==, NARWHAL_CALL_CLIENT_BODY);
 	/* Bad arguments. */
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(7, client), &call), ==,
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(7, client), &call), ==,
 	                -EINVAL);
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(C, NULL), &call), ==,
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(C, NULL), &call), ==,
 	                -EINVAL);
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), NULL, &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(C, client), NULL), ==,
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), NULL, &call), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(C, client), NULL), ==,
 	                -EINVAL);
 	json_decref(client);
 	nw_harness_free(h);
@@ -326,7 +309,7 @@ test_health(void)
 
 	if (h == NULL)
 		return;
-	expect_get(h, ops(h)->build_health, "/health");
+	expect_get(h, nw_harness_dialect(h)->build_health, "/health");
 	nw_harness_free(h);
 }
 
@@ -341,21 +324,21 @@ test_models(void)
 
 	if (h == NULL)
 		return;
-	expect_get(h, ops(h)->build_models, "/v1/models");
+	expect_get(h, nw_harness_dialect(h)->build_models, "/v1/models");
 	info = (struct narwhal_model_info){ .struct_size = sizeof info, .max_model_len = -1 };
-	doc = parse("{\"object\": \"list\", \"data\": [{\"id\": \"qwen2.5-7b\", \"object\": \"model\","
+	doc = nw_harness_json("{\"object\": \"list\", \"data\": [{\"id\": \"qwen2.5-7b\", \"object\": \"model\","
 	            " \"created\": 1751234567, \"owned_by\": \"llamacpp\", \"meta\": {\"vocab_type\": 2,"
 	            " \"n_vocab\": 152064, \"n_ctx_train\": 32768, \"n_embd\": 3584,"
 	            " \"n_params\": 7615616512, \"size\": 4677120000}}]}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
 	g_assert_cmpstr(info.name, ==, "qwen2.5-7b");
 	g_assert_cmpint(info.max_model_len, ==, -1);
 	json_decref(doc);
-	doc = parse("{\"data\": []}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
+	doc = nw_harness_json("{\"data\": []}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
 	json_decref(doc);
-	doc = parse("{\"data\": [{\"id\": \"\"}]}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
+	doc = nw_harness_json("{\"data\": [{\"id\": \"\"}]}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
 	json_decref(doc);
 	nw_harness_free(h);
 }
@@ -377,7 +360,7 @@ sse(struct nw_harness *h, const char *data)
 	size_t len = strlen(data);
 	g_autofree char *copy = g_memdup2(data, len > 0 ? len : 1);
 
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), copy, len, &ev), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), copy, len, &ev), ==, 0);
 	return ev;
 }
 
@@ -480,10 +463,10 @@ test_sse_invalid(void)
 	if (h == NULL)
 		return;
 	for (guint i = 0; i < G_N_ELEMENTS(bad); i++)
-		g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), bad[i], strlen(bad[i]), &ev), ==,
+		g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), bad[i], strlen(bad[i]), &ev), ==,
 		                -EPROTO);
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), NULL, 0, &ev), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), "[DONE]", 6, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), NULL, 0, &ev), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), "[DONE]", 6, NULL), ==, -EINVAL);
 	nw_harness_free(h);
 }
 
@@ -504,9 +487,9 @@ test_sniff(void)
 	if (h == NULL)
 		return;
 	for (size_t i = 0; i < G_N_ELEMENTS(must); i++)
-		g_assert_true(ops(h)->sniff_sse(nw_harness_ctx(h), must[i], strlen(must[i])));
+		g_assert_true(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), must[i], strlen(must[i])));
 	for (size_t i = 0; i < G_N_ELEMENTS(may_skip); i++)
-		g_assert_false(ops(h)->sniff_sse(nw_harness_ctx(h), may_skip[i], strlen(may_skip[i])));
+		g_assert_false(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), may_skip[i], strlen(may_skip[i])));
 	nw_harness_free(h);
 }
 
@@ -527,7 +510,7 @@ classify_rc(struct nw_harness *h, int status, const char *body, int *rc, char *m
 	g_autofree char *copy = body ? g_memdup2(body, len > 0 ? len : 1) : NULL;
 
 	memset(err.param, 'x', sizeof err.param);
-	*rc = ops(h)->parse_error(nw_harness_ctx(h), status, copy, len, &err);
+	*rc = nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), status, copy, len, &err);
 	if (*rc == 0)
 		g_assert_cmpstr(err.param, ==, "");
 	if (message != NULL)
@@ -682,7 +665,7 @@ metrics(struct nw_harness *h, const char *text, struct narwhal_engine_metrics *o
 	g_autofree char *body = g_memdup2(text, len > 0 ? len : 1);
 
 	*out = preset_metrics();
-	return ops(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
+	return nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
 }
 
 /* A scrape of llama-server --metrics as reference 5.3 names its families:
@@ -727,7 +710,7 @@ test_metrics_scrape(void)
 
 	if (h == NULL)
 		return;
-	expect_get(h, ops(h)->build_metrics, "/metrics");
+	expect_get(h, nw_harness_dialect(h)->build_metrics, "/metrics");
 	g_assert_cmpint(metrics(h, SCRAPE, &m), ==, 0);
 	g_assert_cmpint(m.running, ==, 3);
 	g_assert_cmpint(m.waiting, ==, 5);
@@ -787,8 +770,8 @@ test_metrics_refused(void)
 		g_assert_cmpint(m.waiting, ==, -1);
 		g_assert_true(isnan(m.kv_usage));
 	}
-	g_assert_cmpint(ops(h)->parse_metrics(nw_harness_ctx(h), NULL, 4, &m), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->parse_metrics(nw_harness_ctx(h), "x", 1, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), NULL, 4, &m), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), "x", 1, NULL), ==, -EINVAL);
 	nw_harness_free(h);
 }
 
@@ -807,8 +790,8 @@ test_no_host_calls(void)
 		return;
 	expect_tokenize(h, C, "{\"prompt\": \"x\"}", 0,
 	                "{\"content\": \"x\", \"add_special\": true, \"parse_special\": true}");
-	doc = parse("{\"tokens\": [1]}");
-	g_assert_cmpint(ops(h)->parse_tokenize(nw_harness_ctx(h), doc, &n), ==, 0);
+	doc = nw_harness_json("{\"tokens\": [1]}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_tokenize(nw_harness_ctx(h), doc, &n), ==, 0);
 	json_decref(doc);
 	sse(h, "{\"choices\":[{\"delta\":{\"content\":\"x\"}}]}");
 	sse(h, "[DONE]");

@@ -38,37 +38,6 @@ sglang_with(const char *config_json)
 	return sglang_at(config_json, 1000);
 }
 
-static const struct narwhal_dialect_ops *
-ops(struct nw_harness *h)
-{
-	return &nw_harness_ops(h)->dialect;
-}
-
-static json_t *
-parse(const char *text)
-{
-	json_error_t jerr;
-	json_t *v = json_loads(text, JSON_DECODE_ANY, &jerr);
-
-	if (v == NULL)
-		g_error("test JSON does not parse: %s: %s", jerr.text, text);
-	return v;
-}
-
-static void
-assert_json(const json_t *got, const char *expected_text)
-{
-	json_t *expected = parse(expected_text);
-
-	if (!json_equal(got, expected)) {
-		char *g = json_dumps(got, JSON_SORT_KEYS | JSON_ENCODE_ANY);
-		char *e = json_dumps(expected, JSON_SORT_KEYS | JSON_ENCODE_ANY);
-
-		g_error("JSON differs:\n  got      %s\n  expected %s", g ? g : "(null)", e);
-	}
-	json_decref(expected);
-}
-
 /* A recorded engine answer (tests/plugins/fixtures/sglang/name). */
 static char *
 fixture(const char *name, size_t *len)
@@ -91,7 +60,7 @@ fixture_json(const char *name)
 {
 	g_autofree char *text = fixture(name, NULL);
 
-	return parse(text);
+	return nw_harness_json(text);
 }
 
 /* The fleet of the tests: a prefill engine, a decode engine, an engine
@@ -149,16 +118,16 @@ build_t(struct nw_harness *h, leg which, const struct narwhal_dialect_target *t,
 
 	switch (which) {
 	case LEG_TOKENIZE:
-		rc = ops(h)->build_tokenize(nw_harness_ctx(h), t, &call);
+		rc = nw_harness_dialect(h)->build_tokenize(nw_harness_ctx(h), t, &call);
 		break;
 	case LEG_PREFILL:
-		rc = ops(h)->build_prefill(nw_harness_ctx(h), t, &call);
+		rc = nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), t, &call);
 		break;
 	case LEG_DECODE:
-		rc = ops(h)->build_decode(nw_harness_ctx(h), t, NULL, &call);
+		rc = nw_harness_dialect(h)->build_decode(nw_harness_ctx(h), t, NULL, &call);
 		break;
 	case LEG_AGGREGATE:
-		rc = ops(h)->build_aggregate(nw_harness_ctx(h), t, &call);
+		rc = nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), t, &call);
 		break;
 	}
 	g_assert_true(json_equal(t->client_body, pristine));
@@ -190,7 +159,7 @@ static int
 build_pair_leg(struct nw_harness *h, leg which, narwhal_route route, const char *client_text,
                json_t **body)
 {
-	json_t *client = parse(client_text);
+	json_t *client = nw_harness_json(client_text);
 	struct narwhal_dialect_target t =
 		target(route, client, which == LEG_DECODE ? &eng_d : &eng_p, &eng_p, &eng_d, 12);
 	int rc = build_t(h, which, &t, body);
@@ -204,7 +173,7 @@ static int
 build_single(struct nw_harness *h, leg which, narwhal_route route,
              const struct narwhal_engine_ref *engine, const char *client_text, json_t **body)
 {
-	json_t *client = parse(client_text);
+	json_t *client = nw_harness_json(client_text);
 	struct narwhal_dialect_target t = target(route, client, engine, NULL, NULL, 0);
 	int rc = build_t(h, which, &t, body);
 
@@ -216,7 +185,7 @@ build_single(struct nw_harness *h, leg which, narwhal_route route,
 static json_int_t
 room_of_pair(struct nw_harness *h, uint64_t pair_id)
 {
-	json_t *client = parse("{\"model\": \"m\", \"prompt\": \"x\"}");
+	json_t *client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\"}");
 	struct narwhal_dialect_target t = target(C, client, &eng_p, &eng_p, &eng_d, pair_id);
 	json_t *body = NULL;
 	json_int_t room;
@@ -241,21 +210,21 @@ test_descriptor(void)
 	g_assert_cmpstr(h->plugin->desc->name, ==, "sglang");
 	g_assert_cmpuint(h->plugin->desc->abi_major, ==, NARWHAL_ABI_MAJOR);
 	g_assert_cmpuint(h->plugin->desc->abi_minor, ==, NARWHAL_ABI_MINOR);
-	g_assert_nonnull(ops(h)->build_tokenize);
-	g_assert_nonnull(ops(h)->parse_tokenize);
-	g_assert_nonnull(ops(h)->build_prefill);
-	g_assert_nonnull(ops(h)->build_decode);
-	g_assert_nonnull(ops(h)->parse_prefill);
-	g_assert_nonnull(ops(h)->build_aggregate);
-	g_assert_nonnull(ops(h)->build_health);
-	g_assert_nonnull(ops(h)->parse_sse);
-	g_assert_nonnull(ops(h)->sniff_sse);
-	g_assert_nonnull(ops(h)->parse_error);
-	g_assert_nonnull(ops(h)->build_models);
-	g_assert_nonnull(ops(h)->parse_models);
-	g_assert_nonnull(ops(h)->router_keys);
-	g_assert_nonnull(ops(h)->build_metrics);
-	g_assert_nonnull(ops(h)->parse_metrics);
+	g_assert_nonnull(nw_harness_dialect(h)->build_tokenize);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_tokenize);
+	g_assert_nonnull(nw_harness_dialect(h)->build_prefill);
+	g_assert_nonnull(nw_harness_dialect(h)->build_decode);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_prefill);
+	g_assert_nonnull(nw_harness_dialect(h)->build_aggregate);
+	g_assert_nonnull(nw_harness_dialect(h)->build_health);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->sniff_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_error);
+	g_assert_nonnull(nw_harness_dialect(h)->build_models);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_models);
+	g_assert_nonnull(nw_harness_dialect(h)->router_keys);
+	g_assert_nonnull(nw_harness_dialect(h)->build_metrics);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_metrics);
 	nw_harness_free(h);
 }
 
@@ -275,14 +244,14 @@ test_capabilities(void)
 		nw_harness_free(agg);
 		return;
 	}
-	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h), &eng_p), ==,
+	g_assert_cmpuint(nw_harness_dialect(h)->capabilities(nw_harness_ctx(h), &eng_p), ==,
 	                 NARWHAL_DIALECT_HANDOFF_CONCURRENT);
-	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h), &eng_d), ==,
+	g_assert_cmpuint(nw_harness_dialect(h)->capabilities(nw_harness_ctx(h), &eng_d), ==,
 	                 NARWHAL_DIALECT_HANDOFF_CONCURRENT);
-	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h), &eng_named), ==, 0);
-	g_assert_cmpuint(ops(agg)->capabilities(nw_harness_ctx(agg), &eng_p), ==,
+	g_assert_cmpuint(nw_harness_dialect(h)->capabilities(nw_harness_ctx(h), &eng_named), ==, 0);
+	g_assert_cmpuint(nw_harness_dialect(agg)->capabilities(nw_harness_ctx(agg), &eng_p), ==,
 	                 NARWHAL_DIALECT_HANDOFF_CONCURRENT);
-	g_assert_cmpuint(ops(agg)->capabilities(nw_harness_ctx(agg), &eng_d), ==, 0);
+	g_assert_cmpuint(nw_harness_dialect(agg)->capabilities(nw_harness_ctx(agg), &eng_d), ==, 0);
 	nw_harness_free(h);
 	nw_harness_free(agg);
 }
@@ -406,7 +375,7 @@ test_pair_legs(void)
 		" \"stream\": true, \"stream_options\": {\"include_usage\": true},"
 		" \"bootstrap_host\": \"10.0.0.7\", \"bootstrap_port\": 8998,"
 		" \"bootstrap_room\": %" G_GINT64_FORMAT "}", (gint64)room);
-	assert_json(p, expected);
+	nw_harness_assert_json(p, expected);
 	json_decref(p);
 	json_decref(d);
 
@@ -420,7 +389,7 @@ test_pair_legs(void)
 		"{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}],"
 		" \"max_completion_tokens\": 9, \"bootstrap_host\": \"10.0.0.7\","
 		" \"bootstrap_port\": 8998, \"bootstrap_room\": %" G_GINT64_FORMAT "}", (gint64)room);
-	assert_json(d, expected);
+	nw_harness_assert_json(d, expected);
 	json_decref(d);
 	nw_harness_free(h);
 }
@@ -433,7 +402,7 @@ test_bootstrap_address(void)
 	struct nw_harness *h = sglang_with(
 		"{\"bootstrap_port\": 9100, \"engines\": {\"p6\": {\"bootstrap_port\": 9200},"
 		" \"agg\": {\"bootstrap_host\": \"10.1.2.3\"}}}");
-	json_t *client = parse("{\"model\": \"m\", \"prompt\": \"x\"}");
+	json_t *client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\"}");
 	const struct {
 		const struct narwhal_engine_ref *prefill;
 		const char *host;
@@ -524,7 +493,7 @@ test_router_keys(void)
 
 	if (h == NULL)
 		return;
-	keys = ops(h)->router_keys(nw_harness_ctx(h));
+	keys = nw_harness_dialect(h)->router_keys(nw_harness_ctx(h));
 	g_assert_cmpstr(keys[0], ==, "bootstrap_host");
 	g_assert_cmpstr(keys[1], ==, "bootstrap_port");
 	g_assert_cmpstr(keys[2], ==, "bootstrap_room");
@@ -535,7 +504,7 @@ test_router_keys(void)
 	g_assert_cmpint(json_integer_value(json_object_get(body, "bootstrap_room")), !=, 5);
 	json_decref(body);
 	g_assert_cmpint(build_single(h, LEG_AGGREGATE, C, &eng_named, forged, &body), ==, 0);
-	assert_json(body, "{\"model\": \"m\", \"prompt\": \"x\"}");
+	nw_harness_assert_json(body, "{\"model\": \"m\", \"prompt\": \"x\"}");
 	json_decref(body);
 	nw_harness_free(h);
 }
@@ -546,8 +515,8 @@ static void
 test_pair_leg_errors(void)
 {
 	struct nw_harness *h = sglang_with("{\"engines\": {\"agg\": {\"disaggregation\": false}}}");
-	json_t *client = parse("{\"model\": \"m\", \"prompt\": \"x\"}");
-	json_t *handoff = parse("{\"anything\": 1}");
+	json_t *client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\"}");
+	json_t *handoff = nw_harness_json("{\"anything\": 1}");
 	struct narwhal_http_call call = poisoned_call();
 	struct narwhal_dialect_target t;
 	json_t *body = NULL;
@@ -570,9 +539,9 @@ test_pair_leg_errors(void)
 	t = target(C, client, &eng_named, &eng_named, &eng_d, 12);
 	g_assert_cmpint(build_t(h, LEG_PREFILL, &t, &body), ==, -ENOTSUP);
 	t = target(C, client, &eng_d, &eng_p, &eng_d, 12);
-	g_assert_cmpint(ops(h)->build_decode(nw_harness_ctx(h), &t, handoff, &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_prefill(nw_harness_ctx(h), NULL, &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_prefill(nw_harness_ctx(h), &t, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_decode(nw_harness_ctx(h), &t, handoff, &call), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), NULL, &call), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), &t, NULL), ==, -EINVAL);
 	g_assert_null(body);
 	json_decref(client);
 	json_decref(handoff);
@@ -592,9 +561,9 @@ test_parse_prefill(void)
 		json_decref(answer);
 		return;
 	}
-	g_assert_cmpint(ops(h)->parse_prefill(nw_harness_ctx(h), answer, &handoff), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_prefill(nw_harness_ctx(h), answer, &handoff), ==, 0);
 	g_assert_null(handoff);
-	g_assert_cmpint(ops(h)->parse_prefill(nw_harness_ctx(h), answer, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_prefill(nw_harness_ctx(h), answer, NULL), ==, -EINVAL);
 	json_decref(answer);
 	nw_harness_free(h);
 }
@@ -615,7 +584,7 @@ test_aggregate(void)
 	if (h == NULL)
 		return;
 	g_assert_cmpint(build_single(h, LEG_AGGREGATE, CHAT, &eng_named, client, &body), ==, 0);
-	assert_json(body, client);
+	nw_harness_assert_json(body, client);
 	json_decref(body);
 	g_assert_cmpint(build_single(h, LEG_AGGREGATE, C, &eng_named,
 	                             "{\"model\": \"m\", \"prompt\": \"x\"}", &body), ==, 0);
@@ -642,12 +611,12 @@ test_tokenize(void)
 	g_assert_cmpint(build_single(h, LEG_TOKENIZE, C, &eng_p,
 	                             "{\"model\": \"m\", \"prompt\": \"hello\", \"max_tokens\": 8,"
 	                             " \"stream\": true, \"bootstrap_room\": 3}", &body), ==, 0);
-	assert_json(body, "{\"model\": \"m\", \"prompt\": \"hello\", \"add_special_tokens\": true}");
+	nw_harness_assert_json(body, "{\"model\": \"m\", \"prompt\": \"hello\", \"add_special_tokens\": true}");
 	json_decref(body);
 	g_assert_cmpint(build_single(h, LEG_TOKENIZE, C, &eng_p,
 	                             "{\"prompt\": [\"only\"], \"add_special_tokens\": false}",
 	                             &body), ==, 0);
-	assert_json(body, "{\"prompt\": \"only\", \"add_special_tokens\": false}");
+	nw_harness_assert_json(body, "{\"prompt\": \"only\", \"add_special_tokens\": false}");
 	json_decref(body);
 	/* Sized without a call: token IDs (-EALREADY); a batch, and chat,
 	 * which SGLang's tokenize does not take (-ENOTSUP). */
@@ -668,10 +637,10 @@ static void
 expect_count(struct nw_harness *h, const char *response_text, int expected_rc,
              uint64_t expected)
 {
-	json_t *response = parse(response_text);
+	json_t *response = nw_harness_json(response_text);
 	uint64_t n = 987654321;
 
-	g_assert_cmpint(ops(h)->parse_tokenize(nw_harness_ctx(h), response, &n), ==, expected_rc);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_tokenize(nw_harness_ctx(h), response, &n), ==, expected_rc);
 	g_assert_cmpuint(n, ==, expected_rc == 0 ? expected : 987654321);
 	json_decref(response);
 }
@@ -721,13 +690,13 @@ test_health_models(void)
 		json_decref(models);
 		return;
 	}
-	expect_get(ops(h)->build_health(nw_harness_ctx(h), &eng_p, &call), &call, "/health");
+	expect_get(nw_harness_dialect(h)->build_health(nw_harness_ctx(h), &eng_p, &call), &call, "/health");
 	call = poisoned_call();
-	expect_get(ops(h)->build_models(nw_harness_ctx(h), &eng_p, &call), &call, "/v1/models");
+	expect_get(nw_harness_dialect(h)->build_models(nw_harness_ctx(h), &eng_p, &call), &call, "/v1/models");
 	call = poisoned_call();
-	expect_get(ops(h)->build_metrics(nw_harness_ctx(h), &eng_p, &call), &call, "/metrics");
-	g_assert_cmpint(ops(h)->build_health(nw_harness_ctx(h), &eng_p, NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), models, &info), ==, 0);
+	expect_get(nw_harness_dialect(h)->build_metrics(nw_harness_ctx(h), &eng_p, &call), &call, "/metrics");
+	g_assert_cmpint(nw_harness_dialect(h)->build_health(nw_harness_ctx(h), &eng_p, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), models, &info), ==, 0);
 	g_assert_cmpstr(info.name, ==, "meta-llama/Llama-3.1-8B-Instruct");
 	g_assert_cmpint(info.max_model_len, ==, 131072);
 	json_decref(models);
@@ -749,7 +718,7 @@ metrics(struct nw_harness *h, const char *text, size_t len, struct narwhal_engin
 	g_autofree char *body = g_memdup2(text, len > 0 ? len : 1);
 
 	*out = preset_metrics();
-	return ops(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
+	return nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
 }
 
 /* Reference 5.2: sglang:num_running_reqs, sglang:num_queue_reqs and
@@ -811,7 +780,7 @@ expect_error(struct nw_harness *h, int status, const char *name, narwhal_error_c
 		                       ? NARWHAL_ERROR_RETRYABLE : NARWHAL_ERROR_PERMANENT,
 	};
 
-	g_assert_cmpint(ops(h)->parse_error(nw_harness_ctx(h), status, body, len, &err), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), status, body, len, &err), ==, 0);
 	if (err.error_class != cls)
 		g_error("%s under %d: class %d, expected %d", name, status, err.error_class, cls);
 	g_assert_nonnull(strstr(err.message, message_part));
@@ -840,7 +809,7 @@ test_errors_flat(void)
 	/* The status wins over the body's code. */
 	expect_error(h, 503, "error-validation.json", NARWHAL_ERROR_RETRYABLE, "non-negative");
 	/* A body that says nothing: the host's preset stands. */
-	g_assert_cmpint(ops(h)->parse_error(nw_harness_ctx(h), 502, "Bad Gateway", 11, &err), ==,
+	g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), 502, "Bad Gateway", 11, &err), ==,
 	                -EPROTO);
 	g_assert_cmpint(err.error_class, ==, NARWHAL_ERROR_RETRYABLE);
 	nw_harness_free(h);
@@ -879,12 +848,12 @@ test_errors_nested(void)
 	expect_error(h, 0, "stream-error-context.json", NARWHAL_ERROR_CONTEXT_TOO_LONG,
 	             "context length");
 	expect_error(h, 0, "stream-error-busy.json", NARWHAL_ERROR_RETRYABLE, "overloaded");
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), ctx, strlen(ctx), &ev),
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), ctx, strlen(ctx), &ev),
 	                ==, 0);
 	g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
 	g_assert_cmpint(ev.error_class, ==, NARWHAL_ERROR_CONTEXT_TOO_LONG);
-	g_assert_true(ops(h)->sniff_sse(nw_harness_ctx(h), busy, strlen(busy)));
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), busy, strlen(busy), &ev),
+	g_assert_true(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), busy, strlen(busy)));
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), busy, strlen(busy), &ev),
 	                ==, 0);
 	g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
 	g_assert_cmpint(ev.error_class, ==, NARWHAL_ERROR_RETRYABLE);
@@ -920,7 +889,7 @@ expect_stream(struct nw_harness *h, const char *name, const struct sse_expect *w
 			continue;
 		data += 6;
 		g_assert_cmpuint(k, <, n);
-		g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), data, strlen(data), &ev), ==, 0);
+		g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), data, strlen(data), &ev), ==, 0);
 		if (ev.kind != want[k].kind)
 			g_error("%s event %u: kind %d, expected %d", name, k, ev.kind, want[k].kind);
 		g_assert_cmpuint(ev.tokens, ==, want[k].tokens);
@@ -929,7 +898,7 @@ expect_stream(struct nw_harness *h, const char *name, const struct sse_expect *w
 		/* After the first token only these may matter; sniff never
 		 * hides one. */
 		if (ev.kind == NARWHAL_SSE_DONE || ev.kind == NARWHAL_SSE_ERROR)
-			g_assert_true(ops(h)->sniff_sse(nw_harness_ctx(h), data, strlen(data)));
+			g_assert_true(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), data, strlen(data)));
 		k++;
 	}
 	g_assert_cmpuint(k, ==, n);
@@ -956,7 +925,7 @@ test_sse(void)
 		return;
 	expect_stream(h, "sse-chat.txt", chat, G_N_ELEMENTS(chat));
 	expect_stream(h, "sse-completions.txt", completions, G_N_ELEMENTS(completions));
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), "not json", 8, &ev), ==, -EPROTO);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), "not json", 8, &ev), ==, -EPROTO);
 	nw_harness_free(h);
 }
 

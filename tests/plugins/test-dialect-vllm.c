@@ -29,37 +29,6 @@ vllm_with(const char *config_json)
 	return h;
 }
 
-static const struct narwhal_dialect_ops *
-ops(struct nw_harness *h)
-{
-	return &nw_harness_ops(h)->dialect;
-}
-
-static json_t *
-parse(const char *text)
-{
-	json_error_t jerr;
-	json_t *v = json_loads(text, JSON_DECODE_ANY, &jerr);
-
-	if (v == NULL)
-		g_error("test JSON does not parse: %s: %s", jerr.text, text);
-	return v;
-}
-
-static void
-assert_json(const json_t *got, const char *expected_text)
-{
-	json_t *expected = parse(expected_text);
-
-	if (!json_equal(got, expected)) {
-		char *g = json_dumps(got, JSON_SORT_KEYS | JSON_ENCODE_ANY);
-		char *e = json_dumps(expected, JSON_SORT_KEYS | JSON_ENCODE_ANY);
-
-		g_error("JSON differs:\n  got      %s\n  expected %s", g ? g : "(null)", e);
-	}
-	json_decref(expected);
-}
-
 /* The engine every test builds for. */
 static const struct narwhal_engine_ref test_engine = {
 	.struct_size = sizeof test_engine, .index = 0, .id = "e0", .url = "http://127.0.0.1:1",
@@ -95,24 +64,24 @@ static int
 build(struct nw_harness *h, leg which, narwhal_route route, const char *client_text,
       const char *handoff_text, json_t **body)
 {
-	json_t *client = parse(client_text);
+	json_t *client = nw_harness_json(client_text);
 	json_t *pristine = json_deep_copy(client);
-	json_t *handoff = handoff_text ? parse(handoff_text) : NULL;
+	json_t *handoff = handoff_text ? nw_harness_json(handoff_text) : NULL;
 	struct narwhal_http_call call = poisoned_call();
 	int rc = -9999;
 
 	switch (which) {
 	case LEG_TOKENIZE:
-		rc = ops(h)->build_tokenize(nw_harness_ctx(h), TGT(route, client), &call);
+		rc = nw_harness_dialect(h)->build_tokenize(nw_harness_ctx(h), TGT(route, client), &call);
 		break;
 	case LEG_PREFILL:
-		rc = ops(h)->build_prefill(nw_harness_ctx(h), TGT(route, client), &call);
+		rc = nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), TGT(route, client), &call);
 		break;
 	case LEG_DECODE:
-		rc = ops(h)->build_decode(nw_harness_ctx(h), TGT(route, client), handoff, &call);
+		rc = nw_harness_dialect(h)->build_decode(nw_harness_ctx(h), TGT(route, client), handoff, &call);
 		break;
 	case LEG_AGGREGATE:
-		rc = ops(h)->build_aggregate(nw_harness_ctx(h), TGT(route, client), &call);
+		rc = nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(route, client), &call);
 		break;
 	}
 	/* The client body is borrowed: never changed. */
@@ -136,7 +105,7 @@ build(struct nw_harness *h, leg which, narwhal_route route, const char *client_t
 	if (call.flags & NARWHAL_CALL_CLIENT_BODY) {
 		g_assert_cmpuint(call.flags, ==, NARWHAL_CALL_CLIENT_BODY);
 		g_assert_null(call.body);
-		*body = parse(client_text);
+		*body = nw_harness_json(client_text);
 		return 0;
 	}
 	g_assert_cmpuint(call.flags, ==, 0);
@@ -153,7 +122,7 @@ expect_body(struct nw_harness *h, leg which, narwhal_route route, const char *cl
 	json_t *body = NULL;
 
 	g_assert_cmpint(build(h, which, route, client_text, handoff_text, &body), ==, 0);
-	assert_json(body, expected_text);
+	nw_harness_assert_json(body, expected_text);
 	json_decref(body);
 }
 
@@ -211,21 +180,21 @@ test_descriptor(void)
 	g_assert_cmpuint(h->plugin->desc->abi_major, ==, NARWHAL_ABI_MAJOR);
 	g_assert_cmpuint(h->plugin->desc->abi_minor, ==, NARWHAL_ABI_MINOR);
 	/* Every slot, the optional tokenise pair included. */
-	g_assert_nonnull(ops(h)->build_tokenize);
-	g_assert_nonnull(ops(h)->parse_tokenize);
-	g_assert_nonnull(ops(h)->build_prefill);
-	g_assert_nonnull(ops(h)->build_decode);
-	g_assert_nonnull(ops(h)->build_aggregate);
-	g_assert_nonnull(ops(h)->build_health);
-	g_assert_nonnull(ops(h)->parse_prefill);
-	g_assert_nonnull(ops(h)->parse_sse);
-	g_assert_nonnull(ops(h)->sniff_sse);
-	g_assert_nonnull(ops(h)->parse_error);
-	g_assert_nonnull(ops(h)->build_models);
-	g_assert_nonnull(ops(h)->parse_models);
-	g_assert_nonnull(ops(h)->router_keys);
-	g_assert_nonnull(ops(h)->build_metrics);
-	g_assert_nonnull(ops(h)->parse_metrics);
+	g_assert_nonnull(nw_harness_dialect(h)->build_tokenize);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_tokenize);
+	g_assert_nonnull(nw_harness_dialect(h)->build_prefill);
+	g_assert_nonnull(nw_harness_dialect(h)->build_decode);
+	g_assert_nonnull(nw_harness_dialect(h)->build_aggregate);
+	g_assert_nonnull(nw_harness_dialect(h)->build_health);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_prefill);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->sniff_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_error);
+	g_assert_nonnull(nw_harness_dialect(h)->build_models);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_models);
+	g_assert_nonnull(nw_harness_dialect(h)->router_keys);
+	g_assert_nonnull(nw_harness_dialect(h)->build_metrics);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_metrics);
 	nw_harness_free(h);
 }
 
@@ -237,7 +206,7 @@ test_capabilities(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpuint(ops(h)->capabilities(nw_harness_ctx(h), &test_engine), ==,
+	g_assert_cmpuint(nw_harness_dialect(h)->capabilities(nw_harness_ctx(h), &test_engine), ==,
 	                 NARWHAL_DIALECT_HANDOFF_SEQUENTIAL | NARWHAL_DIALECT_PER_REQUEST_ROLES);
 	nw_harness_free(h);
 }
@@ -371,10 +340,10 @@ static void
 expect_count(struct nw_harness *h, const char *response_text, int expected_rc,
              uint64_t expected)
 {
-	json_t *response = parse(response_text);
+	json_t *response = nw_harness_json(response_text);
 	uint64_t n = 987654321;
 
-	g_assert_cmpint(ops(h)->parse_tokenize(nw_harness_ctx(h), response, &n), ==, expected_rc);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_tokenize(nw_harness_ctx(h), response, &n), ==, expected_rc);
 	g_assert_cmpuint(n, ==, expected_rc == 0 ? expected : 987654321);
 	json_decref(response);
 }
@@ -510,14 +479,14 @@ test_decode_handoff_copied(void)
 
 	if (h == NULL)
 		return;
-	client = parse("{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true}");
-	handoff = parse(HANDOFF_NEW);
-	g_assert_cmpint(ops(h)->build_decode(nw_harness_ctx(h), TGT(C, client), handoff, &call), ==, 0);
+	client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true}");
+	handoff = nw_harness_json(HANDOFF_NEW);
+	g_assert_cmpint(nw_harness_dialect(h)->build_decode(nw_harness_ctx(h), TGT(C, client), handoff, &call), ==, 0);
 	json_array_clear(json_array_get(json_object_get(handoff, "remote_block_ids"), 0));
 	json_decref(handoff);
 	json_object_set_new(client, "stream", json_false());
 	json_decref(client);
-	assert_json(call.body,
+	nw_harness_assert_json(call.body,
 	            "{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true,"
 	            " \"kv_transfer_params\": " HANDOFF_NEW "}");
 	json_decref(call.body);
@@ -574,7 +543,7 @@ test_aggregate(void)
 	            " \"stream_options\": {\"include_usage\": true}, \"min_tokens\": 3,"
 	            " \"max_tokens\": 9}");
 	client = json_pack("{s:s, s:[]}", "model", "m", "messages");
-	g_assert_cmpint(ops(h)->build_aggregate(nw_harness_ctx(h), TGT(CHAT, client), &call), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(nw_harness_ctx(h), TGT(CHAT, client), &call), ==, 0);
 	g_assert_cmpuint(call.flags, ==, NARWHAL_CALL_CLIENT_BODY);
 	g_assert_null(call.body);
 	g_assert_cmpstr(call.path, ==, "/v1/chat/completions");
@@ -591,7 +560,7 @@ test_router_keys(void)
 
 	if (h == NULL)
 		return;
-	keys = ops(h)->router_keys(nw_harness_ctx(h));
+	keys = nw_harness_dialect(h)->router_keys(nw_harness_ctx(h));
 	g_assert_nonnull(keys);
 	g_assert_cmpstr(keys[0], ==, "kv_transfer_params");
 	g_assert_null(keys[1]);
@@ -609,32 +578,32 @@ test_models(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpint(ops(h)->build_models(nw_harness_ctx(h), &test_engine, &call), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_models(nw_harness_ctx(h), &test_engine, &call), ==, 0);
 	g_assert_cmpstr(call.method, ==, "GET");
 	g_assert_cmpstr(call.path, ==, "/v1/models");
 	g_assert_null(call.body);
 
 	info = (struct narwhal_model_info){ .struct_size = sizeof info, .max_model_len = -1 };
-	doc = parse("{\"object\": \"list\", \"data\": [{\"id\": \"llama\", \"object\": \"model\","
+	doc = nw_harness_json("{\"object\": \"list\", \"data\": [{\"id\": \"llama\", \"object\": \"model\","
 	            " \"max_model_len\": 8192}, {\"id\": \"other\"}]}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
 	g_assert_cmpstr(info.name, ==, "llama");
 	g_assert_cmpint(info.max_model_len, ==, 8192);
 	json_decref(doc);
 
 	/* No length: the preset stays. */
 	info = (struct narwhal_model_info){ .struct_size = sizeof info, .max_model_len = -1 };
-	doc = parse("{\"data\": [{\"id\": \"m\"}]}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
+	doc = nw_harness_json("{\"data\": [{\"id\": \"m\"}]}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, 0);
 	g_assert_cmpint(info.max_model_len, ==, -1);
 	json_decref(doc);
 
 	/* Nothing readable. */
-	doc = parse("{\"data\": []}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
+	doc = nw_harness_json("{\"data\": []}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
 	json_decref(doc);
-	doc = parse("{\"data\": [{\"id\": 7}]}");
-	g_assert_cmpint(ops(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
+	doc = nw_harness_json("{\"data\": [{\"id\": 7}]}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==, -EPROTO);
 	json_decref(doc);
 	nw_harness_free(h);
 }
@@ -649,12 +618,12 @@ test_whole_body_only(void)
 
 	if (h == NULL)
 		return;
-	with = parse("{\"model\": \"m\", \"prompt\": \"x\", \"prompt_logprobs\": 2}");
-	null_value = parse("{\"model\": \"m\", \"prompt\": \"x\", \"prompt_logprobs\": null}");
-	without = parse("{\"model\": \"m\", \"prompt\": \"x\", \"logprobs\": 2}");
-	g_assert_true(ops(h)->whole_body_only(nw_harness_ctx(h), with));
-	g_assert_false(ops(h)->whole_body_only(nw_harness_ctx(h), null_value));
-	g_assert_false(ops(h)->whole_body_only(nw_harness_ctx(h), without));
+	with = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\", \"prompt_logprobs\": 2}");
+	null_value = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\", \"prompt_logprobs\": null}");
+	without = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\", \"logprobs\": 2}");
+	g_assert_true(nw_harness_dialect(h)->whole_body_only(nw_harness_ctx(h), with));
+	g_assert_false(nw_harness_dialect(h)->whole_body_only(nw_harness_ctx(h), null_value));
+	g_assert_false(nw_harness_dialect(h)->whole_body_only(nw_harness_ctx(h), without));
 	json_decref(with);
 	json_decref(null_value);
 	json_decref(without);
@@ -680,9 +649,9 @@ test_sniff(void)
 	if (h == NULL)
 		return;
 	for (size_t i = 0; i < G_N_ELEMENTS(must); i++)
-		g_assert_true(ops(h)->sniff_sse(nw_harness_ctx(h), must[i], strlen(must[i])));
+		g_assert_true(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), must[i], strlen(must[i])));
 	for (size_t i = 0; i < G_N_ELEMENTS(may_skip); i++)
-		g_assert_false(ops(h)->sniff_sse(nw_harness_ctx(h), may_skip[i], strlen(may_skip[i])));
+		g_assert_false(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), may_skip[i], strlen(may_skip[i])));
 	nw_harness_free(h);
 }
 
@@ -694,7 +663,7 @@ test_health(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpint(ops(h)->build_health(nw_harness_ctx(h), &test_engine, &call), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_health(nw_harness_ctx(h), &test_engine, &call), ==, 0);
 	g_assert_cmpstr(call.method, ==, "GET");
 	g_assert_cmpstr(call.path, ==, "/health");
 	g_assert_null(call.body);
@@ -753,30 +722,30 @@ test_build_bad_arguments(void)
 	if (h == NULL)
 		return;
 	ctx = nw_harness_ctx(h);
-	client = parse("{\"model\": \"m\", \"prompt\": \"x\"}");
-	handoff = parse(HANDOFF_OLD);
+	client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\"}");
+	handoff = nw_harness_json(HANDOFF_OLD);
 	for (int route = 0; route <= 3; route += 3) {
-		g_assert_cmpint(ops(h)->build_tokenize(ctx, TGT((narwhal_route)route, client), &call), ==,
+		g_assert_cmpint(nw_harness_dialect(h)->build_tokenize(ctx, TGT((narwhal_route)route, client), &call), ==,
 		                -EINVAL);
-		g_assert_cmpint(ops(h)->build_prefill(ctx, TGT((narwhal_route)route, client), &call), ==,
+		g_assert_cmpint(nw_harness_dialect(h)->build_prefill(ctx, TGT((narwhal_route)route, client), &call), ==,
 		                -EINVAL);
-		g_assert_cmpint(ops(h)->build_decode(ctx, TGT((narwhal_route)route, client), handoff,
+		g_assert_cmpint(nw_harness_dialect(h)->build_decode(ctx, TGT((narwhal_route)route, client), handoff,
 		                                     &call), ==, -EINVAL);
-		g_assert_cmpint(ops(h)->build_aggregate(ctx, TGT((narwhal_route)route, client), &call),
+		g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(ctx, TGT((narwhal_route)route, client), &call),
 		                ==, -EINVAL);
 	}
-	g_assert_cmpint(ops(h)->build_prefill(ctx, TGT(C, NULL), &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_prefill(ctx, NULL, &call), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(ctx, TGT(C, NULL), &call), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(ctx, NULL, &call), ==, -EINVAL);
 	/* A client body is an object. */
-	g_assert_cmpint(ops(h)->build_prefill(ctx, TGT(C, json_object_get(handoff,
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(ctx, TGT(C, json_object_get(handoff,
 	                                                               "remote_block_ids")),
 	                                      &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_tokenize(ctx, TGT(C, json_object_get(handoff, "remote_host")),
+	g_assert_cmpint(nw_harness_dialect(h)->build_tokenize(ctx, TGT(C, json_object_get(handoff, "remote_host")),
 	                                       &call), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_aggregate(ctx, TGT(C, client), NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_decode(ctx, TGT(C, client), NULL, NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_tokenize(ctx, TGT(C, client), NULL), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->build_health(ctx, &test_engine, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_aggregate(ctx, TGT(C, client), NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_decode(ctx, TGT(C, client), NULL, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_tokenize(ctx, TGT(C, client), NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_health(ctx, &test_engine, NULL), ==, -EINVAL);
 	/* Nothing was written on the way. */
 	g_assert_cmpstr(call.method, ==, "POISON");
 	g_assert_null(call.body);
@@ -790,11 +759,11 @@ test_build_bad_arguments(void)
 static int
 prefill_answer(struct nw_harness *h, const char *response_text, json_t **handoff)
 {
-	json_t *response = parse(response_text);
+	json_t *response = nw_harness_json(response_text);
 	int rc;
 
 	*handoff = (json_t *)0x1; /* poison: must be overwritten */
-	rc = ops(h)->parse_prefill(nw_harness_ctx(h), response, handoff);
+	rc = nw_harness_dialect(h)->parse_prefill(nw_harness_ctx(h), response, handoff);
 	/* The handoff must outlive the response it came from. */
 	json_decref(response);
 	return rc;
@@ -816,7 +785,7 @@ test_parse_prefill(void)
 	                " \"usage\": {\"prompt_tokens\": 1234, \"completion_tokens\": 1,"
 	                " \"total_tokens\": 1235}, \"kv_transfer_params\": " HANDOFF_NEW "}",
 	                &handoff), ==, 0);
-	assert_json(handoff, HANDOFF_NEW);
+	nw_harness_assert_json(handoff, HANDOFF_NEW);
 	json_decref(handoff);
 
 	g_assert_cmpint(prefill_answer(h,
@@ -824,12 +793,12 @@ test_parse_prefill(void)
 	                " \"choices\": [{\"index\": 0, \"message\": {\"role\": \"assistant\","
 	                " \"content\": \"A\"}}], \"kv_transfer_params\": " HANDOFF_OLD "}",
 	                &handoff), ==, 0);
-	assert_json(handoff, HANDOFF_OLD);
+	nw_harness_assert_json(handoff, HANDOFF_OLD);
 	json_decref(handoff);
 
 	/* Inner fields are not checked: an empty object is passed on too. */
 	g_assert_cmpint(prefill_answer(h, "{\"kv_transfer_params\": {}}", &handoff), ==, 0);
-	assert_json(handoff, "{}");
+	nw_harness_assert_json(handoff, "{}");
 	json_decref(handoff);
 
 	/* None: the decode engine will prefill locally. */
@@ -855,7 +824,7 @@ test_parse_prefill(void)
 	g_assert_cmpint(prefill_answer(h, "null", &handoff), ==, -EPROTO);
 	g_assert_null(handoff);
 
-	g_assert_cmpint(ops(h)->parse_prefill(nw_harness_ctx(h), NULL, &handoff), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_prefill(nw_harness_ctx(h), NULL, &handoff), ==, -EINVAL);
 	nw_harness_free(h);
 }
 
@@ -874,7 +843,7 @@ sse_len(struct nw_harness *h, const char *data, size_t len, int expected_rc)
 		.error_class = (narwhal_error_class)99,
 	};
 
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), data, len, &ev), ==, expected_rc);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), data, len, &ev), ==, expected_rc);
 	g_assert_cmpuint(ev.struct_size, ==, sizeof ev);
 	return ev;
 }
@@ -1119,7 +1088,7 @@ test_sse_invalid(void)
 	sse_len(h, chunk, strlen(chunk) - 1, -EPROTO);
 	g_assert_cmpint(sse_len(h, chunk, strlen(chunk), 0).kind, ==, NARWHAL_SSE_TOKENS);
 	sse_len(h, NULL, 0, -EINVAL);
-	g_assert_cmpint(ops(h)->parse_sse(nw_harness_ctx(h), "[DONE]", 6, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), "[DONE]", 6, NULL), ==, -EINVAL);
 	nw_harness_free(h);
 }
 
@@ -1135,7 +1104,7 @@ classify(struct nw_harness *h, int status, const char *body)
 		                       ? NARWHAL_ERROR_RETRYABLE : NARWHAL_ERROR_PERMANENT,
 	};
 
-	(void)ops(h)->parse_error(nw_harness_ctx(h), status, body, body ? strlen(body) : 0, &err);
+	(void)nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), status, body, body ? strlen(body) : 0, &err);
 	return err.error_class;
 }
 
@@ -1386,7 +1355,7 @@ metrics(struct nw_harness *h, const char *text, struct narwhal_engine_metrics *o
 	g_autofree char *body = g_memdup2(text, len > 0 ? len : 1);
 
 	*out = preset_metrics();
-	return ops(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
+	return nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), body, len, out);
 }
 
 /* A failed parse leaves every preset in place. */
@@ -1447,12 +1416,12 @@ test_metrics_scrape(void)
 
 	if (h == NULL)
 		return;
-	g_assert_cmpint(ops(h)->build_metrics(nw_harness_ctx(h), &test_engine, &call), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_metrics(nw_harness_ctx(h), &test_engine, &call), ==, 0);
 	g_assert_cmpstr(call.method, ==, "GET");
 	g_assert_cmpstr(call.path, ==, "/metrics");
 	g_assert_cmpuint(call.flags, ==, 0);
 	g_assert_null(call.body);
-	g_assert_cmpint(ops(h)->build_metrics(nw_harness_ctx(h), &test_engine, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->build_metrics(nw_harness_ctx(h), &test_engine, NULL), ==, -EINVAL);
 
 	g_assert_cmpint(metrics(h, SCRAPE_HEAD SCRAPE_TAIL, &m), ==, 0);
 	g_assert_cmpint(m.running, ==, 7);
@@ -1623,8 +1592,8 @@ test_metrics_malformed(void)
 		"vllm:num_requests_running 4\n", &m), ==, 0);
 	g_assert_cmpint(m.running, ==, 4);
 	/* Bad arguments. */
-	g_assert_cmpint(ops(h)->parse_metrics(nw_harness_ctx(h), NULL, 4, &m), ==, -EINVAL);
-	g_assert_cmpint(ops(h)->parse_metrics(nw_harness_ctx(h), "x", 1, NULL), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), NULL, 4, &m), ==, -EINVAL);
+	g_assert_cmpint(nw_harness_dialect(h)->parse_metrics(nw_harness_ctx(h), "x", 1, NULL), ==, -EINVAL);
 	expect_metrics_error(h, "");
 	nw_harness_free(h);
 }
@@ -1653,8 +1622,8 @@ test_no_host_calls(void)
 	json_decref(body);
 	g_assert_cmpint(prefill_answer(h, "{\"kv_transfer_params\": {}}", &handoff), ==, 0);
 	json_decref(handoff);
-	body = parse("{\"count\": 3}");
-	g_assert_cmpint(ops(h)->parse_tokenize(nw_harness_ctx(h), body, &n), ==, 0);
+	body = nw_harness_json("{\"count\": 3}");
+	g_assert_cmpint(nw_harness_dialect(h)->parse_tokenize(nw_harness_ctx(h), body, &n), ==, 0);
 	json_decref(body);
 	sse(h, "{\"choices\": [{\"text\": \"x\"}]}");
 	sse(h, "[DONE]");
