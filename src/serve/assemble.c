@@ -137,39 +137,6 @@ bag_merge_object(GPtrArray *b, json_t *obj, const char *const *skip, unsigned ho
 	}
 }
 
-static json_t *
-field_value(const struct field *f)
-{
-	if (f->str)
-		return json_stringn(f->str->str, f->str->len);
-	return f->val ? json_deep_copy(f->val) : json_null();
-}
-
-/* The value of key, or dflt (a new reference) when missing or null. */
-static json_t *
-bag_value(const GPtrArray *b, const char *key, json_t *dflt)
-{
-	const struct field *f = bag_find(b, key);
-
-	if (f && (f->str || f->val)) {
-		json_decref(dflt);
-		return field_value(f);
-	}
-	return dflt;
-}
-
-/* Add the fields whose key out does not have yet, in first-seen order. */
-static void
-bag_emit(const GPtrArray *b, json_t *out)
-{
-	for (guint i = 0; i < b->len; i++) {
-		const struct field *f = g_ptr_array_index(b, i);
-
-		if (!json_object_get(out, f->key))
-			json_object_set_new(out, f->key, field_value(f));
-	}
-}
-
 static gint
 index_cmp(gconstpointer a, gconstpointer b, gpointer unused)
 {
@@ -394,75 +361,215 @@ nw_assembly_add_text(struct nw_assembly *a, json_int_t index, const char *text, 
 	return 0;
 }
 
-static json_t *
-finish_call(const struct call *c)
+int
+nw_assembly_set_reason(struct nw_assembly *a, json_int_t index, const char *key, json_t *v)
 {
-	json_t *fn = json_pack("{s:o, s:s%}",
-	                       "name", c->name ? json_string(c->name) : json_null(),
-	                       "arguments", c->args->str, c->args->len);
+	struct choice *c = g_tree_lookup(a->choices, &index);
 
-	return json_pack("{s:o, s:s, s:o}", "id", c->id ? json_string(c->id) : json_null(),
-	                 "type", c->type ? c->type : "function", "function", fn);
+	if (c != NULL)
+		bag_merge(c->rest, key, v, CAT_ARRAYS);
+	json_decref(v);
+	return c != NULL ? 0 : -1;
 }
 
-static json_t *
-finish_message(const struct choice *c)
+/*
+ * The body is written as text, field by field, in the order the keys are
+ * listed in assemble.h: building a tree of it to encode cost more than
+ * the rest of the assembly (docs/api.md). Values keep jansson's compact
+ * encoding, and strings its escaping, so the text is what encoding the
+ * same tree with JSON_COMPACT gives.
+ */
+
+static int
+append_text(const char *buffer, size_t size, void *data)
 {
-	json_t *msg = json_object();
-	json_t *content = bag_value(c->msg, "content", json_null());
+	g_string_append_len(data, buffer, (gssize)size);
+	return 0;
+}
+
+static void
+write_value(GString *out, const json_t *v)
+{
+	json_dump_callback(v, append_text, out, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* A string (valid UTF-8: merged from parsed strings). Most need no
+ * escape, and jansson escapes only quotes, backslashes and control
+ * characters under JSON_COMPACT. */
+static void
+write_string(GString *out, const char *s, size_t len)
+{
+	json_t *v;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20 || c == '"' || c == '\\')
+			goto escape;
+	}
+	g_string_append_c(out, '"');
+	g_string_append_len(out, s, (gssize)len);
+	g_string_append_c(out, '"');
+	return;
+escape:
+	v = json_stringn_nocheck(s, len);
+	write_value(out, v);
+	json_decref(v);
+}
+
+/* ,"key": (the comma unless the object was just opened) */
+static void
+write_key(GString *out, const char *key)
+{
+	if (out->str[out->len - 1] != '{')
+		g_string_append_c(out, ',');
+	write_string(out, key, strlen(key));
+	g_string_append_c(out, ':');
+}
+
+static void
+write_field(GString *out, const struct field *f)
+{
+	if (f->str)
+		write_string(out, f->str->str, f->str->len);
+	else if (f->val)
+		write_value(out, f->val);
+	else
+		g_string_append(out, "null");
+}
+
+/* The value of key, or dflt (JSON text) when missing or null. */
+static void
+write_bag_value(GString *out, const GPtrArray *b, const char *key, const char *dflt)
+{
+	const struct field *f = bag_find(b, key);
+
+	if (f && (f->str || f->val))
+		write_field(out, f);
+	else
+		g_string_append(out, dflt);
+}
+
+/* The fields whose key is not in written (NULL-ended), in first-seen order. */
+static void
+write_bag_rest(GString *out, const GPtrArray *b, const char *const *written)
+{
+	for (guint i = 0; i < b->len; i++) {
+		const struct field *f = g_ptr_array_index(b, i);
+
+		if (!g_strv_contains(written, f->key)) {
+			write_key(out, f->key);
+			write_field(out, f);
+		}
+	}
+}
+
+static void
+write_call(GString *out, const struct call *c)
+{
+	g_string_append(out, "{\"id\":");
+	if (c->id)
+		write_string(out, c->id, strlen(c->id));
+	else
+		g_string_append(out, "null");
+	g_string_append(out, ",\"type\":");
+	write_string(out, c->type ? c->type : "function", strlen(c->type ? c->type : "function"));
+	g_string_append(out, ",\"function\":{\"name\":");
+	if (c->name)
+		write_string(out, c->name, strlen(c->name));
+	else
+		g_string_append(out, "null");
+	g_string_append(out, ",\"arguments\":");
+	write_string(out, c->args->str, c->args->len);
+	g_string_append(out, "}}");
+}
+
+static void
+write_message(GString *out, const struct choice *c)
+{
+	static const char *const written[] = { "role", "content", NULL };
+	const struct field *content = bag_find(c->msg, "content");
 	bool calls = c->calls && g_tree_nnodes(c->calls) > 0;
 
-	json_object_set_new(msg, "role", bag_value(c->msg, "role", json_string("assistant")));
-	if (calls && json_is_string(content) && json_string_length(content) == 0) {
-		json_decref(content);
-		content = json_null();
-	}
-	json_object_set_new(msg, "content", content);
-	bag_emit(c->msg, msg);
-	if (calls) {
-		json_t *list = json_array();
-
-		for (GTreeNode *n = g_tree_node_first(c->calls); n; n = g_tree_node_next(n))
-			json_array_append_new(list, finish_call(g_tree_node_value(n)));
-		json_object_set_new(msg, "tool_calls", list);
-	}
-	return msg;
-}
-
-static json_t *
-finish_choice(const struct choice *c, narwhal_route route)
-{
-	json_t *out = json_object();
-	json_t *lp = c->have_logprobs ? json_object() : json_null();
-
-	json_object_set_new(out, "index", json_integer(c->index));
-	if (route == NARWHAL_ROUTE_CHAT_COMPLETIONS)
-		json_object_set_new(out, "message", finish_message(c));
+	g_string_append(out, "{\"role\":");
+	write_bag_value(out, c->msg, "role", "\"assistant\"");
+	g_string_append(out, ",\"content\":");
+	/* Empty content beside tool calls is null (assemble.h). */
+	if (calls && content && content->str && content->str->len == 0)
+		g_string_append(out, "null");
 	else
-		json_object_set_new(out, "text", json_stringn(c->text->str, c->text->len));
-	if (c->have_logprobs)
-		bag_emit(c->logprobs, lp);
-	json_object_set_new(out, "logprobs", lp);
-	json_object_set_new(out, "finish_reason", bag_value(c->rest, "finish_reason", json_null()));
-	bag_emit(c->rest, out);
-	return out;
+		write_bag_value(out, c->msg, "content", "null");
+	write_bag_rest(out, c->msg, written);
+	if (calls) {
+		g_string_append(out, ",\"tool_calls\":[");
+		for (GTreeNode *n = g_tree_node_first(c->calls); n; n = g_tree_node_next(n)) {
+			if (out->str[out->len - 1] != '[')
+				g_string_append_c(out, ',');
+			write_call(out, g_tree_node_value(n));
+		}
+		g_string_append_c(out, ']');
+	}
+	g_string_append_c(out, '}');
 }
 
-json_t *
-nw_assembly_finish(const struct nw_assembly *a)
+static void
+write_choice(GString *out, const struct choice *c, narwhal_route route)
 {
-	json_t *body = json_object();
-	json_t *list = json_array();
+	static const char *const written_cmpl[] = { "index", "text", "logprobs", "finish_reason",
+		                                    NULL };
+	static const char *const written_chat[] = { "index", "message", "logprobs",
+		                                    "finish_reason", NULL };
+	static const char *const none[] = { NULL };
+	bool chat = route == NARWHAL_ROUTE_CHAT_COMPLETIONS;
 
-	json_object_set_new(body, "id", bag_value(a->top, "id", json_null()));
-	json_object_set_new(body, "object",
-	                    json_string(a->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ?
-	                                "chat.completion" : "text_completion"));
-	bag_emit(a->top, body);
-	for (GTreeNode *n = g_tree_node_first(a->choices); n; n = g_tree_node_next(n))
-		json_array_append_new(list, finish_choice(g_tree_node_value(n), a->route));
-	json_object_set_new(body, "choices", list);
-	if (a->usage)
-		json_object_set_new(body, "usage", json_deep_copy(a->usage));
-	return body;
+	g_string_append_printf(out, "{\"index\":%" JSON_INTEGER_FORMAT, c->index);
+	if (chat) {
+		g_string_append(out, ",\"message\":");
+		write_message(out, c);
+	} else {
+		g_string_append(out, ",\"text\":");
+		write_string(out, c->text->str, c->text->len);
+	}
+	g_string_append(out, ",\"logprobs\":");
+	if (c->have_logprobs) {
+		g_string_append_c(out, '{');
+		write_bag_rest(out, c->logprobs, none);
+		g_string_append_c(out, '}');
+	} else {
+		g_string_append(out, "null");
+	}
+	g_string_append(out, ",\"finish_reason\":");
+	write_bag_value(out, c->rest, "finish_reason", "null");
+	write_bag_rest(out, c->rest, chat ? written_chat : written_cmpl);
+	g_string_append_c(out, '}');
+}
+
+void
+nw_assembly_write(const struct nw_assembly *a, GString *out)
+{
+	static const char *const written[] = { "id", "object", NULL };
+
+	g_string_append(out, "{\"id\":");
+	write_bag_value(out, a->top, "id", "null");
+	g_string_append(out, a->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ?
+	                ",\"object\":\"chat.completion\"" : ",\"object\":\"text_completion\"");
+	write_bag_rest(out, a->top, written);
+	g_string_append(out, ",\"choices\":[");
+	for (GTreeNode *n = g_tree_node_first(a->choices); n; n = g_tree_node_next(n)) {
+		if (out->str[out->len - 1] != '[')
+			g_string_append_c(out, ',');
+		write_choice(out, g_tree_node_value(n), a->route);
+	}
+	g_string_append_c(out, ']');
+	if (a->usage) {
+		g_string_append(out, ",\"usage\":");
+		write_value(out, a->usage);
+	}
+	g_string_append_c(out, '}');
+}
+
+const json_t *
+nw_assembly_usage(const struct nw_assembly *a)
+{
+	return a->usage;
 }

@@ -40,14 +40,14 @@
  * left out when there are none.
  *
  * A chunk is borrowed and never modified, but values in it may be kept by
- * reference: it must not be changed after nw_assembly_add. The body from
- * nw_assembly_finish shares nothing with the assembly.
+ * reference: it must not be changed after nw_assembly_add.
  */
 #ifndef NW_SERVE_ASSEMBLE_H
 #define NW_SERVE_ASSEMBLE_H
 
 #include <narwhal/plugin-abi.h>
 
+#include <glib.h>
 #include <jansson.h>
 
 struct nw_assembly;
@@ -66,10 +66,19 @@ int nw_assembly_add(struct nw_assembly *a, const json_t *chunk);
  * changing nothing, when the choice has no such text yet. */
 int nw_assembly_add_text(struct nw_assembly *a, json_int_t index, const char *text, size_t len);
 
+/* Give choice index's key (a finish or stop reason of a chunk merged by
+ * nw_assembly_add_text) the non-null value v (a new reference, taken), as
+ * merging that chunk whole would. -1 when there is no such choice. */
+int nw_assembly_set_reason(struct nw_assembly *a, json_int_t index, const char *key, json_t *v);
+
 /* Number of chunks merged so far. */
 unsigned nw_assembly_chunks(const struct nw_assembly *a);
 
-/* The non-streaming body (new reference). Does not consume the assembly. */
-json_t *nw_assembly_finish(const struct nw_assembly *a);
+/* Append the non-streaming body, compact JSON, to out. Does not consume
+ * the assembly; merging may go on after. */
+void nw_assembly_write(const struct nw_assembly *a, GString *out);
+
+/* The last usage object merged (borrowed), or NULL. */
+const json_t *nw_assembly_usage(const struct nw_assembly *a);
 
 #endif

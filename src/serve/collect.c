@@ -26,6 +26,19 @@
 
 static bool on_event(void *data, const char *payload, size_t len);
 
+/* The reasons a chunk merged by its shape set (its finish). */
+static void
+set_reasons(struct nw_collect *c, const struct nw_chunk_match *set)
+{
+	for (unsigned i = 0; i < set->n; i++) {
+		g_string_truncate(c->text, 0);
+		/* the match checked the string: it decodes */
+		nw_json_string_decode(set->set[i].body, set->set[i].len, c->text);
+		nw_assembly_set_reason(c->assembly, c->shape_choice, set->set[i].key,
+		                       json_stringn_nocheck(c->text->str, c->text->len));
+	}
+}
+
 void
 nw_collect_init(struct nw_collect *c, size_t max_bytes)
 {
@@ -70,6 +83,7 @@ on_event(void *data, const char *payload, size_t len)
 	struct nw_request *r = data;
 	struct nw_collect *c = &r->collect;
 	struct narwhal_sse_event ev;
+	struct nw_chunk_match set;
 	json_t *chunk;
 
 	c->taken += len;
@@ -83,10 +97,12 @@ on_event(void *data, const char *payload, size_t len)
 		/* A token chunk: merged without a parse when it has the shape
 		 * (which checks it is valid JSON); else parsed below. */
 		g_string_truncate(c->text, 0);
-		if (nw_chunk_shape_match(&c->shape, payload, len, c->text) &&
+		if (nw_chunk_shape_match(&c->shape, payload, len, c->text, &set) &&
 		    nw_assembly_add_text(c->assembly, c->shape_choice, c->text->str,
-		                         c->text->len) == 0)
+		                         c->text->len) == 0) {
+			set_reasons(c, &set);
 			return true;
+		}
 		break;
 	case NW_EVENT_BAD:
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
@@ -117,10 +133,12 @@ on_event(void *data, const char *payload, size_t len)
 	/* Learn from the newest chunk merged whole: a shape learnt before it
 	 * may hold values this chunk replaced. */
 	{
+		const char *const *reasons = NULL;
 		const char *key = ev.kind == NARWHAL_SSE_TOKENS ?
-		                  nw_chunk_shape_key(r->route, chunk, &c->shape_choice) : NULL;
+		                  nw_chunk_shape_key(r->route, chunk, &c->shape_choice, &reasons) :
+		                  NULL;
 
-		if (key == NULL || !nw_chunk_shape_learn(&c->shape, payload, len, key))
+		if (key == NULL || !nw_chunk_shape_learn(&c->shape, payload, len, key, reasons))
 			nw_chunk_shape_reset(&c->shape);
 	}
 	json_decref(chunk);
@@ -159,21 +177,23 @@ nw_collect_end(struct nw_request *r)
 void
 nw_collect_answer(struct nw_request *r)
 {
-	json_t *body = nw_assembly_finish(r->collect.assembly);
-	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-	json_t *usage = json_object_get(body, "usage");
+	const json_t *usage = nw_assembly_usage(r->collect.assembly);
+	json_t *count;
+	GString *body;
+	size_t len;
 
 	/* The engine's usage, for the access log. */
-	if (json_is_integer(json_object_get(usage, "completion_tokens")))
-		r->usage_completion = json_integer_value(json_object_get(usage, "completion_tokens"));
-	if (json_is_integer(json_object_get(usage, "prompt_tokens")))
-		r->usage_prompt = json_integer_value(json_object_get(usage, "prompt_tokens"));
-	json_decref(body);
+	count = json_object_get(usage, "completion_tokens");
+	if (json_is_integer(count))
+		r->usage_completion = json_integer_value(count);
+	count = json_object_get(usage, "prompt_tokens");
+	if (json_is_integer(count))
+		r->usage_prompt = json_integer_value(count);
+	body = g_string_sized_new(512);
+	nw_assembly_write(r->collect.assembly, body);
 	nw_leg_release(r);
-	if (text == NULL) {
-		nw_request_fail(r, NW_FAIL_INTERNAL, 0, "could not encode the answer");
-		return;
-	}
 	nw_request_finish(r, true);
-	nw_request_answer_text(r, text, strlen(text));
+	len = body->len;
+	/* The answer takes the text; GLib allocates with malloc (free()s it). */
+	nw_request_answer_text(r, g_string_free(body, FALSE), len);
 }

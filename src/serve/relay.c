@@ -120,7 +120,7 @@ on_event(void *data, const char *payload, size_t len)
 	struct narwhal_sse_event ev;
 	size_t before = rl->committed;
 
-	if (rl->first_token && nw_chunk_shape_match(&rl->shape, payload, len, NULL)) {
+	if (rl->first_token && nw_chunk_shape_match(&rl->shape, payload, len, NULL, NULL)) {
 		rl->committed = end;
 		r->token_events++;
 		return true; /* a token: relayed as it is */
@@ -153,7 +153,8 @@ on_event(void *data, const char *payload, size_t len)
 		}
 		if (!nw_chunk_shape_learn(&rl->shape, payload, len,
 		                          r->route == NARWHAL_ROUTE_CHAT_COMPLETIONS ? "content"
-		                                                                     : "text"))
+		                                                                     : "text",
+		                          NULL))
 			nw_chunk_shape_reset(&rl->shape);
 		break;
 	case NARWHAL_SSE_ERROR:

@@ -7,6 +7,7 @@
 #include "build-config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <glib.h>
 
@@ -25,6 +26,32 @@ feed(struct nw_assembly *a, const char *const *chunks)
 		g_assert_cmpint(nw_assembly_add(a, c), ==, 0);
 		json_decref(c);
 	}
+}
+
+/* The body as written, parsed back (new reference). Writing it again
+ * gives the same bytes, and those are jansson's compact encoding of the
+ * same tree in the same key order. */
+static json_t *
+finish(const struct nw_assembly *a)
+{
+	GString *text = g_string_new(NULL);
+	GString *again = g_string_new(NULL);
+	json_error_t err;
+	json_t *body;
+	char *encoded;
+
+	nw_assembly_write(a, text);
+	nw_assembly_write(a, again);
+	g_assert_cmpstr(text->str, ==, again->str);
+	body = json_loadb(text->str, text->len, 0, &err);
+	if (body == NULL)
+		g_error("the written body is not JSON: %s: %s", err.text, text->str);
+	encoded = json_dumps(body, JSON_COMPACT);
+	g_assert_cmpstr(text->str, ==, encoded);
+	free(encoded);
+	g_string_free(text, TRUE);
+	g_string_free(again, TRUE);
+	return body;
 }
 
 static void
@@ -60,7 +87,7 @@ check(narwhal_route route, const char *const *chunks, const char *want)
 		n++;
 	feed(a, chunks);
 	g_assert_cmpuint(nw_assembly_chunks(a), ==, n);
-	body = nw_assembly_finish(a);
+	body = finish(a);
 	assert_body(body, want);
 	json_decref(body);
 	nw_assembly_free(a);
@@ -342,7 +369,7 @@ test_bad_chunks(void)
 		json_decref(c);
 	}
 	g_assert_cmpuint(nw_assembly_chunks(a), ==, 1);
-	body = nw_assembly_finish(a);
+	body = finish(a);
 	assert_body(body, "{" CMPL_HEAD ",\"choices\":[{\"index\":0,\"text\":\"ok\","
 	            "\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}]}");
 	json_decref(body);
@@ -376,24 +403,19 @@ test_finish_repeatable(void)
 	struct nw_assembly *a = nw_assembly_new(NARWHAL_ROUTE_CHAT_COMPLETIONS);
 	json_t *one, *two, *three;
 
-	g_test_summary("/serve/assemble/finish-repeatable: finishing twice gives the same body, "
-	               "which shares nothing with the assembly; merging may go on after");
+	g_test_summary("/serve/assemble/finish-repeatable: writing the body twice gives the "
+	               "same bytes; merging may go on after");
 	feed(a, first);
-	one = nw_assembly_finish(a);
-	two = nw_assembly_finish(a);
+	one = finish(a);
+	two = finish(a);
 	assert_body(one, want_first);
 	assert_body(two, want_first);
-	/* the body is the caller's: changing it must not reach the assembly */
-	json_array_clear(json_object_get(json_object_get(json_array_get(
-		json_object_get(one, "choices"), 0), "logprobs"), "content"));
-	json_object_set_new(one, "id", json_string("changed"));
 	json_decref(one);
-	assert_body(two, want_first);
 	json_decref(two);
 
 	feed(a, second);
 	g_assert_cmpuint(nw_assembly_chunks(a), ==, 4);
-	three = nw_assembly_finish(a);
+	three = finish(a);
 	assert_body(three,
 	            "{" CHAT_OUT ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
 	            "\"content\":\"a\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
@@ -402,6 +424,76 @@ test_finish_repeatable(void)
 	            "{\"token\":\"b\",\"logprob\":-2}]},\"finish_reason\":\"tool_calls\"}]}");
 	json_decref(three);
 	nw_assembly_free(a);
+}
+
+/* Strings and keys that need escapes, and those that do not, are written
+ * as jansson encodes them (finish() compares the bytes). */
+static void
+test_write_escapes(void)
+{
+	const char *const chunks[] = {
+		"{\"id\":\"q\\\"\\\\/\\n\\u0001\\u001f\\u007f\",\"object\":\"text_completion\","
+		"\"sys\\ttem\":\"caf\u00e9 \\u2028 \\ud83d\\ude00\",\"model\":\"org/m \\u007f\",\"n\":-1.5e300,"
+		"\"choices\":[{\"index\":0,\"text\":\"a\\\"b\\\\c\\td\\re\\bf\\fg\\u0000\","
+		"\"logprobs\":null,\"finish_reason\":null,\"ok\\\"\":[1,true,{}]}]}",
+		NULL
+	};
+	struct nw_assembly *a = nw_assembly_new(NARWHAL_ROUTE_COMPLETIONS);
+	json_error_t err;
+	json_t *body;
+
+	g_test_summary("/serve/assemble/write-escapes: quotes, backslashes, control "
+	               "characters, non-ASCII text, numbers and nested values are written as "
+	               "jansson's compact encoding writes them");
+	/* \u0000 is refused by the reader: the chunk goes in without it. */
+	g_assert_null(json_loads(chunks[0], 0, &err));
+	{
+		char *fixed = g_strdup(chunks[0]);
+		char *nul = strstr(fixed, "\\u0000");
+		const char *const one[] = { fixed, NULL };
+
+		memmove(nul, nul + 6, strlen(nul + 6) + 1);
+		feed(a, one);
+		g_free(fixed);
+	}
+	body = finish(a);
+	g_assert_cmpstr(json_string_value(json_object_get(json_array_get(
+		json_object_get(body, "choices"), 0), "text")), ==, "a\"b\\c\td\re\bf\fg");
+	json_decref(body);
+	nw_assembly_free(a);
+}
+
+/* A last token chunk merged by its shape (its text appended, its reasons
+ * set) gives the body a whole merge of it gives (chunk-shape.h). */
+static void
+test_set_reason(void)
+{
+	const char *const first[] = { CMPL_TOK(" a", "null"), NULL };
+	const char *const whole[] = { CMPL_TOK(" a", "null"), CMPL_TOK(" b", "\"length\""), NULL };
+	struct nw_assembly *a = nw_assembly_new(NARWHAL_ROUTE_COMPLETIONS);
+	struct nw_assembly *b = nw_assembly_new(NARWHAL_ROUTE_COMPLETIONS);
+	json_t *want, *got;
+	char *want_text;
+
+	g_test_summary("/serve/assemble/set-reason: a last chunk merged as text plus its "
+	               "finish reason gives the same body as a whole merge; no choice, -1");
+	feed(a, whole);
+	feed(b, first);
+	g_assert_cmpint(nw_assembly_add_text(b, 0, " b", 2), ==, 0);
+	g_assert_cmpint(nw_assembly_set_reason(b, 0, "finish_reason", json_string("length")), ==, 0);
+	g_assert_cmpint(nw_assembly_set_reason(b, 3, "finish_reason", json_string("x")), ==, -1);
+	g_assert_cmpuint(nw_assembly_chunks(b), ==, 2);
+	want = finish(a);
+	got = finish(b);
+	want_text = json_dumps(want, JSON_COMPACT);
+	assert_body(got, want_text);
+	g_assert_cmpstr(json_string_value(json_object_get(json_array_get(
+		json_object_get(got, "choices"), 0), "finish_reason")), ==, "length");
+	free(want_text);
+	json_decref(want);
+	json_decref(got);
+	nw_assembly_free(a);
+	nw_assembly_free(b);
 }
 
 int
@@ -420,5 +512,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/assemble/chat-whole-message", test_whole_message);
 	g_test_add_func("/serve/assemble/bad-chunks", test_bad_chunks);
 	g_test_add_func("/serve/assemble/finish-repeatable", test_finish_repeatable);
+	g_test_add_func("/serve/assemble/set-reason", test_set_reason);
+	g_test_add_func("/serve/assemble/write-escapes", test_write_escapes);
 	return g_test_run();
 }

@@ -265,7 +265,7 @@ static void
 assert_match(const struct nw_chunk_shape *s, const char *payload, const char *want)
 {
 	GString *text = g_string_new("so far");
-	bool matched = nw_chunk_shape_match(s, payload, strlen(payload), text);
+	bool matched = nw_chunk_shape_match(s, payload, strlen(payload), text, NULL);
 
 	if (want == NULL) {
 		if (matched)
@@ -287,7 +287,21 @@ assert_match(const struct nw_chunk_shape *s, const char *payload, const char *wa
 static bool
 learn(struct nw_chunk_shape *s, const char *payload, const char *key)
 {
-	return nw_chunk_shape_learn(s, payload, strlen(payload), key);
+	return nw_chunk_shape_learn(s, payload, strlen(payload), key, NULL);
+}
+
+/* The learnt bytes before the text's body (up to its opening quote). */
+static char *
+head_of(const struct nw_chunk_shape *s)
+{
+	return g_strndup(s->bytes->str, s->hole[0].at);
+}
+
+/* The learnt bytes from the text's closing quote to the end. */
+static const char *
+tail_of(const struct nw_chunk_shape *s)
+{
+	return s->bytes->str + s->hole[0].at + s->hole[0].len;
 }
 
 static void
@@ -323,8 +337,8 @@ test_completions(void)
 	/* Head and the tail without its first quote: it starts with the head
 	 * and ends with the tail (sharing the quote), but is one byte short. */
 	short_one = g_string_new(NULL);
-	g_string_append_len(short_one, s.head->str, (gssize)s.head->len);
-	g_string_append(short_one, s.tail->str + 1);
+	g_string_append_len(short_one, s.bytes->str, (gssize)s.hole[0].at);
+	g_string_append(short_one, tail_of(&s) + 1);
 	assert_match(&s, short_one->str, NULL);
 	g_string_free(short_one, TRUE);
 	nw_chunk_shape_clear(&s);
@@ -344,6 +358,110 @@ test_chat(void)
 	assert_match(&s, CHAT_CHUNK("\\ud83d\\ude00"), "\xf0\x9f\x98\x80");
 	assert_match(&s, CHAT_CHUNK("\\ud83d"), NULL);
 	assert_match(&s, CMPL_CHUNK(" hi", "null"), NULL);
+	nw_chunk_shape_clear(&s);
+}
+
+static const char *const both_reasons[] = { "finish_reason", "stop_reason", NULL };
+
+/* Match payload against s learnt with reasons: text must have grown by
+ * want and the reasons set must be those in set_want ("key=value" each,
+ * NULL-ended; NULL: none); want NULL means no match. */
+static void
+assert_match_reasons(const struct nw_chunk_shape *s, const char *payload, const char *want,
+                     const char *const *set_want)
+{
+	GString *text = g_string_new(NULL);
+	struct nw_chunk_match set = { .n = 99 };
+	bool matched = nw_chunk_shape_match(s, payload, strlen(payload), text, &set);
+	unsigned n = 0;
+
+	if (matched != (want != NULL))
+		g_test_message("%s: %s", matched ? "matched" : "no match", payload);
+	g_assert_true(matched == (want != NULL));
+	if (want == NULL) {
+		g_assert_cmpuint(text->len, ==, 0);
+		g_string_free(text, TRUE);
+		return;
+	}
+	g_assert_cmpstr(text->str, ==, want);
+	while (set_want != NULL && set_want[n] != NULL)
+		n++;
+	g_assert_cmpuint(set.n, ==, n);
+	for (unsigned i = 0; i < n; i++) {
+		char *got = g_strdup_printf("%s=%.*s", set.set[i].key, (int)set.set[i].len,
+		                            set.set[i].body);
+
+		g_assert_cmpstr(got, ==, set_want[i]);
+		g_free(got);
+	}
+	g_string_free(text, TRUE);
+}
+
+static void
+test_reasons(void)
+{
+	static const char *const length[] = { "finish_reason=length", NULL };
+	static const char *const stop_both[] = { "finish_reason=stop", "stop_reason=</s>", NULL };
+	static const char *const finish_only[] = { "finish_reason", NULL };
+	static const char *const refused[] = {
+		/* a reason that is not null when learnt */
+		CMPL_CHUNK("a", "\"length\""),
+		/* a reason key twice */
+		"{\"finish_reason\":null,\"choices\":[{\"index\":0,\"text\":\"a\","
+		"\"finish_reason\":null,\"stop_reason\":null}]}",
+		/* a reason key missing */
+		"{\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}",
+		/* a reason key only as a value or inside a string */
+		"{\"x\":\"finish_reason\",\"choices\":[{\"text\":\"a\",\"stop_reason\":null}]}",
+		NULL
+	};
+	struct nw_chunk_shape s;
+	const char *learnt = CMPL_CHUNK(" the", "null");
+
+	g_test_summary("/serve/chunk-shape/reasons: learnt with its null finish and stop "
+	               "reasons open, a shape matches the last token chunk, which sets them "
+	               "(a string or null; anything else, or a bad string, does not match), "
+	               "and text that imitates the layout stays text");
+	nw_chunk_shape_init(&s);
+	g_assert_true(nw_chunk_shape_learn(&s, learnt, strlen(learnt), "text", both_reasons));
+	g_assert_cmpuint(s.holes, ==, 3);
+	assert_match_reasons(&s, learnt, " the", NULL);
+	assert_match_reasons(&s, CMPL_CHUNK(" ice", "\"length\""), " ice", length);
+	assert_match_reasons(&s, CMPL_CHUNK("", "\"length\""), "", length);
+	assert_match_reasons(&s, "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,"
+	                     "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\".\","
+	                     "\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":\"</s>\"}]}",
+	                     ".", stop_both);
+	/* A stop reason that is a token id, an object, a bad string: parsed whole. */
+	assert_match_reasons(&s, "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,"
+	                     "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\".\","
+	                     "\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":2}]}",
+	                     NULL, NULL);
+	assert_match_reasons(&s, CMPL_CHUNK(".", "{}"), NULL, NULL);
+	assert_match_reasons(&s, CMPL_CHUNK(".", "\"bad \\x\""), NULL, NULL);
+	assert_match_reasons(&s, CMPL_CHUNK(".", "\"\xff\""), NULL, NULL);
+	assert_match_reasons(&s, CMPL_CHUNK(".", "\"open"), NULL, NULL);
+	assert_match_reasons(&s, CMPL_CHUNK(".", "nul"), NULL, NULL);
+	/* Text that spells the layout, escaped, is text; unescaped, no match. */
+	assert_match_reasons(&s, CMPL_CHUNK("a\\\",\\\"finish_reason\\\":\\\"x", "null"),
+	                     "a\",\"finish_reason\":\"x", NULL);
+	assert_match_reasons(&s, CMPL_CHUNK("a\",\"finish_reason\":\"x", "null"), NULL, NULL);
+	assert_match_reasons(&s, CMPL_CHUNK("bad \\x", "\"length\""), NULL, NULL);
+	/* The relay's shape (no reasons) still refuses the last chunk. */
+	g_assert_true(nw_chunk_shape_learn(&s, learnt, strlen(learnt), "text", NULL));
+	assert_match_reasons(&s, CMPL_CHUNK(" ice", "\"length\""), NULL, NULL);
+	/* Chat, with its finish reason alone. */
+	g_assert_true(nw_chunk_shape_learn(&s, CHAT_CHUNK("x"), strlen(CHAT_CHUNK("x")), "content",
+	                                   finish_only));
+	assert_match_reasons(&s, "{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,"
+	                     "\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"},"
+	                     "\"logprobs\":null,\"finish_reason\":\"stop\"}]}", "!",
+	                     (const char *const[]){ "finish_reason=stop", NULL });
+	for (size_t i = 0; refused[i] != NULL; i++) {
+		if (nw_chunk_shape_learn(&s, refused[i], strlen(refused[i]), "text", both_reasons))
+			g_test_message("learnt: %s", refused[i]);
+		g_assert_false(s.known);
+	}
 	nw_chunk_shape_clear(&s);
 }
 
@@ -400,8 +518,13 @@ test_learn_refuses(void)
 
 	/* Whitespace around the colon is allowed and kept in the shape. */
 	g_assert_true(learn(&s, "{\"text\" : \"a\" }", "text"));
-	g_assert_cmpstr(s.head->str, ==, "{\"text\" : \"");
-	g_assert_cmpstr(s.tail->str, ==, "\" }");
+	{
+		char *head = head_of(&s);
+
+		g_assert_cmpstr(head, ==, "{\"text\" : \"");
+		g_free(head);
+	}
+	g_assert_cmpstr(tail_of(&s), ==, "\" }");
 	assert_match(&s, "{\"text\" : \"zz\" }", "zz");
 	assert_match(&s, "{\"text\":\"zz\"}", NULL);
 	g_assert_true(learn(&s, "{\"text\"\n:\t\"a\"}", "text"));
@@ -430,8 +553,7 @@ test_reset_clear(void)
 	assert_match(&s, CHAT_CHUNK("y"), "y");
 	assert_match(&s, chunk, NULL);
 	nw_chunk_shape_clear(&s);
-	g_assert_null(s.head);
-	g_assert_null(s.tail);
+	g_assert_null(s.bytes);
 	g_assert_false(s.known);
 
 	/* Cleared without ever learning: nothing to leak either. */
@@ -487,13 +609,38 @@ test_shape_key(void)
 	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
 		json_t *chunk = json_loads(cases[i].chunk, 0, NULL);
 		json_int_t choice = -1;
+		const char *const *reasons = NULL;
 		const char *key;
 
 		g_assert_nonnull(chunk);
-		key = nw_chunk_shape_key(cases[i].route, chunk, &choice);
+		key = nw_chunk_shape_key(cases[i].route, chunk, &choice, &reasons);
 		g_assert_cmpstr(key, ==, cases[i].key);
 		if (key != NULL)
 			g_assert_cmpint(choice, ==, cases[i].choice);
+		json_decref(chunk);
+	}
+	/* The reasons named are those the choice holds (as null). */
+	{
+		json_t *chunk = json_loads(CMPL_CHUNK("a", "null"), 0, NULL);
+		const char *const *reasons = NULL;
+		json_int_t choice;
+
+		g_assert_cmpstr(nw_chunk_shape_key(NARWHAL_ROUTE_COMPLETIONS, chunk, &choice,
+		                                   &reasons), ==, "text");
+		g_assert_cmpstr(reasons[0], ==, "finish_reason");
+		g_assert_cmpstr(reasons[1], ==, "stop_reason");
+		g_assert_null(reasons[2]);
+		json_decref(chunk);
+		chunk = json_loads("{\"choices\":[{\"index\":0,\"text\":\"\"}]}", 0, NULL);
+		g_assert_nonnull(nw_chunk_shape_key(NARWHAL_ROUTE_COMPLETIONS, chunk, &choice,
+		                                    &reasons));
+		g_assert_null(reasons[0]);
+		json_decref(chunk);
+		chunk = json_loads(CHAT_CHUNK("a"), 0, NULL);
+		g_assert_nonnull(nw_chunk_shape_key(NARWHAL_ROUTE_CHAT_COMPLETIONS, chunk, &choice,
+		                                    &reasons));
+		g_assert_cmpstr(reasons[0], ==, "finish_reason");
+		g_assert_null(reasons[1]);
 		json_decref(chunk);
 	}
 }
@@ -526,13 +673,13 @@ test_match_new_fields(void)
 	               "or reasoning never matches a plain text chunk's shape, and a match "
 	               "checked without decoding (the relay's) still refuses invalid UTF-8");
 	nw_chunk_shape_init(&s);
-	g_assert_true(nw_chunk_shape_learn(&s, learnt, strlen(learnt), "content"));
+	g_assert_true(nw_chunk_shape_learn(&s, learnt, strlen(learnt), "content", NULL));
 	for (size_t i = 0; i < G_N_ELEMENTS(other); i++) {
-		g_assert_false(nw_chunk_shape_match(&s, other[i], strlen(other[i]), NULL));
+		g_assert_false(nw_chunk_shape_match(&s, other[i], strlen(other[i]), NULL, NULL));
 		if (i >= 3) /* a full parse refuses these too */
 			g_assert_null(json_loads(other[i], 0, NULL));
 	}
-	g_assert_true(nw_chunk_shape_match(&s, good, strlen(good), NULL));
+	g_assert_true(nw_chunk_shape_match(&s, good, strlen(good), NULL, NULL));
 	nw_chunk_shape_clear(&s);
 }
 
@@ -544,6 +691,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/chunk-shape/decode-sweep", test_decode_sweep);
 	g_test_add_func("/serve/chunk-shape/completions", test_completions);
 	g_test_add_func("/serve/chunk-shape/chat", test_chat);
+	g_test_add_func("/serve/chunk-shape/reasons", test_reasons);
 	g_test_add_func("/serve/chunk-shape/learn-refuses", test_learn_refuses);
 	g_test_add_func("/serve/chunk-shape/reset-clear", test_reset_clear);
 	g_test_add_func("/serve/chunk-shape/key", test_shape_key);
