@@ -375,7 +375,8 @@ nw_assembly_set_reason(struct nw_assembly *a, json_int_t index, const char *key,
 /*
  * The body is written as text, field by field, in the order the keys are
  * listed in assemble.h: building a tree of it to encode cost more than
- * the rest of the assembly (docs/api.md). Values keep jansson's compact
+ * the rest of the assembly (bench/router/README.md, issue 15's profile).
+ * Values keep jansson's compact
  * encoding, and strings its escaping, so the text is what encoding the
  * same tree with JSON_COMPACT gives.
  */
