@@ -34,8 +34,8 @@ sim_faults_clear(struct sim_faults *f)
 }
 
 static const char *const fault_keys[] = {
-	"error_rate", "error_status", "error_delay_s", "latency_multiplier", "hang_before_first_token",
-	"die_after_tokens", "error_after_tokens", "refuse_connections",
+	"error_rate", "error_status", "error_delay_s", "latency_multiplier",
+	"hang_before_first_token", "die_after_tokens", "error_after_tokens", "refuse_connections",
 	"flap_health_period_s", "kv_lease_s", "unhealthy", NULL,
 };
 
