@@ -56,6 +56,8 @@
 	X(refused_degraded)              /* 503: admission stopped (monitoring failures) */ \
 	X(handoff_load_failed)           /* a decode engine could not load its handoff */ \
 	X(handoff_missing)               /* a 2xx prefill answer without a handoff */ \
+	X(pair_decode_held)              /* a concurrent pair's decode failure waited \
+	                                  * for its prefill leg's answer (pair.c) */ \
 	X(permanent_errors)              /* other engine errors not retried */ \
 	X(client_disconnects)            \
 	X(backpressure_closes)           /* a stream client stopped reading */ \

@@ -299,7 +299,7 @@ nw_leg_pool_granted(struct nw_request *r)
 }
 
 void
-nw_leg_release(struct nw_request *r)
+nw_leg_cancel(struct nw_request *r)
 {
 	struct nw_serve *s = r->serve;
 	struct nw_leg *leg = &r->leg;
@@ -321,12 +321,20 @@ nw_leg_release(struct nw_request *r)
 	}
 	if (r->phase == NW_PT_POOL)
 		r->phase = NW_PT_NONE;
+	leg->relaying = false;
+	leg->collecting = false;
+}
+
+void
+nw_leg_release(struct nw_request *r)
+{
+	struct nw_leg *leg = &r->leg;
+
+	nw_leg_cancel(r);
 	g_free(leg->url);
 	leg->url = NULL;
 	free(leg->body);
 	leg->body = NULL;
 	leg->body_len = 0;
-	leg->relaying = false;
-	leg->collecting = false;
 	leg->kind = NW_LEG_NONE;
 }

@@ -65,7 +65,11 @@ void nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
                   struct narwhal_http_call *call);
 /* The pool granted a connection (from the request's timer). */
 void nw_leg_pool_granted(struct nw_request *r);
-/* Cancel the call, give back the pool unit, forget the leg. */
+/* Cancel the call and give back the pool unit (or leave the pool's line);
+ * the leg's kind and engine stay, for a failure that names them
+ * (pair.c holds a decode leg's failure so). */
+void nw_leg_cancel(struct nw_request *r);
+/* nw_leg_cancel, then forget the leg. */
 void nw_leg_release(struct nw_request *r);
 
 #endif /* NW_SERVE_LEG_H */

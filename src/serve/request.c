@@ -706,6 +706,9 @@ nw_request_fail(struct nw_request *r, nw_fail_kind kind, long engine_status, con
 		nw_collect_answer(r);
 		return;
 	}
+	/* A concurrent pair's legs can fail in either order (pair.c). */
+	if (r->pair.state != NW_PAIR_IDLE && nw_pair_on_failure(r, kind, engine_status, message))
+		return;
 	nw_phase_report_failure(r, kind, engine_status, blamed_engine(r, kind), message);
 	if (kind == NW_FAIL_NO_ENGINE)
 		set_retry_after(r, s->fleet->retry_after_s);

@@ -120,7 +120,8 @@ struct nw_request {
 	int32_t prefill_pair;         /* engine that ran this attempt's prefill, -1 */
 	struct nw_price_hold price;   /* what it charged the fleet's ledger (core/pricing.h) */
 	bool whole_body_only;         /* a dialect will not stream this request */
-	struct nw_pair_leg pair;      /* its prefill leg (pair.c) */
+	struct nw_pair_leg pair;      /* a concurrent pair's prefill leg and its state
+	                               * (pair.h) */
 	int32_t fault_engine;         /* the engine a failure is about when it is not
 	                               * the leg's (a concurrent prefill), -1 */
 	json_t *handoff;

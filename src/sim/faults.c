@@ -34,8 +34,8 @@ sim_faults_clear(struct sim_faults *f)
 }
 
 static const char *const fault_keys[] = {
-	"error_rate", "error_status", "latency_multiplier", "hang_before_first_token",
-	"die_after_tokens", "error_after_tokens", "refuse_connections",
+	"error_rate", "error_status", "error_delay_s", "latency_multiplier",
+	"hang_before_first_token", "die_after_tokens", "error_after_tokens", "refuse_connections",
 	"flap_health_period_s", "kv_lease_s", "unhealthy", NULL,
 };
 
@@ -95,6 +95,7 @@ sim_faults_merge(struct sim_faults *f, const json_t *doc, double now_v, char **e
 			sim_faults_clear(&def);
 			if (strcmp(key, "error_rate") == 0) next.error_rate = def.error_rate;
 			else if (strcmp(key, "error_status") == 0) next.error_status = def.error_status;
+			else if (strcmp(key, "error_delay_s") == 0) next.error_delay_s = 0;
 			else if (strcmp(key, "latency_multiplier") == 0)
 				next.latency_multiplier = def.latency_multiplier;
 			else if (strcmp(key, "hang_before_first_token") == 0) next.hang_s = def.hang_s;
@@ -117,6 +118,9 @@ sim_faults_merge(struct sim_faults *f, const json_t *doc, double now_v, char **e
 			    json_integer_value(v) > 599)
 				return bad(error, key, "an HTTP error status from 400 to 599", v);
 			next.error_status = (unsigned)json_integer_value(v);
+		} else if (strcmp(key, "error_delay_s") == 0) {
+			if (!number_in(v, 0, 86400, &next.error_delay_s))
+				return bad(error, key, "model seconds from 0 (at once) to 86400", v);
 		} else if (strcmp(key, "latency_multiplier") == 0) {
 			if (!number_in(v, 1, 1000, &next.latency_multiplier))
 				return bad(error, key, "a number from 1 to 1000", v);
@@ -169,9 +173,10 @@ sim_faults_json(const struct sim_faults *f)
 	json_t *hang = f->hang_s < 0 ? json_false()
 	             : isinf(f->hang_s) ? json_true() : json_real(f->hang_s);
 
-	return json_pack("{s:f, s:i, s:f, s:o, s:o, s:o, s:b, s:f, s:o, s:b}",
+	return json_pack("{s:f, s:i, s:f, s:f, s:o, s:o, s:o, s:b, s:f, s:o, s:b}",
 	                 "error_rate", f->error_rate,
 	                 "error_status", (json_int_t)f->error_status,
+	                 "error_delay_s", f->error_delay_s,
 	                 "latency_multiplier", f->latency_multiplier,
 	                 "hang_before_first_token", hang,
 	                 "die_after_tokens", f->die_after_tokens < 0

@@ -448,6 +448,37 @@ injected_error(struct sim_call *call, struct sim_fail *f)
 	return true;
 }
 
+static gboolean
+on_error_due(gpointer data)
+{
+	struct sim_call *call = data;
+
+	call->hang_timer = 0;
+	call->state = SIM_CALL_FAILED;
+	resume_handler(call);
+	return G_SOURCE_REMOVE;
+}
+
+/* error_delay_s: the injected error leaves later, the request held as a
+ * hang holds it (a client that leaves ends it). An engine's refusal that
+ * comes after its partner heard of the failure, as an SGLang decode engine
+ * hears of its prefill's through the bootstrap server (docs/simulator.md). */
+static enum MHD_Result
+delay_error(struct sim_call *call, struct sim_fail *f)
+{
+	double ms = call->node->faults.error_delay_s / call->node->fleet->opts->time_scale * 1e3;
+	char *text = sim_error_text(call->node->dialect, f->status, f->param, f->message);
+
+	g_free(f->message);
+	call->status = f->status;
+	call->out = g_string_new(text);
+	g_free(text);
+	call->state = SIM_CALL_HANGING;
+	call->hang_timer = g_timeout_add((guint)MIN(MAX(ms, 1.0), 86400e3), on_error_due, call);
+	suspend_handler(call);
+	return MHD_YES;
+}
+
 static enum MHD_Result
 start_generation(struct sim_call *call)
 {
@@ -457,7 +488,8 @@ start_generation(struct sim_call *call)
 	enum MHD_Result ret = MHD_YES;
 
 	if (injected_error(call, &f))
-		return sim_respond_fail(call, &f);
+		return call->node->faults.error_delay_s > 0 ? delay_error(call, &f)
+		                                            : sim_respond_fail(call, &f);
 	doc = sim_parse_body(call, &f);
 	if (doc == NULL)
 		return sim_respond_fail(call, &f);

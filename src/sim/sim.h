@@ -56,6 +56,7 @@ struct sim_options {
 struct sim_faults {
 	double error_rate;           /* 0..1 */
 	unsigned error_status;       /* HTTP status of injected errors */
+	double error_delay_s;        /* an injected error waits this long; 0: none */
 	double latency_multiplier;   /* >= 1, stretches every step */
 	double hang_s;               /* < 0: none; INFINITY: until the client leaves */
 	int64_t die_after_tokens;    /* < 0: none */
