@@ -244,23 +244,34 @@ nw_pair_on_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
 	    nw_request_streaming(r) || !nw_pair_holds(kind, engine_status))
 		return false;
 	/* The decode leg failed while the prefill leg is out: hold its
-	 * failure until the prefill engine answers, within the prefill leg's
-	 * bound (serving.prefill_timeout_s) and the request's deadline. The
-	 * decode leg's call and connection go now; its kind and engine stay,
-	 * for the failure. */
+	 * failure until the prefill engine answers, for no longer than the
+	 * decode leg had for its first token (engine.first_token_timeout_s,
+	 * whose deadline stays armed: nw_pair_hold_expired), within the
+	 * prefill leg's bound and the request's deadline. An engine refuses
+	 * a request at once; a prefill engine still busy after that is not
+	 * refusing it. The decode leg's call and connection go now; its kind
+	 * and engine stay, for the failure. */
 	p->held_kind = kind;
 	p->held_status = engine_status;
 	p->held_message = g_strdup(message);
 	p->held_fault_engine = r->fault_engine;
 	set_state(p, NW_PAIR_HOLDING);
 	nw_leg_cancel(r);
-	r->ft_until_us = -1;
 	r->last_chunk_us = -1;
 	r->stall_until_us = -1;
 	r->serve->metrics->counters.pair_decode_held++;
 	nw_log(NARWHAL_LOG_INFO, "pair_decode_failure_held", "request_id", r->id, "detail",
 	       message, NULL);
 	nw_request_rearm(r);
+	return true;
+}
+
+bool
+nw_pair_hold_expired(struct nw_request *r)
+{
+	if (r->pair.state != NW_PAIR_HOLDING)
+		return false;
+	replay_held(r);
 	return true;
 }
 

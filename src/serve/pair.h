@@ -77,6 +77,10 @@ bool nw_pair_start(struct nw_request *r, uint32_t engine, struct narwhal_http_ca
 bool nw_pair_on_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
                         const char *message);
 
+/* The first-token deadline passed: a held decode failure decides now
+ * (true), the prefill leg having said nothing against the request. */
+bool nw_pair_hold_expired(struct nw_request *r);
+
 /* Cancel the prefill leg if it is still out, drop a held failure; safe in
  * any state. */
 void nw_pair_release(struct nw_request *r);

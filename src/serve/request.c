@@ -345,6 +345,8 @@ on_timer(void *data)
 		return;
 	}
 	if (r->ft_until_us >= 0 && now >= r->ft_until_us) {
+		if (nw_pair_hold_expired(r))
+			return;
 		s->metrics->counters.first_token_timeouts++;
 		/* Spec 7.6: the consolidation evidence starts again. */
 		nw_demand_evidence_reset(s->demand, now * 1000, "first_token_timeout");

@@ -329,6 +329,36 @@ test_failure_after_decode_failure(void)
 	serve_clear(&e);
 }
 
+/* A prefill engine that neither refuses nor answers: the held decode
+ * failure waits no longer than the decode leg had for its first token
+ * (engine.first_token_timeout_s), not the prefill leg's whole bound. An
+ * engine refuses a request as it arrives; one still busy is not refusing. */
+static void
+test_hold_bounded_by_first_token(void)
+{
+	struct serve_env e;
+	g_autofree char *words = NULL;
+
+	if (!start(&e, NULL, "{\"serving\":{\"prefill_timeout_s\":60,"
+	           "\"request_timeout_s\":120},\"engine\":{\"first_token_timeout_s\":1}}"))
+		return;
+	set_faults(&e, DECODE, "{\"error_rate\": 1, \"error_status\": 503}");
+	set_faults(&e, PREFILL, "{\"hang_before_first_token\": true}");
+	words = g_strdup_printf("engine %s failed with HTTP 503", engine_id(&e, DECODE));
+	for (int stream = 0; stream < 2; stream++) {
+		gint64 took = expect(&e, stream, 502, "engine_error", words);
+
+		/* Held until the first-token deadline, and not much beyond. */
+		g_assert_cmpint(took, >=, 900);
+		g_assert_cmpint(took, <, 30000);
+	}
+	g_assert_cmpint(serve_counter(&e, "pair_decode_held"), ==, 2);
+	g_assert_cmpint(serve_counter(&e, "prefill_timeouts"), ==, 0);
+	g_assert_cmpint(serve_counter(&e, "first_token_timeouts"), ==, 0);
+	assert_settled(&e);
+	serve_clear(&e);
+}
+
 /* The usual order, for contrast: the prefill engine succeeds, the decode
  * engine fails after its first token. Nothing to hold for (whichever end
  * Narwhal reads first, the prefill is a success): the decode failure is
@@ -444,6 +474,8 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/concurrent-pair/decode-failure-after-prefill-success",
 	                test_decode_failure_after_prefill_success);
 	g_test_add_func("/serve/concurrent-pair/deadline-while-held", test_deadline_while_held);
+	g_test_add_func("/serve/concurrent-pair/hold-bounded-by-first-token",
+	                test_hold_bounded_by_first_token);
 	g_test_add_func("/serve/concurrent-pair/client-leaves-while-held",
 	                test_client_leaves_while_held);
 	g_test_add_func("/serve/concurrent-pair/refused-decode-not-held",
