@@ -332,6 +332,21 @@ serve_clear(struct serve_env *e)
 }
 
 void
+serve_finish(struct serve_env *e)
+{
+	int status;
+
+	if (e->daemon != NULL)
+		g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
+	status = sim_stop(&e->sim, SIGTERM, 10000);
+	if (status != 0) {
+		g_test_message("narwhal-sim exited with %d", status);
+		g_test_fail();
+	}
+	serve_clear(e);
+}
+
+void
 serve_post(struct serve_env *e, const char *path, const char *body, const char *const *headers,
            long timeout_ms, struct sim_reply *r)
 {

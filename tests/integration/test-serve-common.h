@@ -51,6 +51,10 @@ char *serve_sim_dialects(const char *dialects, const char *roles);
 gboolean serve_start_daemon(struct serve_env *e, const char *config_json, const char *const *envp);
 int serve_stop_daemon(struct serve_env *e, int signo, guint timeout_ms);
 void serve_clear(struct serve_env *e);
+/* serve_clear that also fails the test unless both narwhal and
+ * narwhal-sim exit 0 on SIGTERM (a sanitizer build's leak report makes
+ * either exit otherwise). */
+void serve_finish(struct serve_env *e);
 gboolean serve_wait_log(struct serve_env *e, const char *needle, guint timeout_ms);
 char *serve_log(struct serve_env *e);
 

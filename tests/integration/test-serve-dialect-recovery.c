@@ -334,7 +334,7 @@ test_drain(gconstpointer data)
 		fail(&e, "the engine did not come back after undrain");
 	load_ok(&e, 2);
 	g_assert_cmpint(legs_placed(&e, id), >, placed);
-	serve_clear(&e);
+	serve_finish(&e);
 }
 
 /* Issue 14 ("its health route"; llama.cpp's /health answers 503 while it
@@ -372,7 +372,7 @@ test_health_route(gconstpointer data)
 		fail(&e, "the engine was not readmitted once its health passed");
 	load_ok(&e, 2);
 	g_assert_cmpint(legs_placed(&e, id), >=, placed + 2);
-	serve_clear(&e);
+	serve_finish(&e);
 }
 
 /* --- an engine killed and started again -------------------------------- */
@@ -520,8 +520,8 @@ test_kill_restart(gconstpointer data)
 	/* A new process: its counts start from zero. */
 	g_assert_cmpint(victim_work(&v, f), >=, 4);
 	g_assert_cmpint(serve_counter(&e, "requests_failed"), ==, 0);
-	serve_clear(&e);
-	sim_stop(&v, SIGTERM, 10000);
+	serve_finish(&e);
+	g_assert_cmpint(sim_stop(&v, SIGTERM, 10000), ==, 0);
 	sim_clear(&v);
 }
 
@@ -619,7 +619,7 @@ test_admission_full(gconstpointer data)
 		serve_assert_error(&r, 503, "shutting_down");
 		sim_reply_clear(&r);
 	}
-	serve_clear(&e);
+	serve_finish(&e);
 	serve_store_clear(&s);
 }
 
