@@ -332,6 +332,43 @@ serve_clear(struct serve_env *e)
 }
 
 void
+serve_fail(struct serve_env *e, const char *what)
+{
+	g_autofree char *log = serve_log(e);
+
+	g_printerr("narwhal log:\n%s\n", log);
+	g_error("%s", what);
+}
+
+void
+serve_request_whole(struct serve_env *e, gboolean stream, unsigned max_tokens)
+{
+	g_autofree char *body = serve_completion_body(e, max_tokens, stream);
+	struct sim_reply r;
+	gboolean good;
+
+	serve_post(e, "/v1/completions", body, NULL, 10000, &r);
+	if (stream) {
+		good = serve_stream_whole(&r);
+	} else {
+		json_t *doc = r.status == 200 ? sim_json(r.body->str) : NULL;
+
+		good = json_integer_value(json_object_get(json_object_get(doc, "usage"),
+		                                          "completion_tokens")) == max_tokens;
+		json_decref(doc);
+	}
+	if (!good) {
+		g_autofree char *what = g_strdup_printf("%s: want a whole answer, got %ld (curl %d): "
+		                                        "%s", stream ? "stream" : "plain", r.status,
+		                                        r.curl_code, r.body->str);
+
+		sim_reply_clear(&r);
+		serve_fail(e, what);
+	}
+	sim_reply_clear(&r);
+}
+
+void
 serve_finish(struct serve_env *e)
 {
 	int status;

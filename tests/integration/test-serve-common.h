@@ -62,6 +62,13 @@ char *serve_log(struct serve_env *e);
 void serve_post(struct serve_env *e, const char *path, const char *body,
                 const char *const *headers, long timeout_ms, struct sim_reply *r);
 
+/* Fail the test with narwhal's log. */
+G_GNUC_NORETURN void serve_fail(struct serve_env *e, const char *what);
+/* A completion (serve_completion_body) that must succeed whole: a JSON
+ * answer with max_tokens generated, or a stream (serve_stream_whole);
+ * else serve_fail. */
+void serve_request_whole(struct serve_env *e, gboolean stream, unsigned max_tokens);
+
 /* The counters of GET /narwhal/health (owned). */
 /* Merge src into dst, objects recursively (a config over another). */
 void serve_json_merge(json_t *dst, json_t *src);

@@ -57,15 +57,6 @@ static const char base_config[] =
 
 static const char *const fast_sim[] = { "--time-scale", "50", NULL };
 
-G_GNUC_NORETURN static void
-fail(struct serve_env *e, const char *what)
-{
-	g_autofree char *log = serve_log(e);
-
-	g_printerr("narwhal log:\n%s\n", log);
-	g_error("%s", what);
-}
-
 static char *
 config_with(const char *extra)
 {
@@ -80,7 +71,7 @@ start(struct serve_env *e, const struct fleet *f, const char *const *sim_args, c
 	if (!serve_start_dialects(e, f->dialects, f->roles, sim_args ? sim_args : fast_sim, cfg))
 		return FALSE;
 	if (!serve_wait_all_available(e, WAIT_MS))
-		fail(e, "the engines did not all become available");
+		serve_fail(e, "the engines did not all become available");
 	return TRUE;
 }
 
@@ -100,7 +91,7 @@ fresh_daemon(struct serve_env *e, const char *extra)
 	g_assert_cmpint(sim_reset_faults(&e->sim), ==, 200);
 	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
 	if (!serve_start_daemon(e, cfg, NULL) || !serve_wait_all_available(e, WAIT_MS))
-		fail(e, "narwhal did not come back with every engine available");
+		serve_fail(e, "narwhal did not come back with every engine available");
 }
 
 /* Nothing left running on any engine: no leg was abandoned there (an
@@ -110,37 +101,7 @@ static void
 assert_engines_idle(struct serve_env *e)
 {
 	if (!sim_wait_fleet_stat(&e->sim, "active_requests", 0, 2000))
-		fail(e, "an engine still holds a request Narwhal gave up");
-}
-
-/* One request that must succeed whole: a JSON answer with its tokens, or
- * a stream ending in [DONE] without an error event. */
-static void
-request_whole(struct serve_env *e, gboolean stream, unsigned max_tokens)
-{
-	g_autofree char *body = serve_completion_body(e, max_tokens, stream);
-	struct sim_reply r;
-	gboolean good;
-
-	serve_post(e, "/v1/completions", body, NULL, 10000, &r);
-	if (stream) {
-		good = serve_stream_whole(&r);
-	} else {
-		json_t *doc = r.status == 200 ? sim_json(r.body->str) : NULL;
-
-		good = json_integer_value(json_object_get(json_object_get(doc, "usage"),
-		                                          "completion_tokens")) == max_tokens;
-		json_decref(doc);
-	}
-	if (!good) {
-		g_autofree char *what = g_strdup_printf("%s: want a whole answer, got %ld (curl %d): "
-		                                        "%s", stream ? "stream" : "plain", r.status,
-		                                        r.curl_code, r.body->str);
-
-		sim_reply_clear(&r);
-		fail(e, what);
-	}
-	sim_reply_clear(&r);
+		serve_fail(e, "an engine still holds a request Narwhal gave up");
 }
 
 static json_int_t
@@ -178,8 +139,8 @@ test_refusal_retried(gconstpointer data)
 		}
 		set_faults(&e, victim, fault);
 		work = work_of(&e, victim);
-		request_whole(&e, FALSE, 4);
-		request_whole(&e, TRUE, 4);
+		serve_request_whole(&e, FALSE, 4);
+		serve_request_whole(&e, TRUE, 4);
 		g_assert_cmpint(serve_counter(&e, "retries"), ==, retries + 2);
 		/* Tried once per request, never by the retry. */
 		g_assert_cmpint(work_of(&e, victim), ==, work + 2);
@@ -209,8 +170,8 @@ test_engine_dies(gconstpointer data)
 	if (!start(&e, f, NULL, NULL))
 		return;
 	set_faults(&e, f->first, "{\"refuse_connections\": true}");
-	request_whole(&e, FALSE, 4);
-	request_whole(&e, TRUE, 4);
+	serve_request_whole(&e, FALSE, 4);
+	serve_request_whole(&e, TRUE, 4);
 	g_assert_cmpint(serve_counter(&e, "retries"), >=, 1);
 	g_assert_cmpint(serve_counter(&e, "requests_failed"), ==, 0);
 	assert_engines_idle(&e);
@@ -218,7 +179,7 @@ test_engine_dies(gconstpointer data)
 	/* Dying at its first token, before any output: retried. */
 	fresh_daemon(&e, NULL);
 	set_faults(&e, f->gen, "{\"die_after_tokens\": 0}");
-	request_whole(&e, FALSE, 4);
+	serve_request_whole(&e, FALSE, 4);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 1);
 	assert_engines_idle(&e);
 
@@ -235,7 +196,7 @@ test_engine_dies(gconstpointer data)
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 0);
 
-	request_whole(&e, FALSE, 10);
+	serve_request_whole(&e, FALSE, 10);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 1);
 	assert_engines_idle(&e);
 	serve_finish(&e);
@@ -272,7 +233,7 @@ test_slow_engine(gconstpointer data)
 
 		serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
 		if (r.status != 200)
-			fail(&e, "a request whose engine hung was not retried");
+			serve_fail(&e, "a request whose engine hung was not retried");
 		g_assert_cmpfloat(r.seconds, >=, 0.3);
 		g_assert_cmpfloat(r.seconds, <, 3.0);
 		sim_reply_clear(&r);
@@ -298,7 +259,7 @@ test_slow_engine(gconstpointer data)
 	 * to the first token. */
 	fresh_daemon(&e, timeouts);
 	set_faults(&e, f->gen, "{\"latency_multiplier\": 1000}");
-	request_whole(&e, FALSE, 3);
+	serve_request_whole(&e, FALSE, 3);
 	g_assert_cmpint(serve_counter(&e, "first_token_timeouts"), ==, 1);
 	g_assert_cmpint(serve_counter(&e, "retries"), ==, 1);
 	assert_engines_idle(&e);
@@ -325,10 +286,10 @@ test_backpressure(gconstpointer data)
 	fd = serve_raw_post(e.port, "/v1/completions", body, 4096);
 	g_assert_cmpint(fd, >=, 0);
 	if (!serve_raw_read_until(fd, got, "data:", 5000))
-		fail(&e, "no stream");
+		serve_fail(&e, "no stream");
 	/* Never read again: the kernel's buffers fill, then the relay's. */
 	if (!serve_wait_log(&e, "\"event\":\"client_backpressure\"", 10000))
-		fail(&e, "the client that stopped reading was not closed");
+		serve_fail(&e, "the client that stopped reading was not closed");
 	g_assert_true(sim_wait_fleet_stat(&e.sim, "running", 0, 2000));
 	g_assert_cmpint(serve_counter(&e, "backpressure_closes"), ==, 1);
 	close(fd);
@@ -405,8 +366,8 @@ test_sglang_prefill_fails(void)
 	set_faults(&e, 0, "{\"die_after_tokens\": 0}");
 	set_faults(&e, 2, "{\"hang_before_first_token\": 5}");
 	set_faults(&e, 3, "{\"hang_before_first_token\": 5}");
-	request_whole(&e, FALSE, 4);
-	request_whole(&e, TRUE, 4);
+	serve_request_whole(&e, FALSE, 4);
+	serve_request_whole(&e, TRUE, 4);
 	assert_engines_idle(&e);
 	serve_finish(&e);
 }
@@ -445,7 +406,7 @@ test_sglang_slow_prefill(void)
 		return;
 	}
 	if (r.status != 200)
-		fail(&e, "a prefill within its limit failed the request");
+		serve_fail(&e, "a prefill within its limit failed the request");
 	g_assert_cmpfloat(r.seconds, >=, 0.6);
 	sim_reply_clear(&r);
 	g_assert_cmpint(serve_counter(&e, "first_token_timeouts"), ==, 0);

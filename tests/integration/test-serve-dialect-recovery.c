@@ -64,15 +64,6 @@ static const char base_config[] =
 
 static const char *const fast_sim[] = { "--time-scale", "50", NULL };
 
-G_GNUC_NORETURN static void
-fail(struct serve_env *e, const char *what)
-{
-	g_autofree char *log = serve_log(e);
-
-	g_printerr("narwhal log:\n%s\n", log);
-	g_error("%s", what);
-}
-
 static gboolean
 start(struct serve_env *e, const struct fleet *f, const char *const *sim_args, const char *extra)
 {
@@ -81,7 +72,7 @@ start(struct serve_env *e, const struct fleet *f, const char *const *sim_args, c
 	if (!serve_start_dialects(e, f->dialects, f->roles, sim_args ? sim_args : fast_sim, cfg))
 		return FALSE;
 	if (!serve_wait_all_available(e, WAIT_MS))
-		fail(e, "the engines did not all become available");
+		serve_fail(e, "the engines did not all become available");
 	return TRUE;
 }
 
@@ -111,7 +102,7 @@ engine_entry(struct serve_env *e, const char *path, const char *id)
 	}
 	json_decref(doc);
 	if (found == NULL)
-		fail(e, "an engine is missing from the daemon's documents");
+		serve_fail(e, "an engine is missing from the daemon's documents");
 	return found;
 }
 
@@ -159,38 +150,11 @@ reason_of(struct serve_env *e, const char *id)
 	return reason;
 }
 
-/* One request that must succeed whole, streamed or not. */
-static void
-request_whole(struct serve_env *e, gboolean stream)
-{
-	g_autofree char *body = serve_completion_body(e, 4, stream);
-	struct sim_reply r;
-	gboolean good;
-
-	serve_post(e, "/v1/completions", body, NULL, 10000, &r);
-	if (stream) {
-		good = serve_stream_whole(&r);
-	} else {
-		json_t *doc = r.status == 200 ? sim_json(r.body->str) : NULL;
-
-		good = json_array_size(json_object_get(doc, "choices")) == 1;
-		json_decref(doc);
-	}
-	if (!good) {
-		g_autofree char *what = g_strdup_printf("want a whole answer, got %ld (curl %d): %s",
-		                                        r.status, r.curl_code, r.body->str);
-
-		sim_reply_clear(&r);
-		fail(e, what);
-	}
-	sim_reply_clear(&r);
-}
-
 static void
 load_ok(struct serve_env *e, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
-		request_whole(e, i % 2);
+		serve_request_whole(e, i % 2, 4);
 }
 
 /* Whole requests, one at a time, until no victim is available (bounded
@@ -209,8 +173,8 @@ drive_until_out(struct serve_env *e, const char *const *ids, unsigned n)
 		if (out)
 			return;
 		if (sent >= LOAD_MAX_REQUESTS || g_get_monotonic_time() >= deadline)
-			fail(e, "the engine was not taken out of placement in time");
-		request_whole(e, FALSE);
+			serve_fail(e, "the engine was not taken out of placement in time");
+		serve_request_whole(e, FALSE, 4);
 		g_usleep(20000);
 	}
 }
@@ -251,7 +215,7 @@ admin_port(struct serve_env *e)
 	const char *at = strstr(log, "\"event\":\"admin_listening\"");
 
 	if (at == NULL || (at = strstr(at, "\"port\":\"")) == NULL)
-		fail(e, "no admin_listening line");
+		serve_fail(e, "no admin_listening line");
 	return (guint16)atoi(at + strlen("\"port\":\""));
 }
 
@@ -308,7 +272,7 @@ test_drain(gconstpointer data)
 	body = serve_completion_body(&e, 100, TRUE);
 	stream = serve_post_async(&e, "/v1/completions", body, 20000);
 	if (!serve_wait_stat(&e, f->gen, "running", 1, 5000))
-		fail(&e, "the stream never ran on the engine to drain");
+		serve_fail(&e, "the stream never ran on the engine to drain");
 	g_assert_cmpint(engine_action(&e, id, "drain"), ==, 200);
 	g_assert_true(drain_flag(&e, id, "draining"));
 	g_assert_false(available(&e, id));
@@ -318,12 +282,12 @@ test_drain(gconstpointer data)
 
 	serve_async_join(stream, &r, NULL);
 	if (!serve_stream_whole(&r))
-		fail(&e, "the drained engine's stream did not finish whole");
+		serve_fail(&e, "the drained engine's stream did not finish whole");
 	sim_reply_clear(&r);
 	deadline = g_get_monotonic_time() + (gint64)WAIT_MS * 1000;
 	while (!drain_flag(&e, id, "drained")) {
 		if (g_get_monotonic_time() >= deadline)
-			fail(&e, "the drain never completed");
+			serve_fail(&e, "the drain never completed");
 		g_usleep(10000);
 	}
 	g_assert_cmpint(serve_counter(&e, "requests_failed"), ==, 0);
@@ -331,7 +295,7 @@ test_drain(gconstpointer data)
 	g_assert_cmpint(sim_reset_faults(&e.sim), ==, 200);
 	g_assert_cmpint(engine_action(&e, id, "undrain"), ==, 200);
 	if (!wait_available(&e, id, TRUE))
-		fail(&e, "the engine did not come back after undrain");
+		serve_fail(&e, "the engine did not come back after undrain");
 	load_ok(&e, 2);
 	g_assert_cmpint(legs_placed(&e, id), >, placed);
 	serve_finish(&e);
@@ -358,7 +322,7 @@ test_health_route(gconstpointer data)
 	id = id_of(&e, f->first);
 	g_assert_cmpint(sim_set_faults(&e.sim, f->first, "{\"unhealthy\": true}"), ==, 200);
 	if (!wait_available(&e, id, FALSE))
-		fail(&e, "an engine whose health says it is down stayed in placement");
+		serve_fail(&e, "an engine whose health says it is down stayed in placement");
 	reason = reason_of(&e, id);
 	g_assert_cmpstr(reason, ==, "probe_failures");
 	placed = legs_placed(&e, id);
@@ -369,7 +333,7 @@ test_health_route(gconstpointer data)
 	at = log_size(&e);
 	g_assert_cmpint(sim_reset_faults(&e.sim), ==, 200);
 	if (!wait_available(&e, id, TRUE) || !wait_readmitted(&e, at, id))
-		fail(&e, "the engine was not readmitted once its health passed");
+		serve_fail(&e, "the engine was not readmitted once its health passed");
 	load_ok(&e, 2);
 	g_assert_cmpint(legs_placed(&e, id), >=, placed + 2);
 	serve_finish(&e);
@@ -495,7 +459,7 @@ test_kill_restart(gconstpointer data)
 	g_test_message("victim fleet: %s", cfg);
 	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
 	if (!serve_start_daemon(&e, cfg, NULL) || !serve_wait_all_available(&e, WAIT_MS))
-		fail(&e, "narwhal did not start with the victim's fleet");
+		serve_fail(&e, "narwhal did not start with the victim's fleet");
 	load_ok(&e, 4);
 	g_assert_cmpint(victim_work(&v, f), >=, 4);
 
@@ -506,7 +470,7 @@ test_kill_restart(gconstpointer data)
 		g_autofree char *reason = reason_of(&e, ids[i]);
 
 		if (g_strcmp0(reason, "probe_failures") != 0 && g_strcmp0(reason, "leg_failures") != 0)
-			fail(&e, "the killed engine is out for another reason");
+			serve_fail(&e, "the killed engine is out for another reason");
 	}
 	load_ok(&e, 4);
 
@@ -514,7 +478,7 @@ test_kill_restart(gconstpointer data)
 	victim_start(&v, f, base);
 	for (size_t i = 0; i < n; i++) {
 		if (!wait_available(&e, ids[i], TRUE) || !wait_readmitted(&e, at, ids[i]))
-			fail(&e, "the restarted engine was not readmitted");
+			serve_fail(&e, "the restarted engine was not readmitted");
 	}
 	load_ok(&e, 4);
 	/* A new process: its counts start from zero. */
@@ -583,12 +547,12 @@ test_admission_full(gconstpointer data)
 		struct serve_async *a;
 
 		if (n_held > e.sim.n_engines)
-			fail(&e, "a full fleet still admitted requests");
+			serve_fail(&e, "a full fleet still admitted requests");
 		a = serve_post_async(&e, "/v1/completions", body, 20000);
 		while (serve_counter(&e, "admitted") == admitted &&
 		       serve_counter(&e, "refused_admission") == refused) {
 			if (g_get_monotonic_time() >= deadline)
-				fail(&e, "a request was neither admitted nor refused");
+				serve_fail(&e, "a request was neither admitted nor refused");
 			g_usleep(2000);
 		}
 		if (serve_counter(&e, "refused_admission") > refused) {
@@ -600,7 +564,7 @@ test_admission_full(gconstpointer data)
 		 * monitor's calls count while they last). */
 		while (sim_fleet_stat(&e.sim, "active_requests") < n_held) {
 			if (g_get_monotonic_time() >= deadline)
-				fail(&e, "an admitted request did not reach its engine");
+				serve_fail(&e, "an admitted request did not reach its engine");
 			g_usleep(2000);
 		}
 	}
