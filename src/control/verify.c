@@ -5,7 +5,8 @@
  * engine.first_token_timeout_s. The engine prefills for a live decode
  * partner, and decodes a live prefill partner's handoff; without a live
  * partner it pairs with itself. An engine whose dialect cannot pair runs
- * one whole request instead.
+ * one whole request instead; one whose role is fixed runs only its own
+ * leg, with a live partner, else with a partner that is recovering too.
  */
 #include "build-config.h"
 
@@ -14,6 +15,16 @@
 #include "control/monitor-internal.h"
 #include "core/log.h"
 
+/* Engine i is in role `role` and can pair with c in that direction. */
+static bool
+pairs_as(const struct nw_monitor *m, uint32_t c, uint32_t i, narwhal_role role)
+{
+	if (i == c || m->fleet->engines[i].role != role)
+		return false;
+	return role == NARWHAL_ROLE_DECODE ? nw_dialect_compatible(&m->dialects[c], &m->dialects[i])
+	                                   : nw_dialect_compatible(&m->dialects[i], &m->dialects[c]);
+}
+
 /* A live partner for engine c in role `role`: available, of that role,
  * and able to pair with c in the given direction; -1 when none. Lowest
  * index first, so verification is deterministic. */
@@ -21,12 +32,25 @@ static int32_t
 partner(const struct nw_monitor *m, uint32_t c, narwhal_role role)
 {
 	for (uint32_t i = 0; i < m->n; i++) {
-		const struct narwhal_engine_view *v = &m->fleet->engines[i];
+		if ((m->fleet->engines[i].flags & NARWHAL_ENGINE_AVAILABLE) && pairs_as(m, c, i, role))
+			return (int32_t)i;
+	}
+	return -1;
+}
 
-		if (i == c || v->role != role || !(v->flags & NARWHAL_ENGINE_AVAILABLE))
-			continue;
-		if (role == NARWHAL_ROLE_DECODE ? nw_dialect_compatible(&m->dialects[c], &m->dialects[i])
-		                                : nw_dialect_compatible(&m->dialects[i], &m->dialects[c]))
+/* For an engine whose role is fixed and that has no live partner: one of
+ * the other role that is out for its health (not by the operator, no
+ * hold) but whose last health probe passed, so that a pair that went down
+ * together (a SGLang prefill and decode engine on one host) can verify
+ * each other instead of each waiting for the other forever; -1 when none. */
+static int32_t
+recovering_partner(const struct nw_monitor *m, uint32_t c, narwhal_role role)
+{
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct nw_engine_health *h = &m->engines[i].health;
+
+		if (h->state != NW_HEALTH_LIVE && h->reason != NW_HEALTH_REASON_OPERATOR &&
+		    h->holds == 0 && !h->probe_failed_last && pairs_as(m, c, i, role))
 			return (int32_t)i;
 	}
 	return -1;
@@ -110,8 +134,11 @@ nw_verify_start(struct nw_monitor *m, struct nw_monitor_engine *e)
 	} else if (!(m->dialects[c].caps & NARWHAL_DIALECT_PER_REQUEST_ROLES)) {
 		/* A fixed role: only its own leg, with a live partner. */
 		bool is_prefill = m->fleet->engines[c].role == NARWHAL_ROLE_PREFILL;
-		int32_t other = partner(m, c, is_prefill ? NARWHAL_ROLE_DECODE : NARWHAL_ROLE_PREFILL);
+		narwhal_role want = is_prefill ? NARWHAL_ROLE_DECODE : NARWHAL_ROLE_PREFILL;
+		int32_t other = partner(m, c, want);
 
+		if (other < 0)
+			other = recovering_partner(m, c, want);
 		if (other < 0)
 			return; /* nothing to pair with: next pass */
 		prefill = is_prefill ? (int32_t)c : other;
@@ -121,6 +148,9 @@ nw_verify_start(struct nw_monitor *m, struct nw_monitor_engine *e)
 		e->verify_failed = false;
 		e->verify_error[0] = '\0';
 		nw_monitor_health_event(m, c, NW_HEALTH_VERIFY_START, NULL);
+		nw_log(NARWHAL_LOG_INFO, "engine_verification", "engine", m->fleet->ids[c],
+		       "decode_partner", m->fleet->ids[decode], "prefill_partner",
+		       m->fleet->ids[prefill], NULL);
 		start_leg(m, e, is_prefill ? 0 : 1, (uint32_t)prefill, (uint32_t)decode);
 		return;
 	} else {

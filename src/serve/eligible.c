@@ -41,7 +41,12 @@ role_fits(const struct nw_fleet *f, const struct nw_dialect *dialects, uint32_t 
 		       nw_dialect_compatible(&dialects[prefill_pair], &dialects[i]);
 	default:
 		/* The aggregate fallback (role-control document, "Floors,
-		 * fallback, and degraded capacity"). */
+		 * fallback, and degraded capacity"), on engines that can run a
+		 * whole request: not one launched to hand off in a fixed role
+		 * (SGLang in PD mode, whose builder refuses it: docs/dialects.md). */
+		if (nw_dialect_pairs(&dialects[i]) &&
+		    !(dialects[i].caps & NARWHAL_DIALECT_PER_REQUEST_ROLES))
+			return false;
 		return e->role != NARWHAL_ROLE_DECODE || f->stats[i].handoff_decodes == 0;
 	}
 }

@@ -358,6 +358,52 @@ sim_set_faults(const struct sim_proc *p, unsigned engine, const char *faults_jso
 	return status;
 }
 
+long
+sim_reset_faults(const struct sim_proc *p)
+{
+	struct sim_reply r;
+	long status;
+
+	sim_http(p->admin_port, "POST", "/sim/reset", "", NULL, 5000, &r);
+	status = r.status;
+	sim_reply_clear(&r);
+	return status;
+}
+
+json_int_t
+sim_engine_stat(const struct sim_proc *p, unsigned engine, const char *key)
+{
+	json_t *stats = sim_engine_stats(p, engine);
+	json_int_t n = json_integer_value(json_object_get(stats, key));
+
+	json_decref(stats);
+	return n;
+}
+
+json_int_t
+sim_fleet_stat(const struct sim_proc *p, const char *key)
+{
+	json_int_t sum = 0;
+
+	for (unsigned i = 0; i < p->n_engines; i++)
+		sum += sim_engine_stat(p, i, key);
+	return sum;
+}
+
+gboolean
+sim_wait_fleet_stat(const struct sim_proc *p, const char *key, json_int_t value,
+                    guint timeout_ms)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+	while (sim_fleet_stat(p, key) != value) {
+		if (g_get_monotonic_time() >= deadline)
+			return FALSE;
+		g_usleep(2000);
+	}
+	return TRUE;
+}
+
 int
 sim_raw_request(guint16 port, const char *path, const char *body, guint timeout_ms)
 {

@@ -71,6 +71,16 @@ json_t *sim_engine_stats(const struct sim_proc *p, unsigned engine);
 /* POST a fault object to an engine through the admin API; the status. */
 long sim_set_faults(const struct sim_proc *p, unsigned engine, const char *faults_json);
 
+/* POST /sim/reset: every engine's faults cleared; the status. */
+long sim_reset_faults(const struct sim_proc *p);
+/* One integer of an engine's stats, and its sum over the process's
+ * engines. */
+json_int_t sim_engine_stat(const struct sim_proc *p, unsigned engine, const char *key);
+json_int_t sim_fleet_stat(const struct sim_proc *p, const char *key);
+/* Wait (bounded) until the sum over the engines of a stats field is value. */
+gboolean sim_wait_fleet_stat(const struct sim_proc *p, const char *key, json_int_t value,
+                             guint timeout_ms);
+
 /* Open a raw connection, send a request, read until some body bytes came
  * (bounded); returns the socket for the caller to close, or -1. */
 int sim_raw_request(guint16 port, const char *path, const char *body, guint timeout_ms);

@@ -187,6 +187,18 @@ sim_dialect_entry(char dialect, char role)
 	}
 }
 
+char *
+serve_sim_dialects(const char *dialects, const char *roles)
+{
+	GString *list = g_string_new(NULL);
+
+	g_assert_true(roles != NULL && strlen(roles) == strlen(dialects));
+	for (size_t i = 0; dialects[i]; i++)
+		g_string_append_printf(list, "%s%s", i ? "," : "",
+		                       sim_dialect_entry(dialects[i], roles[i]));
+	return g_string_free(list, FALSE);
+}
+
 /* What the sglang dialect must be told of the fleet (docs/dialects.md):
  * its aggregate engines run without --disaggregation-mode. NULL when
  * nothing. */
@@ -233,16 +245,10 @@ serve_start_dialects(struct serve_env *e, const char *dialects, const char *role
 		return FALSE;
 	}
 	if (dialects != NULL) {
-		GString *list = g_string_new(NULL);
-
-		g_assert_true(roles != NULL && strlen(roles) == strlen(dialects));
-		for (size_t i = 0; dialects[i]; i++)
-			g_string_append_printf(list, "%s%s", i ? "," : "",
-			                       sim_dialect_entry(dialects[i], roles[i]));
 		g_ptr_array_add(args, g_strdup("--engines"));
 		g_ptr_array_add(args, g_strdup_printf("%zu", strlen(dialects)));
 		g_ptr_array_add(args, g_strdup("--dialect"));
-		g_ptr_array_add(args, g_string_free(list, FALSE));
+		g_ptr_array_add(args, serve_sim_dialects(dialects, roles));
 	}
 	for (const char *const *a = sim_args; a && *a; a++)
 		g_ptr_array_add(args, g_strdup(*a));
@@ -323,6 +329,58 @@ serve_clear(struct serve_env *e)
 	g_free(e->log_path);
 	json_decref(e->dialect_config);
 	memset(e, 0, sizeof *e);
+}
+
+void
+serve_fail(struct serve_env *e, const char *what)
+{
+	g_autofree char *log = serve_log(e);
+
+	g_printerr("narwhal log:\n%s\n", log);
+	g_error("%s", what);
+}
+
+void
+serve_request_whole(struct serve_env *e, gboolean stream, unsigned max_tokens)
+{
+	g_autofree char *body = serve_completion_body(e, max_tokens, stream);
+	struct sim_reply r;
+	gboolean good;
+
+	serve_post(e, "/v1/completions", body, NULL, 10000, &r);
+	if (stream) {
+		good = serve_stream_whole(&r);
+	} else {
+		json_t *doc = r.status == 200 ? sim_json(r.body->str) : NULL;
+
+		good = json_integer_value(json_object_get(json_object_get(doc, "usage"),
+		                                          "completion_tokens")) == max_tokens;
+		json_decref(doc);
+	}
+	if (!good) {
+		g_autofree char *what = g_strdup_printf("%s: want a whole answer, got %ld (curl %d): "
+		                                        "%s", stream ? "stream" : "plain", r.status,
+		                                        r.curl_code, r.body->str);
+
+		sim_reply_clear(&r);
+		serve_fail(e, what);
+	}
+	sim_reply_clear(&r);
+}
+
+void
+serve_finish(struct serve_env *e)
+{
+	int status;
+
+	if (e->daemon != NULL)
+		g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
+	status = sim_stop(&e->sim, SIGTERM, 10000);
+	if (status != 0) {
+		g_test_message("narwhal-sim exited with %d", status);
+		g_test_fail();
+	}
+	serve_clear(e);
 }
 
 void
@@ -421,6 +479,49 @@ serve_assert_error(const struct sim_reply *r, long status, const char *code)
 		g_printerr("narwhal log:\n%s\n", log ? log : "");
 		g_error("want %ld %s, got %ld: %s", status, code, r->status, r->body->str);
 	}
+}
+
+/* The error event of a failed stream, and that no [DONE] follows. */
+void
+serve_assert_stream_error(const struct sim_reply *r, const char *code)
+{
+	GPtrArray *events = sim_sse_events(r->body->str);
+	const char *last;
+	json_t *doc;
+
+	if (strstr(r->body->str, "\"error\"") == NULL) {
+		g_autofree char *log = serve_current ? serve_log(serve_current) : NULL;
+
+		g_printerr("no error event in: %s\nnarwhal log:\n%s\n", r->body->str, log);
+	}
+	g_assert_cmpint(r->status, ==, 200);
+	g_assert_cmpuint(events->len, >, 0);
+	last = g_ptr_array_index(events, events->len - 1);
+	g_assert_null(strstr(r->body->str, "[DONE]"));
+	doc = sim_json(last);
+	if (code != NULL)
+		g_assert_cmpstr(json_string_value(json_object_get(json_object_get(doc, "error"), "code")),
+		                ==, code);
+	else
+		g_assert_true(json_is_object(json_object_get(doc, "error")));
+	json_decref(doc);
+	g_ptr_array_free(events, TRUE);
+}
+
+gboolean
+serve_stream_whole(const struct sim_reply *r)
+{
+	GPtrArray *events;
+	gboolean whole;
+
+	if (r->status != 200)
+		return FALSE;
+	events = sim_sse_events(r->body->str);
+	whole = events->len > 1 &&
+	        strcmp(g_ptr_array_index(events, events->len - 1), "[DONE]") == 0 &&
+	        strstr(r->body->str, "\"error\"") == NULL;
+	g_ptr_array_free(events, TRUE);
+	return whole;
 }
 
 gboolean

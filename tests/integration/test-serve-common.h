@@ -44,16 +44,30 @@ gboolean serve_start(struct serve_env *e, const char *const *sim_args, const cha
  * disaggregation false. A llama.cpp engine's role is only a label. */
 gboolean serve_start_dialects(struct serve_env *e, const char *dialects, const char *roles,
                               const char *const *sim_args, const char *config_json);
+/* narwhal-sim's --dialect list for engines of these dialect and role
+ * letters, as serve_start_dialects launches them (owned). */
+char *serve_sim_dialects(const char *dialects, const char *roles);
 /* Start only narwhal again, after serve_stop_daemon, or with env vars. */
 gboolean serve_start_daemon(struct serve_env *e, const char *config_json, const char *const *envp);
 int serve_stop_daemon(struct serve_env *e, int signo, guint timeout_ms);
 void serve_clear(struct serve_env *e);
+/* serve_clear that also fails the test unless both narwhal and
+ * narwhal-sim exit 0 on SIGTERM (a sanitizer build's leak report makes
+ * either exit otherwise). */
+void serve_finish(struct serve_env *e);
 gboolean serve_wait_log(struct serve_env *e, const char *needle, guint timeout_ms);
 char *serve_log(struct serve_env *e);
 
 /* A request to narwhal (JSON body, optional extra headers). */
 void serve_post(struct serve_env *e, const char *path, const char *body,
                 const char *const *headers, long timeout_ms, struct sim_reply *r);
+
+/* Fail the test with narwhal's log. */
+G_GNUC_NORETURN void serve_fail(struct serve_env *e, const char *what);
+/* A completion (serve_completion_body) that must succeed whole: a JSON
+ * answer with max_tokens generated, or a stream (serve_stream_whole);
+ * else serve_fail. */
+void serve_request_whole(struct serve_env *e, gboolean stream, unsigned max_tokens);
 
 /* The counters of GET /narwhal/health (owned). */
 /* Merge src into dst, objects recursively (a config over another). */
@@ -81,6 +95,12 @@ char *serve_error_code(const char *body);
 /* Fail the test (with narwhal's log) unless the reply is an error envelope
  * with this status and code. */
 void serve_assert_error(const struct sim_reply *r, long status, const char *code);
+/* Fail the test unless the reply is a stream (200) whose last event is an
+ * error event with this code (NULL: any), with no [DONE] (spec 4.3). */
+void serve_assert_stream_error(const struct sim_reply *r, const char *code);
+/* Whether the reply is a whole stream: 200, events, [DONE] last and no
+ * error event. */
+gboolean serve_stream_whole(const struct sim_reply *r);
 /* Wait (bounded) until an engine's stats field reaches value. */
 gboolean serve_wait_stat(struct serve_env *e, unsigned engine, const char *field,
                          json_int_t value, guint timeout_ms);

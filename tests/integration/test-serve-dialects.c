@@ -61,40 +61,6 @@ start(struct serve_env *e, const struct fleet *f, const char *const *sim_args,
 	return TRUE;
 }
 
-static json_int_t
-stat_of(struct serve_env *e, unsigned engine, const char *key)
-{
-	json_t *stats = sim_engine_stats(&e->sim, engine);
-	json_int_t n = json_integer_value(json_object_get(stats, key));
-
-	json_decref(stats);
-	return n;
-}
-
-/* A stats field summed over the fleet's engines. */
-static json_int_t
-fleet_stat(struct serve_env *e, const char *key)
-{
-	json_int_t sum = 0;
-
-	for (unsigned i = 0; i < e->sim.n_engines; i++)
-		sum += stat_of(e, i, key);
-	return sum;
-}
-
-static gboolean
-wait_fleet_stat(struct serve_env *e, const char *key, json_int_t value, guint timeout_ms)
-{
-	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
-
-	while (fleet_stat(e, key) != value) {
-		if (g_get_monotonic_time() >= deadline)
-			return FALSE;
-		g_usleep(2000);
-	}
-	return TRUE;
-}
-
 /* No dialect call failed and no monitor stage failed (an engine whose
  * /metrics page its dialect cannot read fails the metrics stage). */
 static void
@@ -122,12 +88,12 @@ assert_placed(struct serve_env *e, const struct fleet *f, json_int_t n)
 		g_assert_cmpint(serve_counter(e, "decode_started"), ==, n);
 		g_assert_cmpint(serve_counter(e, "aggregate_started"), ==, 0);
 		/* The handoff happened: the decode engine did not recompute. */
-		g_assert_cmpint(stat_of(e, 0, "kv_pulls_served"), ==, n);
+		g_assert_cmpint(sim_engine_stat(&e->sim, 0, "kv_pulls_served"), ==, n);
 	} else {
 		g_assert_cmpint(serve_counter(e, "aggregate_started"), ==, n);
 		g_assert_cmpint(serve_counter(e, "prefill_started"), ==, 0);
-		g_assert_cmpint(fleet_stat(e, "kv_pulls_served"), ==, 0);
-		g_assert_cmpint(fleet_stat(e, "leases"), ==, 0);
+		g_assert_cmpint(sim_fleet_stat(&e->sim, "kv_pulls_served"), ==, 0);
+		g_assert_cmpint(sim_fleet_stat(&e->sim, "leases"), ==, 0);
 	}
 }
 
@@ -348,7 +314,7 @@ static unsigned
 busy_engine(struct serve_env *e)
 {
 	for (unsigned i = 0; i < e->sim.n_engines; i++)
-		if (stat_of(e, i, "running") > 0)
+		if (sim_engine_stat(&e->sim, i, "running") > 0)
 			return i;
 	g_error("no engine is running the request");
 }
@@ -393,7 +359,7 @@ test_cancel_mid_stream(gconstpointer data)
 	g_assert_cmpint(fd, >=, 0);
 	if (!serve_raw_read_until(fd, got, "\"text\"", 10000))
 		g_error("no token event: %s", got->str);
-	g_assert_true(wait_fleet_stat(&e, "running", 1, 2000));
+	g_assert_true(sim_wait_fleet_stat(&e.sim, "running", 1, 2000));
 	busy = busy_engine(&e);
 	deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
 	while (!seen && g_get_monotonic_time() < deadline) {
@@ -408,13 +374,13 @@ test_cancel_mid_stream(gconstpointer data)
 		g_error("the monitor never read engine %u running its request", busy);
 
 	close(fd);
-	g_assert_true(wait_fleet_stat(&e, "running", 0, 2000));
-	g_assert_true(wait_fleet_stat(&e, "active_requests", 0, 2000));
+	g_assert_true(sim_wait_fleet_stat(&e.sim, "running", 0, 2000));
+	g_assert_true(sim_wait_fleet_stat(&e.sim, "active_requests", 0, 2000));
 	g_assert_true(serve_wait_log(&e, "\"event\":\"client_disconnected\"", 2000));
 	g_assert_cmpint(serve_counter(&e, "client_disconnects"), ==, 1);
 	/* Generation stopped well short of the 1000 tokens asked for. */
-	g_assert_cmpint(fleet_stat(&e, "generation_tokens_total"), <, 500);
-	g_assert_true(wait_fleet_stat(&e, "leases", 0, 2000));
+	g_assert_cmpint(sim_fleet_stat(&e.sim, "generation_tokens_total"), <, 500);
+	g_assert_true(sim_wait_fleet_stat(&e.sim, "leases", 0, 2000));
 	g_string_free(got, TRUE);
 	assert_no_dialect_failures(&e);
 	serve_clear(&e);

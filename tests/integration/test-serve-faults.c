@@ -16,33 +16,6 @@
 
 #include "integration/test-serve-common.h"
 
-/* The error event of a failed stream, and that no [DONE] follows. */
-static void
-assert_stream_error(const struct sim_reply *r, const char *code)
-{
-	GPtrArray *events = sim_sse_events(r->body->str);
-	const char *last;
-	json_t *doc;
-
-	if (strstr(r->body->str, "\"error\"") == NULL) {
-		g_autofree char *log = serve_current ? serve_log(serve_current) : NULL;
-
-		g_printerr("no error event in: %s\nnarwhal log:\n%s\n", r->body->str, log);
-	}
-	g_assert_cmpint(r->status, ==, 200);
-	g_assert_cmpuint(events->len, >, 0);
-	last = g_ptr_array_index(events, events->len - 1);
-	g_assert_null(strstr(r->body->str, "[DONE]"));
-	doc = sim_json(last);
-	if (code != NULL)
-		g_assert_cmpstr(json_string_value(json_object_get(json_object_get(doc, "error"), "code")),
-		                ==, code);
-	else
-		g_assert_true(json_is_object(json_object_get(doc, "error")));
-	json_decref(doc);
-	g_ptr_array_free(events, TRUE);
-}
-
 static void
 test_retry_503(void)
 {
@@ -159,7 +132,7 @@ test_death_mid_stream(void)
 	g_test_message("curl %d after %.3f s: %s", r.curl_code, r.seconds, r.body->str);
 	/* Narwhal ends the stream properly: the client's transfer is whole. */
 	g_assert_cmpint(r.curl_code, ==, CURLE_OK);
-	assert_stream_error(&r, "engine_unreachable");
+	serve_assert_stream_error(&r, "engine_unreachable");
 	g_assert_cmpfloat(r.seconds, <, 3.0);
 	events = sim_sse_events(r.body->str);
 	g_assert_cmpuint(events->len, ==, 4); /* three tokens, then the error */
@@ -233,7 +206,7 @@ test_first_token_timeout(void)
 	g_assert_cmpint(sim_set_faults(&e.sim, 1, "{\"hang_before_first_token\":true}"), ==, 200);
 	body = serve_completion_body(&e, 3, TRUE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_stream_error(&r, "first_token_timeout");
+	serve_assert_stream_error(&r, "first_token_timeout");
 	g_assert_cmpfloat(r.seconds, >=, 0.3);
 	g_assert_cmpfloat(r.seconds, <, 3.0);
 	sim_reply_clear(&r);
@@ -516,7 +489,7 @@ test_deadline_mid_stream(void)
 		return;
 	body = serve_completion_body(&e, 1000, TRUE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	assert_stream_error(&r, "expired");
+	serve_assert_stream_error(&r, "expired");
 	g_assert_nonnull(strstr(r.body->str, "\"text\""));
 	g_assert_cmpfloat(r.seconds, >=, 0.6);
 	g_assert_cmpfloat(r.seconds, <, 3.0);
