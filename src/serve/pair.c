@@ -83,6 +83,12 @@ prefill_failure(nw_fail_kind kind)
 	}
 }
 
+static int64_t
+ft_timeout_us(const struct nw_request *r)
+{
+	return (int64_t)(r->serve->cfg->engine.first_token_timeout_s * 1e6);
+}
+
 /* Decide with the held decode failure, as it would have been decided had
  * the prefill leg not been out (its engine blamed, retried or answered). */
 static void
@@ -137,6 +143,12 @@ on_done(void *data, const struct nw_upstream_result *res)
 		/* The engine has its KV on the way: its prefill slot is free. */
 		if (r->prefill_engine >= 0)
 			nw_phase_prefill_done(r, now);
+		/* The decode leg's first-token clock starts now, unless its
+		 * first token came first (phases.c). */
+		if (r->ft_until_us == NW_FT_AFTER_PREFILL) {
+			r->ft_until_us = now + ft_timeout_us(r);
+			nw_request_rearm(r);
+		}
 		/* The decode leg failed first, and not for want of this prefill. */
 		if (p->state == NW_PAIR_HOLDING) {
 			replay_held(r);
@@ -244,19 +256,19 @@ nw_pair_on_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
 	    nw_request_streaming(r) || !nw_pair_holds(kind, engine_status))
 		return false;
 	/* The decode leg failed while the prefill leg is out: hold its
-	 * failure until the prefill engine answers, for no longer than the
-	 * decode leg had for its first token (engine.first_token_timeout_s,
-	 * whose deadline stays armed: nw_pair_hold_expired), within the
-	 * prefill leg's bound and the request's deadline. An engine refuses
-	 * a request at once; a prefill engine still busy after that is not
-	 * refusing it. The decode leg's call and connection go now; its kind
-	 * and engine stay, for the failure. */
+	 * failure until the prefill engine answers, for at most
+	 * engine.first_token_timeout_s (nw_pair_hold_expired), within the
+	 * prefill leg's bound and the request's deadline. An engine refuses a
+	 * request as it arrives; a prefill engine still busy after that is
+	 * not refusing it. The decode leg's call and connection go now; its
+	 * kind and engine stay, for the failure. */
 	p->held_kind = kind;
 	p->held_status = engine_status;
 	p->held_message = g_strdup(message);
 	p->held_fault_engine = r->fault_engine;
 	set_state(p, NW_PAIR_HOLDING);
 	nw_leg_cancel(r);
+	r->ft_until_us = g_get_monotonic_time() + ft_timeout_us(r);
 	r->last_chunk_us = -1;
 	r->stall_until_us = -1;
 	r->serve->metrics->counters.pair_decode_held++;

@@ -587,9 +587,12 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 		return;
 	/* The first-token clock starts before the stream opens (spec 6). A
 	 * leg answered in one body shows no first token: the deadline bounds
-	 * it. */
+	 * it. A concurrent pair's decode leg waits on its prefill, whose own
+	 * bound runs until it answers (pair.c starts the clock then). */
 	if (kind != NW_LEG_PREFILL && nw_phase_streams(r))
-		r->ft_until_us = now + (int64_t)(s->cfg->engine.first_token_timeout_s * 1e6);
+		r->ft_until_us = kind == NW_LEG_DECODE && nw_phase_pair_concurrent(r) ?
+		                 NW_FT_AFTER_PREFILL :
+		                 now + (int64_t)(s->cfg->engine.first_token_timeout_s * 1e6);
 	note_placed(s, engine);
 	nw_leg_start(r, kind, engine, &call);
 }

@@ -84,6 +84,10 @@ typedef enum nw_phase_timer {
 	NW_PT_BACKOFF,
 } nw_phase_timer;
 
+/* A concurrent pair's decode leg starts its first-token clock when its
+ * prefill engine answers, as a sequential decode leg would (spec 6). */
+#define NW_FT_AFTER_PREFILL INT64_C(-2)
+
 struct nw_request {
 	struct nw_serve *serve;
 	struct MHD_Connection *conn;  /* NULL once MHD is done with it */
@@ -126,7 +130,9 @@ struct nw_request {
 	                               * the leg's (a concurrent prefill), -1 */
 	json_t *handoff;
 	int64_t handoff_until_us;     /* -1: no cap running */
-	int64_t ft_until_us;          /* first-token deadline, -1: none */
+	int64_t ft_until_us;          /* first-token deadline, -1: none,
+	                               * NW_FT_AFTER_PREFILL: armed when a
+	                               * concurrent pair's prefill succeeds */
 
 	struct nw_leg leg;
 

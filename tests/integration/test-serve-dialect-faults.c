@@ -382,7 +382,7 @@ static void
 test_sglang_slow_prefill(void)
 {
 	const struct fleet *f = &fleets[0];
-	g_autofree char *body = NULL, *code = NULL;
+	g_autofree char *body = NULL;
 	struct serve_env e;
 	struct sim_reply r;
 
@@ -394,17 +394,6 @@ test_sglang_slow_prefill(void)
 		set_faults(&e, p, "{\"hang_before_first_token\": 30}");
 	body = serve_completion_body(&e, 4, FALSE);
 	serve_post(&e, "/v1/completions", body, NULL, 10000, &r);
-	code = serve_error_code(r.body->str);
-	if (r.status == 504 && g_strcmp0(code, "first_token_timeout") == 0) {
-		g_test_skip("known bug in src/serve/pair.c and phases.c: a SGLang pair's decode leg "
-		            "starts its engine.first_token_timeout_s clock when both legs go out, so "
-		            "a prefill slower than that limit (but within serving.prefill_timeout_s) "
-		            "fails the request as the decode engine's first-token timeout and "
-		            "charges the decode engine");
-		sim_reply_clear(&r);
-		serve_finish(&e);
-		return;
-	}
 	if (r.status != 200)
 		serve_fail(&e, "a prefill within its limit failed the request");
 	g_assert_cmpfloat(r.seconds, >=, 0.6);
