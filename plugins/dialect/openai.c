@@ -1,5 +1,6 @@
 /*
- * What the dialects of OpenAI-compatible engines share (vLLM, SGLang): the
+ * What the dialects of OpenAI-compatible engines share (vLLM, SGLang,
+ * llama.cpp): the
  * generation routes, the error shapes and their classes (spec 4.2), the
  * model list and the SSE events. Compiled into each dialect that uses it;
  * nothing here is exported from a plugin. Reference: engine-wire-formats
@@ -69,12 +70,13 @@ read_error_object(const json_t *obj, struct oai_error *ef)
 
 /*
  * Find the error in a document: the nested {"error": {...}} of vLLM 0.10.1
- * and later (and of every in-band stream error, SGLang's included),
- * {"error": "text"}, or the flat {"object": "error", ...} of older vLLM and
- * of SGLang. False when the document has none of these shapes.
+ * and later, of llama.cpp and of every in-band stream error, or
+ * {"error": "text"}; with flat_errors also the flat {"object": "error", ...}
+ * of older vLLM and of SGLang. False when the document has none of these
+ * shapes.
  */
 static bool
-find_error(const json_t *doc, struct oai_error *ef)
+find_error(const struct oai_answers *a, const json_t *doc, struct oai_error *ef)
 {
 	const json_t *error;
 
@@ -90,7 +92,7 @@ find_error(const json_t *doc, struct oai_error *ef)
 		ef->message = json_string_value(error);
 		return true;
 	}
-	if (json_is_string(json_object_get(doc, "object")) &&
+	if (a->flat_errors && json_is_string(json_object_get(doc, "object")) &&
 	    strcmp(json_string_value(json_object_get(doc, "object")), "error") == 0) {
 		read_error_object(doc, ef);
 		return true;
@@ -99,7 +101,7 @@ find_error(const json_t *doc, struct oai_error *ef)
 }
 
 /* Error type names and the status each stands for: vLLM's exception class
- * names and HTTP reason phrases, and the OpenAI-style names. */
+ * names and HTTP reason phrases, the OpenAI-style names and llama.cpp's. */
 static const struct {
 	const char *type;
 	int status;
@@ -122,6 +124,7 @@ static const struct {
 	{ "Bad Gateway", 502 },              { "ServiceUnavailableError", 503 },
 	{ "unavailable_error", 503 },        { "Service Unavailable", 503 },
 	{ "GatewayTimeoutError", 504 },      { "Gateway Timeout", 504 },
+	{ "exceed_context_size_error", 400 }, { "service_unavailable_error", 503 },
 };
 
 /* The status an error answer reports about itself: an integer code that is
@@ -179,18 +182,22 @@ is_length_param(const char *param)
 /*
  * A 400 that means "does not fit the model's context". vLLM's wording has
  * changed several times but always says "context length"; with a length
- * parameter named, any mention of the context will do. The OpenAI-style
+ * parameter named, any mention of the context will do. llama.cpp has a
+ * type for it, and its older builds say "context size". The OpenAI-style
  * code string is a shape, not text, and is taken as well.
  */
 static bool
-is_context_too_long(const struct oai_error *ef)
+is_context_too_long(const struct oai_answers *a, const struct oai_error *ef)
 {
 	if (json_is_string(ef->code) &&
 	    strcmp(json_string_value(ef->code), "context_length_exceeded") == 0)
 		return true;
+	if (ef->type != NULL && strcmp(ef->type, "exceed_context_size_error") == 0)
+		return true;
 	if (ef->message == NULL)
 		return false;
-	if (oai_contains_ci(ef->message, "context length"))
+	if (oai_contains_ci(ef->message, "context length") ||
+	    (a->context_size_words && oai_contains_ci(ef->message, "context size")))
 		return true;
 	return is_length_param(ef->param) && oai_contains_ci(ef->message, "context");
 }
@@ -219,15 +226,15 @@ status_class(int status)
 }
 
 /* Class of an error whose HTTP status is status (0: take the one the body
- * reports); handoff says which server errors are a failed handoff. */
+ * reports) in a dialect's answers. */
 static narwhal_error_class
-classify(int status, const struct oai_error *ef, oai_handoff_fn handoff)
+classify(const struct oai_answers *a, int status, const struct oai_error *ef)
 {
 	if (status == 0)
 		status = reported_status(ef);
-	if (status == 400 && is_context_too_long(ef))
+	if (status == 400 && is_context_too_long(a, ef))
 		return NARWHAL_ERROR_CONTEXT_TOO_LONG;
-	if ((status == 0 || status >= 500) && handoff != NULL && handoff(ef))
+	if ((status == 0 || status >= 500) && a->handoff != NULL && a->handoff(ef))
 		return NARWHAL_ERROR_HANDOFF;
 	return status_class(status);
 }
@@ -253,9 +260,10 @@ oai_copy_text(char *dst, size_t size, const char *src)
 }
 
 int
-oai_parse_error(int32_t http_status, const char *body, size_t len, oai_handoff_fn handoff,
+oai_parse_error(const struct oai_answers *a, int32_t http_status, const char *body, size_t len,
                 struct narwhal_engine_error *out)
 {
+	bool status = http_status >= 400 && http_status <= 599;
 	struct oai_error ef;
 	json_error_t jerr;
 	json_t *doc = NULL;
@@ -265,21 +273,26 @@ oai_parse_error(int32_t http_status, const char *body, size_t len, oai_handoff_f
 		return -EINVAL;
 	if (body != NULL && len > 0)
 		doc = json_loadb(body, len, 0, &jerr);
-	found = find_error(doc, &ef);
-	/* An object without a known error shape may still be a flat error. */
-	if (!found && json_is_object(doc))
+	found = find_error(a, doc, &ef);
+	/* Where errors may be flat, an object without a known error shape may
+	 * still be one: its fields are read, and it is one when it has a
+	 * message. */
+	if (!found && a->flat_errors && json_is_object(doc)) {
 		read_error_object(doc, &ef);
-	/* An HTTP error status is the answer; otherwise (an in-band error,
-	 * status 0, or an error body under 2xx) a body says its own, and
-	 * without one the host's preset stands. */
-	if (http_status >= 400 && http_status <= 599)
-		out->error_class = classify(http_status, &ef, handoff);
-	else if (json_is_object(doc))
-		out->error_class = classify(0, &ef, handoff);
-	oai_copy_text(out->message, sizeof out->message, ef.message);
-	oai_copy_text(out->param, sizeof out->param, ef.param);
+		found = ef.message != NULL;
+	}
+	/* An HTTP error status is the answer even without a body to read
+	 * (spec 4.2); otherwise (an in-band error, status 0, or an error body
+	 * under 2xx) the body says its own, and without one the host's
+	 * presets stand. */
+	if (status || found)
+		out->error_class = classify(a, status ? http_status : 0, &ef);
+	if (found) {
+		oai_copy_text(out->message, sizeof out->message, ef.message);
+		oai_copy_text(out->param, sizeof out->param, ef.param);
+	}
 	json_decref(doc);
-	return found || ef.message != NULL ? 0 : -EPROTO;
+	return found ? 0 : -EPROTO;
 }
 
 int
@@ -393,10 +406,11 @@ oai_sniff_sse(const char *data, size_t len)
  * event; the engines send one token per choice per event unless they batch,
  * so it is an event count, and exact totals come from usage. Usage is read
  * from any event that has it (vLLM's continuous_usage_stats puts it on
- * every chunk).
+ * every chunk; llama.cpp's last chunk carries it beside its finish
+ * reason).
  */
 int
-oai_parse_sse(const char *data, size_t len, oai_handoff_fn handoff,
+oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
               struct narwhal_sse_event *out)
 {
 	const json_t *choices, *usage;
@@ -428,16 +442,18 @@ oai_parse_sse(const char *data, size_t len, oai_handoff_fn handoff,
 		usage = NULL;
 	}
 	choices = json_object_get(doc, "choices");
-	if (find_error(doc, &ef)) {
+	if (find_error(a, doc, &ef)) {
 		/* In-band: the status is already 200, so the body says it. */
 		out->kind = NARWHAL_SSE_ERROR;
-		out->error_class = classify(0, &ef, handoff);
+		out->error_class = classify(a, 0, &ef);
 	} else if (json_is_array(choices) && json_array_size(choices) > 0) {
 		json_array_foreach(choices, i, choice) {
 			if (choice_has_output(choice))
 				out->tokens++;
 		}
-		out->kind = out->tokens > 0 ? NARWHAL_SSE_TOKENS : NARWHAL_SSE_OTHER;
+		out->kind = out->tokens > 0                              ? NARWHAL_SSE_TOKENS
+		            : usage != NULL && a->usage_beside_choices ? NARWHAL_SSE_USAGE
+		                                                         : NARWHAL_SSE_OTHER;
 	} else {
 		out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
 	}

@@ -632,12 +632,17 @@ is_transfer_failure(const struct oai_error *ef)
 /* The flat {"object": "error", ...} of SGLang's answers and the nested
  * {"error": {...}} of its stream errors (reference 4.4); a request too long
  * for the context is a 400 that says "context length". */
+static const struct oai_answers sglang_answers = {
+	.flat_errors = true,
+	.handoff = is_transfer_failure,
+};
+
 static int
 sglang_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
                    struct narwhal_engine_error *out)
 {
 	sglang_cast(instance);
-	return oai_parse_error(http_status, body, len, is_transfer_failure, out);
+	return oai_parse_error(&sglang_answers, http_status, body, len, out);
 }
 
 static bool
@@ -651,7 +656,7 @@ static int
 sglang_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
 	sglang_cast(instance);
-	return oai_parse_sse(data, len, is_transfer_failure, out);
+	return oai_parse_sse(&sglang_answers, data, len, out);
 }
 
 static const char *const *

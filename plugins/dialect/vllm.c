@@ -372,12 +372,18 @@ is_handoff_load_failure(const struct oai_error *ef)
 	       (oai_contains_ci(ef->message, "remote kv") && oai_contains_ci(ef->message, "load"));
 }
 
+/* Nested errors (0.10.1 and later) and flat ones (older versions). */
+static const struct oai_answers vllm_answers = {
+	.flat_errors = true,
+	.handoff = is_handoff_load_failure,
+};
+
 static int
 vllm_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
                  struct narwhal_engine_error *out)
 {
 	vllm_cast(instance);
-	return oai_parse_error(http_status, body, len, is_handoff_load_failure, out);
+	return oai_parse_error(&vllm_answers, http_status, body, len, out);
 }
 
 /* After the first token only a terminator or an error changes what the
@@ -393,7 +399,7 @@ static int
 vllm_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
 	vllm_cast(instance);
-	return oai_parse_sse(data, len, is_handoff_load_failure, out);
+	return oai_parse_sse(&vllm_answers, data, len, out);
 }
 
 /* ---- models ------------------------------------------------------------- */

@@ -815,6 +815,46 @@ test_errors_flat(void)
 	nw_harness_free(h);
 }
 
+/* The ABI's parse_error contract: a body with no error in it (FastAPI's
+ * {"detail": ...}, an empty object, a success body) is -EPROTO with no
+ * message; under an HTTP error status the status gives the class (spec
+ * 4.2), otherwise every preset stands as the host set it. */
+static void
+test_errors_unreadable(void)
+{
+	static const struct {
+		int status;
+		const char *body;
+		narwhal_error_class cls;
+	} cases[] = {
+		{ 400, "{}", NARWHAL_ERROR_CLIENT },
+		{ 422, "{\"detail\": [{\"loc\": [\"body\"], \"msg\": \"x\"}]}", NARWHAL_ERROR_CLIENT },
+		{ 500, "{\"param\": \"n\"}", NARWHAL_ERROR_RETRYABLE },
+		{ 0, "{\"detail\": \"x\"}", 77 },
+		{ 200, "{\"foo\": 1}", 77 },
+		{ 0, "[\"error\"]", 77 },
+	};
+	struct nw_harness *h = sglang_with(NULL);
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct narwhal_engine_error err = { .struct_size = sizeof err,
+		                                    .error_class = (narwhal_error_class)77 };
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), cases[i].status,
+		                                                   cases[i].body,
+		                                                   strlen(cases[i].body), &err),
+		                ==, -EPROTO);
+		if (err.error_class != cases[i].cls)
+			g_error("%d %s: class %d, expected %d", cases[i].status, cases[i].body,
+			        err.error_class, cases[i].cls);
+		g_assert_cmpstr(err.message, ==, "");
+		g_assert_cmpstr(err.param, ==, "");
+	}
+	nw_harness_free(h);
+}
+
 /* ABI 2.1, NARWHAL_ERROR_HANDOFF: a decode engine whose KV transfer
  * failed blames the prefill engine; a client error mentioning it does not. */
 static void
@@ -1012,6 +1052,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/flat", test_errors_flat);
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/nested", test_errors_nested);
 	g_test_add_func("/dialect/sglang/abi-2.1/errors/transfer", test_errors_transfer);
+	g_test_add_func("/dialect/sglang/abi-2/errors/unreadable", test_errors_unreadable);
 	g_test_add_func("/dialect/sglang/ref-4.2/sse", test_sse);
 
 	g_test_add_func("/dialect/sglang/no-host-calls", test_no_host_calls);
