@@ -348,11 +348,17 @@ choice_has_output(const json_t *choice)
 }
 
 int64_t
+oai_count(const json_t *v)
+{
+	json_int_t n = json_integer_value(v);
+
+	return json_is_integer(v) && n >= 0 && n <= ((json_int_t)1 << 53) ? (int64_t)n : -1;
+}
+
+int64_t
 oai_usage_count(const json_t *usage, const char *key)
 {
-	const json_t *v = json_object_get(usage, key);
-
-	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+	return oai_count(json_object_get(usage, key));
 }
 
 static bool

@@ -75,7 +75,11 @@ int oai_parse_models(const json_t *response, struct narwhal_model_info *out);
  * allowed. */
 bool oai_is_done(const char *data, size_t len);
 
-/* usage[key] when a count (0 or more); -1 otherwise. */
+/* v when it is a count: an integer from 0 to 2^53, the largest the host's
+ * sums of counts (doubles) keep exact; -1 otherwise. */
+int64_t oai_count(const json_t *v);
+
+/* usage[key] when a count; -1 otherwise. */
 int64_t oai_usage_count(const json_t *usage, const char *key);
 
 /* sniff_sse and parse_sse for OpenAI-style chunks, usage and in-band

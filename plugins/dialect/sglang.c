@@ -553,23 +553,26 @@ sglang_build_tokenize(void *instance, const struct narwhal_dialect_target *targe
 }
 
 /* {"tokens": [...], "count": N, "max_model_len": M}; without a count (an
- * older server) the token list's length. */
+ * older server) the token list's length. A count that is not the list's
+ * length, when both are there, is no answer to one prompt. */
 static int
 sglang_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt_tokens)
 {
-	const json_t *count, *tokens;
+	const json_t *tokens;
+	int64_t count;
 
 	sglang_cast(instance);
 	if (response == NULL || prompt_tokens == NULL)
 		return -EINVAL;
-	count = json_object_get(response, "count");
-	if (count != NULL) {
-		if (!json_is_integer(count) || json_integer_value(count) < 0)
+	tokens = json_object_get(response, "tokens");
+	if (json_object_get(response, "count") != NULL) {
+		count = oai_count(json_object_get(response, "count"));
+		if (count < 0 || (tokens != NULL && (!json_is_array(tokens) ||
+		                                     json_array_size(tokens) != (size_t)count)))
 			return -EPROTO;
-		*prompt_tokens = (uint64_t)json_integer_value(count);
+		*prompt_tokens = (uint64_t)count;
 		return 0;
 	}
-	tokens = json_object_get(response, "tokens");
 	if (!json_is_array(tokens) ||
 	    (json_array_size(tokens) > 0 && !oai_is_token_ids(tokens)))
 		return -EPROTO;

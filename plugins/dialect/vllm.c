@@ -316,15 +316,15 @@ vllm_build_health(void *instance, const struct narwhal_engine_ref *engine,
 static int
 vllm_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt_tokens)
 {
-	const json_t *count;
+	int64_t count;
 
 	vllm_cast(instance);
 	if (response == NULL || prompt_tokens == NULL)
 		return -EINVAL;
-	count = json_object_get(response, "count");
-	if (!json_is_integer(count) || json_integer_value(count) < 0)
+	count = oai_count(json_object_get(response, "count"));
+	if (count < 0)
 		return -EPROTO;
-	*prompt_tokens = (uint64_t)json_integer_value(count);
+	*prompt_tokens = (uint64_t)count;
 	return 0;
 }
 

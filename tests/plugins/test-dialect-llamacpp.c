@@ -418,6 +418,23 @@ test_sse_stream(void)
 	nw_harness_free(h);
 }
 
+/* Usage counts beyond 2^53 are no counts an engine reports: they read as
+ * absent (the host's accounting keeps counts exact as doubles). */
+static void
+test_sse_usage_bounds(void)
+{
+	struct nw_harness *h = llamacpp_with(NULL);
+
+	if (h == NULL)
+		return;
+	expect_sse(h, "{\"choices\":[],\"usage\":{\"prompt_tokens\":9007199254740992,"
+	           "\"completion_tokens\":9223372036854775807}}", NARWHAL_SSE_USAGE, 0,
+	           INT64_C(9007199254740992), -1);
+	expect_sse(h, "{\"choices\":[],\"usage\":{\"prompt_tokens\":9007199254740993,"
+	           "\"completion_tokens\":1e3}}", NARWHAL_SSE_USAGE, 0, -1, -1);
+	nw_harness_free(h);
+}
+
 /* Spec 4.3: an error after the stream started arrives in-band in
  * llama.cpp's nested shape, classed by its code or type. */
 static void
@@ -844,6 +861,7 @@ main(int argc, char **argv)
 
 	g_test_add_func("/dialect/llamacpp/ref-4.2/sse/stream", test_sse_stream);
 	g_test_add_func("/dialect/llamacpp/spec-4.3/sse/in-band-errors", test_sse_errors);
+	g_test_add_func("/dialect/llamacpp/ref-4.3/sse/usage-bounds", test_sse_usage_bounds);
 	g_test_add_func("/dialect/llamacpp/sse/invalid", test_sse_invalid);
 	g_test_add_func("/dialect/llamacpp/sse/sniff", test_sniff);
 

@@ -664,6 +664,24 @@ test_parse_tokenize(void)
 	nw_harness_free(h);
 }
 
+/* Counts the host can use: at most 2^53 (its demand sums are doubles, and
+ * so is its cap on a count sized by characters), and a count that is the
+ * token list's length when the answer has both. */
+static void
+test_parse_tokenize_bounds(void)
+{
+	struct nw_harness *h = sglang_with(NULL);
+
+	if (h == NULL)
+		return;
+	expect_count(h, "{\"count\": 9007199254740992}", 0, UINT64_C(9007199254740992));
+	expect_count(h, "{\"count\": 9007199254740993}", -EPROTO, 0);
+	expect_count(h, "{\"tokens\": [1], \"count\": 9223372036854775807}", -EPROTO, 0);
+	expect_count(h, "{\"tokens\": [1, 2], \"count\": 3}", -EPROTO, 0);
+	expect_count(h, "{\"tokens\": [1, 2, 3], \"count\": 3}", 0, 3);
+	nw_harness_free(h);
+}
+
 /* ---------------------------------------------- health, models, metrics --- */
 
 static void
@@ -1045,6 +1063,7 @@ main(int argc, char **argv)
 
 	g_test_add_func("/dialect/sglang/ref-3/tokenize", test_tokenize);
 	g_test_add_func("/dialect/sglang/ref-3/tokenize/parse", test_parse_tokenize);
+	g_test_add_func("/dialect/sglang/ref-3/tokenize/parse-bounds", test_parse_tokenize_bounds);
 
 	g_test_add_func("/dialect/sglang/ref-5.2/health-models", test_health_models);
 	g_test_add_func("/dialect/sglang/ref-5.2/metrics", test_metrics);
