@@ -398,13 +398,45 @@ contains(const char *hay, size_t len, const char *needle, size_t n)
 	return false;
 }
 
+static int
+hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* Whether the text holds a \u escape of a printable ASCII character, which
+ * no engine's JSON writer makes but which can spell a key ("\u0065rror"
+ * is "error" to a parser). */
+static bool
+has_escaped_ascii(const char *p, size_t len)
+{
+	const char *end = p + len;
+
+	while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL && end - p >= 6) {
+		if (p[1] == '\\') {
+			p += 2; /* an escaped backslash */
+			continue;
+		}
+		if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && hex_digit(p[4]) >= 2 &&
+		    hex_digit(p[4]) <= 7 && hex_digit(p[5]) >= 0)
+			return true;
+		p++;
+	}
+	return false;
+}
+
 /* After the first token only a terminator or an error changes what the
  * host does, and a token event holds neither text outside its strings
- * (inside them a quote is escaped, so "\"error\"" cannot match there). */
+ * (inside them a quote is escaped, so "\"error\"" cannot match there). A
+ * key or value spelt with escapes of plain letters is parsed too. */
 bool
 oai_sniff_sse(const char *data, size_t len)
 {
-	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7);
+	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7) ||
+	       has_escaped_ascii(data, len);
 }
 
 /*

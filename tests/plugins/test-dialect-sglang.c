@@ -987,6 +987,37 @@ test_sse(void)
 	nw_harness_free(h);
 }
 
+/* plugin-abi.h: sniff_sse never says no to a payload parse_sse reads as an
+ * error, even one whose key or flat "object" is spelt with \\u escapes
+ * (JSON reads "\\u0065rror" as "error"); a token's non-ASCII escapes do not
+ * make it say yes. */
+static void
+test_sniff_escapes(void)
+{
+	static const char *const errors[] = {
+		"{\"\\u0065rror\":{\"message\":\"x\",\"code\":503}}",
+		"{\"err\\u006fr\":\"boom\"}",
+		"{\"object\":\"\\u0065rror\",\"message\":\"y\",\"code\":500}",
+	};
+	static const char token[] = "{\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+	                            "\"caf\\u00e9 \\u4e2d\\n\"}}]}";
+	struct nw_harness *h = sglang_with(NULL);
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(errors); i++) {
+		struct narwhal_sse_event ev = { .struct_size = sizeof ev };
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), errors[i],
+		                                                 strlen(errors[i]), &ev), ==, 0);
+		g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
+		if (!nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), errors[i], strlen(errors[i])))
+			g_error("sniff_sse let pass the error %s", errors[i]);
+	}
+	g_assert_false(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), token, strlen(token)));
+	nw_harness_free(h);
+}
+
 /* ----------------------------------------------------------- the rules --- */
 
 /* No clock after create, no fleet without an engines object, no
@@ -1073,6 +1104,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/sglang/abi-2.1/errors/transfer", test_errors_transfer);
 	g_test_add_func("/dialect/sglang/abi-2/errors/unreadable", test_errors_unreadable);
 	g_test_add_func("/dialect/sglang/ref-4.2/sse", test_sse);
+	g_test_add_func("/dialect/sglang/abi-2/sniff-escapes", test_sniff_escapes);
 
 	g_test_add_func("/dialect/sglang/no-host-calls", test_no_host_calls);
 	g_test_add_func("/dialect/sglang/two-instances", test_two_instances);
