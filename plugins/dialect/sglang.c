@@ -619,16 +619,19 @@ sglang_parse_models(void *instance, const json_t *response, struct narwhal_model
  * ------------------------------------------------------------------------ */
 
 /* A decode engine that could not get the KV cache from its prefill engine:
- * the prefill engine's fault. SGLang aborts such a request with a message
- * about the transfer or the prefill instance; the wording is not in the
- * reference (unconfirmed), so only server errors that say so count. */
+ * the prefill engine's fault. SGLang aborts such a request with "Decode
+ * transfer failed for request ...", its KVTransferError saying "Failed to
+ * get kvcache from prefill instance"; the wording is not in the reference
+ * (read from SGLang's scheduler and operators' logs), so only server
+ * errors that say so count. The prefill side's "Prefill transfer failed
+ * ... Decode instance could be dead" is the decode engine gone: no failed
+ * handoff, a server error like any other. */
 static bool
 is_transfer_failure(const struct oai_error *ef)
 {
 	if (ef->message == NULL)
 		return false;
-	return oai_contains_ci(ef->message, "transfer failed") ||
-	       oai_contains_ci(ef->message, "kvtransfererror") ||
+	return oai_contains_ci(ef->message, "decode transfer failed") ||
 	       oai_contains_ci(ef->message, "kvcache from prefill");
 }
 

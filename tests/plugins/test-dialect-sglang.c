@@ -888,6 +888,61 @@ test_errors_transfer(void)
 	nw_harness_free(h);
 }
 
+/* A prefill engine whose KV transfer failed says so too ("Prefill transfer
+ * failed ... KVTransferError ...: Decode instance could be dead"): that is
+ * the decode engine gone, no failed handoff to blame on the prefill
+ * engine, so its server error stays retryable by its status, in a body or
+ * in-band. The decode side's wording is the handoff. */
+static void
+test_errors_prefill_transfer(void)
+{
+	static const char prefill[] =
+		"{\"object\": \"error\", \"message\": \"Prefill transfer failed for request rank=4"
+		" req.rid='ca27' req.bootstrap_room=6593551520068383758 with exception"
+		" KVTransferError(bootstrap_room=6593551520068383758): Decode instance could be"
+		" dead, remote mooncake session 10.99.91.49:15295 is not alive\", \"type\":"
+		" \"InternalServerError\", \"param\": null, \"code\": 500}";
+	static const char decode[] =
+		"{\"error\": {\"message\": \"Decode transfer failed for request rank=8"
+		" decode_req.req.rid='63b1' decode_req.req.bootstrap_room=6593551520068383758 with"
+		" exception KVTransferError(bootstrap_room=6593551520068383758): Failed to get"
+		" kvcache from prefill instance, it might be dead\", \"code\": 500}}";
+	struct nw_harness *h = sglang_with(NULL);
+	const struct {
+		int status;
+		const char *body;
+		narwhal_error_class cls;
+	} cases[] = {
+		{ 500, prefill, NARWHAL_ERROR_RETRYABLE },
+		{ 0, prefill, NARWHAL_ERROR_RETRYABLE },
+		{ 500, decode, NARWHAL_ERROR_HANDOFF },
+		{ 0, decode, NARWHAL_ERROR_HANDOFF },
+	};
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct narwhal_engine_error err = { .struct_size = sizeof err,
+		                                    .error_class = NARWHAL_ERROR_PERMANENT };
+		struct narwhal_sse_event ev = { .struct_size = sizeof ev };
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), cases[i].status,
+		                                                   cases[i].body,
+		                                                   strlen(cases[i].body), &err),
+		                ==, 0);
+		if (err.error_class != cases[i].cls)
+			g_error("%d %.40s: class %d, expected %d", cases[i].status, cases[i].body,
+			        err.error_class, cases[i].cls);
+		if (cases[i].status != 0 || cases[i].body == prefill)
+			continue;
+		g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), cases[i].body,
+		                                                 strlen(cases[i].body), &ev), ==, 0);
+		g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
+		g_assert_cmpint(ev.error_class, ==, NARWHAL_ERROR_HANDOFF);
+	}
+	nw_harness_free(h);
+}
+
 /* Reference 4.4: errors in a stream are nested {"error": {...}}; read as
  * an HTTP answer (status 0: in-band) and as an SSE event. */
 static void
@@ -1102,6 +1157,8 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/flat", test_errors_flat);
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/nested", test_errors_nested);
 	g_test_add_func("/dialect/sglang/abi-2.1/errors/transfer", test_errors_transfer);
+	g_test_add_func("/dialect/sglang/abi-2.1/errors/prefill-transfer",
+	                test_errors_prefill_transfer);
 	g_test_add_func("/dialect/sglang/abi-2/errors/unreadable", test_errors_unreadable);
 	g_test_add_func("/dialect/sglang/ref-4.2/sse", test_sse);
 	g_test_add_func("/dialect/sglang/abi-2/sniff-escapes", test_sniff_escapes);
