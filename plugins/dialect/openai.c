@@ -57,6 +57,54 @@ oai_copy_key(json_t *body, const json_t *client_body, const char *key)
 	return json_object_set_new(body, key, json_deep_copy(v));
 }
 
+/* Whether hay holds needle; no allocation. This runs on every relayed
+ * token event, so memchr finds the candidates. */
+static bool
+contains(const char *hay, size_t len, const char *needle, size_t n)
+{
+	while (len >= n) {
+		const char *q = memchr(hay, needle[0], len - n + 1);
+
+		if (q == NULL)
+			return false;
+		if (memcmp(q, needle, n) == 0)
+			return true;
+		len -= (size_t)(q - hay) + 1;
+		hay = q + 1;
+	}
+	return false;
+}
+
+static int
+hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* Whether the text holds a \u escape of a printable ASCII character, which
+ * no engine's JSON writer makes but which can spell a key ("\u0065rror"
+ * is "error" to a parser). */
+static bool
+has_escaped_ascii(const char *p, size_t len)
+{
+	const char *end = p + len;
+
+	while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL && end - p >= 6) {
+		if (p[1] == '\\') {
+			p += 2; /* an escaped backslash */
+			continue;
+		}
+		if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && hex_digit(p[4]) >= 2 &&
+		    hex_digit(p[4]) <= 7 && hex_digit(p[5]) >= 0)
+			return true;
+		p++;
+	}
+	return false;
+}
+
 /* ---- error classification ---------------------------------------------- */
 
 static void
@@ -225,18 +273,183 @@ status_class(int status)
 	}
 }
 
+/* Whether the error names one of the keys the router sets: its param is
+ * one, or its message mentions one. */
+static bool
+names_router_key(const struct oai_answers *a, const struct oai_error *ef)
+{
+	for (size_t i = 0; a->router_keys != NULL && a->router_keys[i] != NULL; i++) {
+		if ((ef->param != NULL && strcmp(ef->param, a->router_keys[i]) == 0) ||
+		    (ef->message != NULL && strstr(ef->message, a->router_keys[i]) != NULL))
+			return true;
+	}
+	return false;
+}
+
 /* Class of an error whose HTTP status is status (0: take the one the body
- * reports) in a dialect's answers. */
+ * reports) in a dialect's answers. The client never sends a router key
+ * (the host refuses it), so a refusal of one is the router's request
+ * failing, not the client's: permanent, and its words (the bootstrap
+ * address, the handoff) are not the client's to read. */
 static narwhal_error_class
 classify(const struct oai_answers *a, int status, const struct oai_error *ef)
 {
+	narwhal_error_class c;
+
 	if (status == 0)
 		status = reported_status(ef);
 	if (status == 400 && is_context_too_long(a, ef))
 		return NARWHAL_ERROR_CONTEXT_TOO_LONG;
 	if ((status == 0 || status >= 500) && a->handoff != NULL && a->handoff(ef))
 		return NARWHAL_ERROR_HANDOFF;
-	return status_class(status);
+	c = status_class(status);
+	return c == NARWHAL_ERROR_CLIENT && names_router_key(a, ef) ? NARWHAL_ERROR_PERMANENT : c;
+}
+
+/* ---- what a client may read of an engine's message ---------------------- */
+
+static bool
+is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool
+is_host_char(char c)
+{
+	return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+	       c == '-' || c == '_';
+}
+
+/* A dotted quad somewhere in w[0..n). */
+static bool
+has_ipv4(const char *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t j = i;
+		int groups = 0;
+
+		if (i > 0 && (is_digit(w[i - 1]) || w[i - 1] == '.'))
+			continue;
+		while (groups < 4) {
+			size_t digits = 0;
+
+			while (j < n && is_digit(w[j]) && digits < 4) {
+				j++;
+				digits++;
+			}
+			if (digits == 0 || digits > 3)
+				break;
+			if (++groups < 4 && (j >= n || w[j++] != '.'))
+				break;
+		}
+		if (groups == 4 && (j >= n || !is_digit(w[j])))
+			return true;
+	}
+	return false;
+}
+
+/* host:port as w[0..n): a host name or address (not a number alone, as in
+ * a time) and 2 to 5 digits. */
+static bool
+is_host_port(const char *w, size_t n)
+{
+	size_t colon = n, digits;
+	bool named = false;
+
+	while (colon > 0 && w[colon - 1] != ':')
+		colon--;
+	if (colon < 2)
+		return false;
+	digits = n - colon;
+	for (size_t i = colon; i < n; i++) {
+		if (!is_digit(w[i]))
+			return false;
+	}
+	for (size_t i = 0; i + 1 < colon; i++) {
+		if (!is_host_char(w[i]))
+			return false;
+		named |= !is_digit(w[i]);
+	}
+	return named && digits >= 2 && digits <= 5;
+}
+
+/* Whether a word (no blanks) names a place on the engine's side: a URL,
+ * an address, a host and port, a file path. */
+static bool
+is_private_word(const char *w, size_t n)
+{
+	if (memchr(w, '\\', n) != NULL || contains(w, n, "://", 3) || contains(w, n, "::", 2))
+		return true;
+	if (has_ipv4(w, n) || is_host_port(w, n))
+		return true;
+	/* /dir/file, ~/file, ./file, ../file */
+	if (n >= 2 && w[0] == '/' && memchr(w + 1, '/', n - 1) != NULL)
+		return true;
+	return (n >= 2 && (w[0] == '~' || w[0] == '.') && w[1] == '/') ||
+	       (n >= 3 && w[0] == '.' && w[1] == '.' && w[2] == '/');
+}
+
+static bool
+is_blank_char(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Append n bytes to out (of size bytes, *o used), as many as fit. */
+static void
+put(char *out, size_t size, size_t *o, const char *s, size_t n)
+{
+	if (n > size - 1 - *o)
+		n = size - 1 - *o;
+	memcpy(out + *o, s, n);
+	*o += n;
+}
+
+/*
+ * Hide from a message a client will read what names a place on the
+ * engine's side: each word (between blanks, without the quotes,
+ * parentheses and punctuation around it) that is a URL, an IP address, a
+ * host and port or a file path becomes "[hidden]". A traceback is an
+ * internal message as a whole: nothing of it is left.
+ */
+static void
+hide_private(char *msg, size_t size)
+{
+	/* Room for the worst case: every word a two-byte one hidden. */
+	char out[5 * NARWHAL_ENGINE_MESSAGE_MAX];
+	size_t o = 0;
+
+	if (strstr(msg, "Traceback (most recent call last)") != NULL ||
+	    strstr(msg, "File \"") != NULL) {
+		msg[0] = '\0';
+		return;
+	}
+	for (const char *p = msg; *p != '\0';) {
+		const char *word = p, *w, *e;
+
+		if (is_blank_char(*p)) {
+			put(out, sizeof out, &o, p++, 1);
+			continue;
+		}
+		while (*p != '\0' && !is_blank_char(*p))
+			p++;
+		/* [w, e): the word without what may wrap it. */
+		w = word;
+		while (w < p && strchr("\"'`(", *w) != NULL)
+			w++;
+		e = p;
+		while (e > w && strchr("\"'`).,;:!?", e[-1]) != NULL)
+			e--;
+		put(out, sizeof out, &o, word, (size_t)(w - word));
+		if (e > w && is_private_word(w, (size_t)(e - w)))
+			put(out, sizeof out, &o, "[hidden]", 8);
+		else
+			put(out, sizeof out, &o, w, (size_t)(e - w));
+		put(out, sizeof out, &o, e, (size_t)(p - e));
+	}
+	out[o] = '\0';
+	oai_copy_text(msg, size, out);
 }
 
 void
@@ -290,6 +503,8 @@ oai_parse_error(const struct oai_answers *a, int32_t http_status, const char *bo
 	if (found) {
 		oai_copy_text(out->message, sizeof out->message, ef.message);
 		oai_copy_text(out->param, sizeof out->param, ef.param);
+		if (out->error_class == NARWHAL_ERROR_CLIENT)
+			hide_private(out->message, sizeof out->message);
 	}
 	json_decref(doc);
 	return found ? 0 : -EPROTO;
@@ -378,54 +593,6 @@ oai_is_done(const char *data, size_t len)
 	while (len > 0 && is_space(data[len - 1]))
 		len--;
 	return len == 6 && memcmp(data, "[DONE]", 6) == 0;
-}
-
-/* Whether hay holds needle; no allocation. This runs on every relayed
- * token event, so memchr finds the candidates. */
-static bool
-contains(const char *hay, size_t len, const char *needle, size_t n)
-{
-	while (len >= n) {
-		const char *q = memchr(hay, needle[0], len - n + 1);
-
-		if (q == NULL)
-			return false;
-		if (memcmp(q, needle, n) == 0)
-			return true;
-		len -= (size_t)(q - hay) + 1;
-		hay = q + 1;
-	}
-	return false;
-}
-
-static int
-hex_digit(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
-/* Whether the text holds a \u escape of a printable ASCII character, which
- * no engine's JSON writer makes but which can spell a key ("\u0065rror"
- * is "error" to a parser). */
-static bool
-has_escaped_ascii(const char *p, size_t len)
-{
-	const char *end = p + len;
-
-	while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL && end - p >= 6) {
-		if (p[1] == '\\') {
-			p += 2; /* an escaped backslash */
-			continue;
-		}
-		if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && hex_digit(p[4]) >= 2 &&
-		    hex_digit(p[4]) <= 7 && hex_digit(p[5]) >= 0)
-			return true;
-		p++;
-	}
-	return false;
 }
 
 /* After the first token only a terminator or an error changes what the

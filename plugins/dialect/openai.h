@@ -61,10 +61,15 @@ struct oai_answers {
 	 * length". */
 	bool context_size_words;
 	oai_handoff_fn handoff;
+	/* The keys the router sets in the engine calls (router_keys),
+	 * NULL-terminated; NULL: none. An error that names one refuses what
+	 * the router sent, not the client's request. */
+	const char *const *router_keys;
 };
 
 /* parse_error for the nested {"error": {...}}, {"error": "text"} and, with
- * flat_errors, flat shapes. */
+ * flat_errors, flat shapes. The message of a NARWHAL_ERROR_CLIENT answer,
+ * which the client reads, has its URLs, addresses and paths hidden. */
 int oai_parse_error(const struct oai_answers *a, int32_t http_status, const char *body,
                     size_t len, struct narwhal_engine_error *out);
 

@@ -641,6 +641,7 @@ is_transfer_failure(const struct oai_error *ef)
 static const struct oai_answers sglang_answers = {
 	.flat_errors = true,
 	.handoff = is_transfer_failure,
+	.router_keys = router_keys,
 };
 
 static int

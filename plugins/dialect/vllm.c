@@ -372,10 +372,14 @@ is_handoff_load_failure(const struct oai_error *ef)
 	       (oai_contains_ci(ef->message, "remote kv") && oai_contains_ci(ef->message, "load"));
 }
 
+/* The handoff travels in kv_transfer_params: only the router may set it. */
+static const char *const router_keys[] = { KV_PARAMS, NULL };
+
 /* Nested errors (0.10.1 and later) and flat ones (older versions). */
 static const struct oai_answers vllm_answers = {
 	.flat_errors = true,
 	.handoff = is_handoff_load_failure,
+	.router_keys = router_keys,
 };
 
 static int
@@ -456,14 +460,11 @@ vllm_parse_metrics(void *instance, const char *body, size_t len,
 	return engine_metrics_read(body, len, &names, out);
 }
 
-/* The handoff travels in kv_transfer_params: only the router may set it. */
 static const char *const *
 vllm_router_keys(void *instance)
 {
-	static const char *const keys[] = { KV_PARAMS, NULL };
-
 	vllm_cast(instance);
-	return keys;
+	return router_keys;
 }
 
 /* vLLM answers prompt_logprobs only in a whole body: it refuses the key on

@@ -613,6 +613,28 @@ test_error_mapping(void)
 	nw_harness_free(h);
 }
 
+/* The message of a client error reaches the client: llama.cpp's own words,
+ * without the model file's path or an address in them. */
+static void
+test_error_message_hidden(void)
+{
+	struct nw_harness *h = llamacpp_with(NULL);
+	char message[NARWHAL_ENGINE_MESSAGE_MAX];
+	int rc;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(classify_rc(h, 400, "{\"error\":{\"code\":400,\"message\":\"failed to"
+	                            " open '/models/llama-3-8b.Q4_K_M.gguf': see"
+	                            " http://10.0.0.9:8080/props (C:\\\\models\\\\x.gguf)\","
+	                            "\"type\":\"invalid_request_error\"}}", &rc, message,
+	                            sizeof message),
+	                ==, NARWHAL_ERROR_CLIENT);
+	g_assert_cmpint(rc, ==, 0);
+	g_assert_cmpstr(message, ==, "failed to open '[hidden]': see [hidden] ([hidden])");
+	nw_harness_free(h);
+}
+
 /* Reference 4.5: exceed_context_size_error (newer builds), and an older
  * build's invalid_request_error that says the request exceeds the context
  * size; the same words under a server error stay retryable. */
@@ -867,6 +889,7 @@ main(int argc, char **argv)
 
 	g_test_add_func("/dialect/llamacpp/spec-4.2/error-mapping", test_error_mapping);
 	g_test_add_func("/dialect/llamacpp/ref-4.5/context-too-long", test_context_too_long);
+	g_test_add_func("/dialect/llamacpp/spec-4.2/error-message-hidden", test_error_message_hidden);
 	g_test_add_func("/dialect/llamacpp/error-message-cut", test_error_message_cut);
 
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/scrape", test_metrics_scrape);

@@ -874,7 +874,9 @@ test_errors_unreadable(void)
 }
 
 /* ABI 2.1, NARWHAL_ERROR_HANDOFF: a decode engine whose KV transfer
- * failed blames the prefill engine; a client error mentioning it does not. */
+ * failed blames the prefill engine; a 400 mentioning it does not (and as
+ * it names the router's bootstrap_room, it refuses what Narwhal sent, not
+ * the client's request: permanent). */
 static void
 test_errors_transfer(void)
 {
@@ -884,7 +886,7 @@ test_errors_transfer(void)
 		return;
 	expect_error(h, 500, "error-transfer.json", NARWHAL_ERROR_HANDOFF, "transfer failed");
 	expect_error(h, 0, "error-transfer.json", NARWHAL_ERROR_HANDOFF, "transfer failed");
-	expect_error(h, 400, "error-transfer.json", NARWHAL_ERROR_CLIENT, "transfer failed");
+	expect_error(h, 400, "error-transfer.json", NARWHAL_ERROR_PERMANENT, "transfer failed");
 	nw_harness_free(h);
 }
 
@@ -940,6 +942,73 @@ test_errors_prefill_transfer(void)
 		g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
 		g_assert_cmpint(ev.error_class, ==, NARWHAL_ERROR_HANDOFF);
 	}
+	nw_harness_free(h);
+}
+
+/* parse_error of a body under status, from the host's preset: the class,
+ * with the message in message (NARWHAL_ENGINE_MESSAGE_MAX). */
+static narwhal_error_class
+error_of(struct nw_harness *h, int status, const char *body, char *message)
+{
+	struct narwhal_engine_error err = { .struct_size = sizeof err,
+	                                    .error_class = NARWHAL_ERROR_PERMANENT };
+
+	g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), status, body,
+	                                                   strlen(body), &err), ==, 0);
+	g_strlcpy(message, err.message, NARWHAL_ENGINE_MESSAGE_MAX);
+	return err.error_class;
+}
+
+/* What a client may read (plugin-abi.h, NARWHAL_ERROR_CLIENT; RULES: never
+ * an engine's address, path or internal message): a 400 that refuses one
+ * of the router's keys (the bootstrap address and room the dialect added)
+ * is the router's failure, not the client's, so permanent; a client
+ * error's message keeps its words but not the URLs, addresses and paths in
+ * it, and a traceback is dropped whole. */
+static void
+test_errors_client_message(void)
+{
+	static const struct {
+		const char *body;
+		narwhal_error_class cls;
+		const char *message;
+	} cases[] = {
+		{ "{\"object\": \"error\", \"message\": \"bootstrap_port must be null or a port"
+		  " number.\", \"type\": \"BadRequestError\", \"param\": \"bootstrap_port\","
+		  " \"code\": 400}", NARWHAL_ERROR_PERMANENT, NULL },
+		{ "{\"object\": \"error\", \"message\": \"1 validation error: bootstrap_host:"
+		  " input_value='10.0.0.7'\", \"code\": 400}", NARWHAL_ERROR_PERMANENT, NULL },
+		{ "{\"object\": \"error\", \"message\": \"Cannot reach http://10.0.0.9:30000/x"
+		  " or gpu-7.lab:8998 (fd00::17, [fd00::18]:80), see /opt/sglang/srt/server.py\","
+		  " \"code\": 400}", NARWHAL_ERROR_CLIENT,
+		  "Cannot reach [hidden] or [hidden] ([hidden], [hidden]), see [hidden]" },
+		{ "{\"object\": \"error\", \"message\": \"Traceback (most recent call last):\\n"
+		  "  File \\\"/opt/sglang/x.py\\\", line 3\\nValueError: bad\", \"code\": 400}",
+		  NARWHAL_ERROR_CLIENT, "" },
+		{ "{\"object\": \"error\", \"message\": \"'max_tokens' must be at least 1, got -3;"
+		  " prompt is a string and/or a list; 1/2 of 3.5 (v0.5.1); text/plain\", \"code\":"
+		  " 400}", NARWHAL_ERROR_CLIENT,
+		  "'max_tokens' must be at least 1, got -3; prompt is a string and/or a list; 1/2 of"
+		  " 3.5 (v0.5.1); text/plain" },
+	};
+	struct nw_harness *h = sglang_with(NULL);
+	char message[NARWHAL_ENGINE_MESSAGE_MAX];
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		narwhal_error_class cls = error_of(h, 400, cases[i].body, message);
+
+		if (cls != cases[i].cls)
+			g_error("%s: class %d, expected %d", cases[i].body, cls, cases[i].cls);
+		if (cases[i].message != NULL)
+			g_assert_cmpstr(message, ==, cases[i].message);
+	}
+	/* A server error's message is not the client's to read: left whole. */
+	g_assert_cmpint(error_of(h, 500, "{\"object\": \"error\", \"message\": \"see"
+	                         " /opt/sglang/x.py\", \"code\": 500}", message),
+	                ==, NARWHAL_ERROR_RETRYABLE);
+	g_assert_cmpstr(message, ==, "see /opt/sglang/x.py");
 	nw_harness_free(h);
 }
 
@@ -1156,6 +1225,8 @@ main(int argc, char **argv)
 
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/flat", test_errors_flat);
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/nested", test_errors_nested);
+	g_test_add_func("/dialect/sglang/spec-4.2/errors/client-message",
+	                test_errors_client_message);
 	g_test_add_func("/dialect/sglang/abi-2.1/errors/transfer", test_errors_transfer);
 	g_test_add_func("/dialect/sglang/abi-2.1/errors/prefill-transfer",
 	                test_errors_prefill_transfer);

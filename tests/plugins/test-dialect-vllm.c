@@ -1184,6 +1184,14 @@ test_permanent_statuses(void)
 	             " \"code\": 503}}", NARWHAL_ERROR_CLIENT);
 	expect_class(h, 503, "{\"error\": {\"message\": \"x\", \"type\": \"BadRequestError\","
 	             " \"code\": 400}}", NARWHAL_ERROR_RETRYABLE);
+	/* A 400 about kv_transfer_params refuses what the router sent (the
+	 * host refuses the key from clients): permanent, its words (the
+	 * prefill engine's address) not the client's to read. */
+	expect_class(h, 400, "{\"error\": {\"message\": \"Invalid kv_transfer_params:"
+	             " remote_host 10.0.0.7\", \"type\": \"BadRequestError\", \"param\": null,"
+	             " \"code\": 400}}", NARWHAL_ERROR_PERMANENT);
+	expect_class(h, 422, "{\"object\": \"error\", \"message\": \"bad\", \"param\":"
+	             " \"kv_transfer_params\", \"code\": 422}", NARWHAL_ERROR_PERMANENT);
 	/* vLLM's unknown-model answer. */
 	expect_class(h, 404, "{\"error\": {\"message\": \"The model `x` does not exist.\","
 	             " \"type\": \"NotFoundError\", \"param\": \"model\", \"code\": 404}}",
