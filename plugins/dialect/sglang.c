@@ -13,8 +13,8 @@
  * request; an engine started without that flag serves whole requests and
  * is never paired.
  *
- * The router owns the three bootstrap keys: whatever a client put there is
- * dropped from every engine call.
+ * The router owns the three bootstrap keys and disagg_prefill_dp_rank:
+ * whatever a client put there is dropped from every engine call.
  *
  * Config (plugins.dialects.sglang), every key optional:
  *   bootstrap_port  the prefill engines' --disaggregation-bootstrap-port
@@ -331,8 +331,11 @@ sglang_capabilities(void *instance, const struct narwhal_engine_ref *engine)
  * Requests
  * ------------------------------------------------------------------------ */
 
+/* The bootstrap fields, and the hint that tells a decode engine which of
+ * the prefill engine's data-parallel ranks holds the KV cache: a client's
+ * value would steer the transfer. */
 static const char *const router_keys[] = {
-	"bootstrap_host", "bootstrap_port", "bootstrap_room", NULL,
+	"bootstrap_host", "bootstrap_port", "bootstrap_room", "disagg_prefill_dp_rank", NULL,
 };
 
 static bool
@@ -404,6 +407,22 @@ add_bootstrap(const struct sglang_dialect *sd, const struct narwhal_dialect_targ
 	return rc != 0 ? -ENOMEM : 0;
 }
 
+/* Whether a request asks for several sequences: a batch of prompts, or n
+ * or best_of above 1. SGLang pairs those only with a list of rooms, one a
+ * sequence, and a pair carries one. */
+static bool
+several_sequences(const json_t *client_body)
+{
+	const json_t *prompt = json_object_get(client_body, "prompt");
+	const json_t *n = json_object_get(client_body, "n");
+	const json_t *best_of = json_object_get(client_body, "best_of");
+
+	return (json_is_array(prompt) && json_array_size(prompt) > 1 &&
+	        !oai_is_token_ids(prompt)) ||
+	       (json_is_integer(n) && json_integer_value(n) > 1) ||
+	       (json_is_integer(best_of) && json_integer_value(best_of) > 1);
+}
+
 /* Both legs of a pair: the same body, each to its engine at the client's
  * route. The target must be a pair of PD engines with its ID, and the
  * engine called the one of the role the leg is for. */
@@ -424,7 +443,8 @@ build_leg(void *instance, const struct narwhal_dialect_target *target,
 	path = oai_route_path(target->route);
 	if (path == NULL)
 		return -EINVAL;
-	if (!disaggregated(sd, target->prefill) || !disaggregated(sd, target->decode))
+	if (!disaggregated(sd, target->prefill) || !disaggregated(sd, target->decode) ||
+	    several_sequences(target->client_body))
 		return -ENOTSUP;
 	body = engine_body(target->client_body);
 	if (body == NULL)

@@ -476,15 +476,17 @@ out:
 	nw_harness_free(later);
 }
 
-/* The router owns the bootstrap keys: a client's are refused by the host
- * (router_keys) and, should one get through, replaced on a pair leg and
- * dropped from an aggregate one. */
+/* The router owns the bootstrap keys, and disagg_prefill_dp_rank, which
+ * tells the decode engine which of the prefill engine's data-parallel
+ * ranks holds the KV cache: a client's are refused by the host
+ * (router_keys) and, should one get through, replaced or dropped on a
+ * pair leg and dropped from an aggregate one. */
 static void
 test_router_keys(void)
 {
 	static const char *const forged =
 		"{\"model\": \"m\", \"prompt\": \"x\", \"bootstrap_host\": \"evil.example\","
-		" \"bootstrap_port\": 1, \"bootstrap_room\": 5}";
+		" \"bootstrap_port\": 1, \"bootstrap_room\": 5, \"disagg_prefill_dp_rank\": 3}";
 	struct nw_harness *h = sglang_with("{\"disaggregation\": false,"
 	                                   " \"engines\": {\"p0\": {\"disaggregation\": true},"
 	                                   " \"d0\": {\"disaggregation\": true}}}");
@@ -497,15 +499,56 @@ test_router_keys(void)
 	g_assert_cmpstr(keys[0], ==, "bootstrap_host");
 	g_assert_cmpstr(keys[1], ==, "bootstrap_port");
 	g_assert_cmpstr(keys[2], ==, "bootstrap_room");
-	g_assert_null(keys[3]);
+	g_assert_cmpstr(keys[3], ==, "disagg_prefill_dp_rank");
+	g_assert_null(keys[4]);
 	g_assert_cmpint(build_pair_leg(h, LEG_PREFILL, C, forged, &body), ==, 0);
 	g_assert_cmpstr(json_string_value(json_object_get(body, "bootstrap_host")), ==, "10.0.0.7");
 	g_assert_cmpint(json_integer_value(json_object_get(body, "bootstrap_port")), ==, 8998);
 	g_assert_cmpint(json_integer_value(json_object_get(body, "bootstrap_room")), !=, 5);
+	g_assert_null(json_object_get(body, "disagg_prefill_dp_rank"));
+	json_decref(body);
+	g_assert_cmpint(build_pair_leg(h, LEG_DECODE, C, forged, &body), ==, 0);
+	g_assert_null(json_object_get(body, "disagg_prefill_dp_rank"));
 	json_decref(body);
 	g_assert_cmpint(build_single(h, LEG_AGGREGATE, C, &eng_named, forged, &body), ==, 0);
 	nw_harness_assert_json(body, "{\"model\": \"m\", \"prompt\": \"x\"}");
 	json_decref(body);
+	nw_harness_free(h);
+}
+
+/* One pair carries one sequence: SGLang takes a request of several (a
+ * batch of prompts, n above 1) only with a list of bootstrap rooms, one
+ * per sequence, and fails it with one room. Such a request is never a
+ * pair's (-ENOTSUP; the host refuses it from clients too). */
+static void
+test_pair_one_sequence(void)
+{
+	static const char *const several[] = {
+		"{\"prompt\": [\"a\", \"b\"]}", "{\"prompt\": [[1, 2], [3]]}",
+		"{\"prompt\": \"a\", \"n\": 2}", "{\"prompt\": \"a\", \"best_of\": 3}",
+		"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 4}",
+	};
+	static const char *const one[] = {
+		"{\"prompt\": [\"a\"]}", "{\"prompt\": [[1, 2]]}", "{\"prompt\": [1, 2]}",
+		"{\"prompt\": \"a\", \"n\": 1, \"best_of\": null}",
+	};
+	struct nw_harness *h = sglang_with(NULL);
+	json_t *body = NULL;
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(several); i++) {
+		narwhal_route route = strstr(several[i], "messages") ? CHAT : C;
+
+		g_assert_cmpint(build_pair_leg(h, LEG_PREFILL, route, several[i], &body), ==,
+		                -ENOTSUP);
+		g_assert_cmpint(build_pair_leg(h, LEG_DECODE, route, several[i], &body), ==,
+		                -ENOTSUP);
+	}
+	for (guint i = 0; i < G_N_ELEMENTS(one); i++) {
+		g_assert_cmpint(build_pair_leg(h, LEG_DECODE, C, one[i], &body), ==, 0);
+		json_decref(body);
+	}
 	nw_harness_free(h);
 }
 
@@ -1213,6 +1256,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/sglang/ref-2/rooms", test_rooms);
 	g_test_add_func("/dialect/sglang/ref-2/router-keys", test_router_keys);
 	g_test_add_func("/dialect/sglang/ref-2/pair-leg-errors", test_pair_leg_errors);
+	g_test_add_func("/dialect/sglang/ref-2/pair-one-sequence", test_pair_one_sequence);
 	g_test_add_func("/dialect/sglang/ref-2/parse-prefill", test_parse_prefill);
 	g_test_add_func("/dialect/sglang/ref-2/aggregate", test_aggregate);
 
