@@ -290,8 +290,8 @@ test_config_errors(void)
 	expect_config_error("[]", "config must be an object");
 	expect_config_error("\"sglang\"", "config must be an object");
 	expect_config_error("{\"bootstrap_prot\": 8998}",
-	                    "unknown key \"bootstrap_prot\": the sglang dialect takes "
-	                    "bootstrap_port, disaggregation and engines");
+	                    "bootstrap_prot: unknown key: valid keys are bootstrap_port, "
+	                    "disaggregation and engines");
 	expect_config_error("{\"bootstrap_port\": 0}",
 	                    "bootstrap_port: must be an integer from 1 to 65535");
 	expect_config_error("{\"bootstrap_port\": 65536}", "bootstrap_port: must be an integer");
@@ -308,14 +308,59 @@ test_config_errors(void)
 	expect_config_error("{\"engines\": {\"p0\": {\"disaggregation\": null}}}",
 	                    "engines.p0.disaggregation: must be true");
 	expect_config_error("{\"engines\": {\"p0\": {\"bootstrap_host\": \"\"}}}",
-	                    "engines.p0.bootstrap_host: must be a host name or address");
+	                    "engines.p0.bootstrap_host: must be a host name or an IPv4");
 	expect_config_error("{\"engines\": {\"p0\": {\"bootstrap_host\": \"http://p0\"}}}",
-	                    "engines.p0.bootstrap_host: must be a host name or address");
+	                    "engines.p0.bootstrap_host: must be a host name or an IPv4");
 	expect_config_error("{\"engines\": {\"p0\": {\"bootstrap_host\": 7}}}",
-	                    "engines.p0.bootstrap_host: must be a host name");
+	                    "engines.p0.bootstrap_host: must be a host name or an IPv4");
 	expect_config_error("{\"engines\": {\"p0\": {\"port\": 1}}}",
 	                    "engines.p0.port: unknown key: valid keys are bootstrap_port, "
 	                    "bootstrap_host and disaggregation");
+}
+
+/* RULES: a configuration error reads "json.path: problem: what is valid"
+ * on one line: a key or engine ID with control characters or quotes is
+ * shown escaped, a long ID shortened so that the key after it stays in
+ * the message; and a bootstrap_host must be one a decode engine can dial
+ * (a host:port, which the engine would dial with the port again, is
+ * not). */
+static void
+test_config_error_text(void)
+{
+	g_autofree char *long_id = g_strnfill(300, 'p');
+	g_autofree char *long_cfg =
+		g_strdup_printf("{\"engines\": {\"%s\": {\"bootstrap_port\": 0}}}", long_id);
+	g_autofree char *long_msg = g_strdup_printf(
+		"engines.%.40s....bootstrap_port: must be an integer from 1 to 65535", long_id);
+
+	expect_config_error("{\"engines\": {\"a\\nb\": {\"bootstrap_port\": 0}}}",
+	                    "engines.a\\u000ab.bootstrap_port: must be an integer from 1 to 65535");
+	expect_config_error("{\"engines\": {\"p0\": {\"x\\\"y\\u001b\": 1}}}",
+	                    "engines.p0.x\\\"y\\u001b: unknown key: valid keys are");
+	expect_config_error("{\"bootstrap\\rport\": 1}", "bootstrap\\u000dport: unknown key");
+	expect_config_error(long_cfg, long_msg);
+	for (const char *const *bad = (const char *const[]){ "10.0.0.7:8998", "gpu-7..lab",
+	                                                     "-gpu", "gpu-.lab", "fd00::17%",
+	                                                     "[fd00::17]", "fd00::zz", NULL };
+	     *bad != NULL; bad++) {
+		g_autofree char *cfg = g_strdup_printf(
+			"{\"engines\": {\"p0\": {\"bootstrap_host\": \"%s\"}}}", *bad);
+
+		expect_config_error(cfg, "engines.p0.bootstrap_host: must be a host name or an "
+		                         "IPv4 address, or an IPv6 address without brackets");
+	}
+	for (const char *const *good = (const char *const[]){ "gpu-7.lab", "gpu_7", "10.0.0.7",
+	                                                      "fd00::17", "fe80::1%eth0",
+	                                                      "gpu.lab.", NULL };
+	     *good != NULL; good++) {
+		g_autofree char *cfg = g_strdup_printf(
+			"{\"engines\": {\"p0\": {\"bootstrap_host\": \"%s\"}}}", *good);
+		struct nw_harness *h = sglang_with(cfg);
+
+		if (h == NULL)
+			return;
+		nw_harness_free(h);
+	}
 }
 
 /* An engines entry must name an engine of the fleet when the host shows
@@ -1250,6 +1295,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/sglang/config/good", test_good_configs);
 	g_test_add_func("/dialect/sglang/config/errors", test_config_errors);
 	g_test_add_func("/dialect/sglang/config/unknown-engine", test_config_unknown_engine);
+	g_test_add_func("/dialect/sglang/config/error-text", test_config_error_text);
 
 	g_test_add_func("/dialect/sglang/ref-2/pair-legs", test_pair_legs);
 	g_test_add_func("/dialect/sglang/ref-2/bootstrap-address", test_bootstrap_address);
