@@ -49,23 +49,8 @@ llamacpp_create(const struct narwhal_host *host, const json_t *config, void **in
 {
 	struct llamacpp_dialect *ld;
 
-	if (config != NULL && !json_is_null(config)) {
-		const char *key;
-		json_t *value;
-
-		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the llamacpp dialect "
-			         "takes no options");
-			return -EINVAL;
-		}
-		/* Read-only walk; the cast only satisfies the macro's type. */
-		json_object_foreach((json_t *)config, key, value) {
-			(void)value;
-			snprintf(err, err_len, "unknown key \"%s\": the llamacpp dialect takes no "
-			         "options", key);
-			return -EINVAL;
-		}
-	}
+	if (!oai_config_empty("llamacpp", config, err, err_len))
+		return -EINVAL;
 	ld = calloc(1, sizeof *ld);
 	if (ld == NULL) {
 		snprintf(err, err_len, "out of memory");

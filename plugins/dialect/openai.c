@@ -9,6 +9,7 @@
 #include "openai.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- requests ----------------------------------------------------------- */
@@ -103,6 +104,67 @@ has_escaped_ascii(const char *p, size_t len)
 		p++;
 	}
 	return false;
+}
+
+/* ---- configuration ----------------------------------------------------- */
+
+/* Longest key or ID a message shows, in characters (OAI_SHOWN_MAX). */
+#define NAME_SHOWN 40
+
+void
+oai_shown_name(char *buf, size_t size, const char *name)
+{
+	size_t o = 0, chars = 0;
+
+	for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
+		char piece[8];
+		size_t n;
+
+		if ((*p & 0xc0) != 0x80 && chars++ == NAME_SHOWN) {
+			snprintf(piece, sizeof piece, "...");
+		} else if (*p == '"' || *p == '\\') {
+			snprintf(piece, sizeof piece, "\\%c", *p);
+		} else if (*p < 0x20 || *p == 0x7f) {
+			snprintf(piece, sizeof piece, "\\u%04x", *p);
+		} else {
+			piece[0] = (char)*p;
+			piece[1] = '\0';
+		}
+		n = strlen(piece);
+		if (o + n >= size)
+			break;
+		memcpy(buf + o, piece, n);
+		o += n;
+		if (chars > NAME_SHOWN)
+			break;
+	}
+	buf[o] = '\0';
+}
+
+bool
+oai_config_empty(const char *dialect, const json_t *config, char *err, size_t err_len)
+{
+	const char *key;
+	json_t *value;
+
+	if (config == NULL || json_is_null(config))
+		return true;
+	if (!json_is_object(config)) {
+		snprintf(err, err_len, "config must be an empty object: the %s dialect takes no "
+		         "options", dialect);
+		return false;
+	}
+	/* Read-only walk; the cast only satisfies the macro's type. */
+	json_object_foreach((json_t *)config, key, value) {
+		char shown[OAI_SHOWN_MAX];
+
+		(void)value;
+		oai_shown_name(shown, sizeof shown, key);
+		snprintf(err, err_len, "%s: unknown key: the %s dialect takes no options (none, "
+		         "null or {})", shown, dialect);
+		return false;
+	}
+	return true;
 }
 
 /* ---- error classification ---------------------------------------------- */

@@ -31,6 +31,16 @@ int oai_copy_key(json_t *body, const json_t *client_body, const char *key);
  * gives "". */
 void oai_copy_text(char *dst, size_t size, const char *src);
 
+/* A configuration key or ID as a message shows it (one line): quotes,
+ * backslashes and control characters escaped as JSON writes them, cut with
+ * "..." after 40 characters; buf holds OAI_SHOWN_MAX bytes. */
+#define OAI_SHOWN_MAX (40 * 6 + sizeof "...")
+void oai_shown_name(char *buf, size_t size, const char *name);
+
+/* For a dialect without settings: true when config is none, null or {};
+ * otherwise false with err saying why. */
+bool oai_config_empty(const char *dialect, const json_t *config, char *err, size_t err_len);
+
 /* Whether hay contains needle (lower case), ignoring ASCII case. */
 bool oai_contains_ci(const char *hay, const char *needle);
 

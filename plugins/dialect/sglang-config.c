@@ -10,49 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "openai.h"
+
 /* SGLang's own default for --disaggregation-bootstrap-port. */
 #define DEFAULT_BOOTSTRAP_PORT 8998
 
-/* Longest engine ID or key a message shows, in characters. */
-#define NAME_SHOWN 40
-
-/* name as a configuration message shows it (RULES: one line): quotes,
- * backslashes and control characters escaped as JSON writes them, and
- * "..." after NAME_SHOWN characters. */
-static void
-shown_name(char *buf, size_t size, const char *name)
-{
-	size_t o = 0, chars = 0;
-
-	for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
-		char piece[8];
-		size_t n;
-
-		if ((*p & 0xc0) != 0x80 && chars++ == NAME_SHOWN) {
-			snprintf(piece, sizeof piece, "...");
-		} else if (*p == '"' || *p == '\\') {
-			snprintf(piece, sizeof piece, "\\%c", *p);
-		} else if (*p < 0x20 || *p == 0x7f) {
-			snprintf(piece, sizeof piece, "\\u%04x", *p);
-		} else {
-			piece[0] = (char)*p;
-			piece[1] = '\0';
-		}
-		n = strlen(piece);
-		if (o + n >= size)
-			break;
-		memcpy(buf + o, piece, n);
-		o += n;
-		if (chars > NAME_SHOWN)
-			break;
-	}
-	buf[o] = '\0';
-}
-
-/* Room for a shown name (every character escaped), and for "engines."
- * with one and a dot. */
-#define SHOWN_MAX (NAME_SHOWN * 6 + sizeof "...")
-#define WHERE_MAX (sizeof "engines.." + SHOWN_MAX)
+/* Room for "engines." with a shown ID and a dot. */
+#define WHERE_MAX (sizeof "engines.." + OAI_SHOWN_MAX)
 
 /* A port setting: an integer from 1 to 65535. */
 static bool
@@ -160,11 +124,11 @@ static bool
 read_engine(const struct narwhal_host *host, const char *id, const json_t *obj,
             struct sglang_engine_settings *es, char *err, size_t err_len)
 {
-	char shown[SHOWN_MAX], where[WHERE_MAX];
+	char shown[OAI_SHOWN_MAX], where[WHERE_MAX];
 	const char *key;
 	json_t *v;
 
-	shown_name(shown, sizeof shown, id);
+	oai_shown_name(shown, sizeof shown, id);
 	snprintf(where, sizeof where, "engines.%s.", shown);
 	es->disaggregate = -1;
 	if (!fleet_has(host, id)) {
@@ -199,7 +163,7 @@ read_engine(const struct narwhal_host *host, const char *id, const json_t *obj,
 				return false;
 			}
 		} else {
-			shown_name(shown, sizeof shown, key);
+			oai_shown_name(shown, sizeof shown, key);
 			snprintf(err, err_len, "%s%s: unknown key: valid keys are bootstrap_port, "
 			         "bootstrap_host and disaggregation", where, shown);
 			return false;
@@ -276,9 +240,9 @@ sglang_config_read(struct sglang_config *cfg, const struct narwhal_host *host,
 		} else if (strcmp(key, "engines") == 0) {
 			ok = read_engines(cfg, host, v, err, err_len);
 		} else {
-			char shown[SHOWN_MAX];
+			char shown[OAI_SHOWN_MAX];
 
-			shown_name(shown, sizeof shown, key);
+			oai_shown_name(shown, sizeof shown, key);
 			snprintf(err, err_len, "%s: unknown key: valid keys are bootstrap_port, "
 			         "disaggregation and engines", shown);
 			ok = false;

@@ -54,23 +54,8 @@ vllm_create(const struct narwhal_host *host, const json_t *config, void **instan
 {
 	struct vllm_dialect *vd;
 
-	if (config != NULL && !json_is_null(config)) {
-		const char *key;
-		json_t *value;
-
-		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the vllm dialect "
-			         "takes no options");
-			return -EINVAL;
-		}
-		/* Read-only walk; the cast only satisfies the macro's type. */
-		json_object_foreach((json_t *)config, key, value) {
-			(void)value;
-			snprintf(err, err_len, "unknown key \"%s\": the vllm dialect takes no options",
-			         key);
-			return -EINVAL;
-		}
-	}
+	if (!oai_config_empty("vllm", config, err, err_len))
+		return -EINVAL;
 	vd = calloc(1, sizeof *vd);
 	if (vd == NULL) {
 		snprintf(err, err_len, "out of memory");

@@ -155,9 +155,11 @@ expect_config_error(const char *config_json, const char *reason)
 static void
 test_config_errors(void)
 {
+	/* RULES: "json.path: problem: what is valid", on one line. */
 	expect_config_error("{\"n_ctx\": 4096}",
-	                    "unknown key \"n_ctx\": the llamacpp dialect takes no options");
-	expect_config_error("{\"a\": null}", "unknown key \"a\"");
+	                    "n_ctx: unknown key: the llamacpp dialect takes no options");
+	expect_config_error("{\"a\": null}", "a: unknown key");
+	expect_config_error("{\"a\\nb\\\"\": 1}", "a\\u000ab\\\": unknown key");
 	expect_config_error("[]", "config must be an empty object");
 	expect_config_error("\"llamacpp\"", "config must be an empty object");
 	expect_config_error("7", "config must be an empty object");

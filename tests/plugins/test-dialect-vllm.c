@@ -235,9 +235,11 @@ expect_config_error(const char *config_json, const char *reason)
 static void
 test_config_errors(void)
 {
+	/* RULES: "json.path: problem: what is valid", on one line. */
 	expect_config_error("{\"timeout\": 1}",
-	                    "unknown key \"timeout\": the vllm dialect takes no options");
-	expect_config_error("{\"a\": null}", "unknown key \"a\"");
+	                    "timeout: unknown key: the vllm dialect takes no options");
+	expect_config_error("{\"a\": null}", "a: unknown key");
+	expect_config_error("{\"a\\tb\": 1}", "a\\u0009b: unknown key");
 	expect_config_error("[]", "config must be an empty object");
 	expect_config_error("\"vllm\"", "config must be an empty object");
 }
