@@ -218,22 +218,37 @@ llamacpp_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt
 }
 
 /* data[0].id is the served model: the --alias when given, else the model
- * file's path or name. meta.n_ctx_train is the model's training context,
- * not the server's -c window, so max_model_len stays unknown and an
- * over-long request is refused by the engine (exceed_context_size_error). */
+ * file's path, whose directory the clients are not to see (GET /v1/models
+ * serves this name); the file's own name serves as well, as a single-model
+ * server takes any name in a request. meta.n_ctx_train is the model's
+ * training context, not the server's -c window, so max_model_len stays
+ * unknown and an over-long request is refused by the engine
+ * (exceed_context_size_error). */
 static int
 llamacpp_parse_models(void *instance, const json_t *response, struct narwhal_model_info *out)
 {
 	const json_t *id;
+	const char *name, *end;
 
 	llamacpp_cast(instance);
 	if (response == NULL || out == NULL)
 		return -EINVAL;
 	id = json_object_get(json_array_get(json_object_get(response, "data"), 0), "id");
-	if (!json_is_string(id) || json_string_length(id) == 0 ||
-	    json_string_length(id) >= sizeof out->name)
+	if (!json_is_string(id))
 		return -EPROTO;
-	oai_copy_text(out->name, sizeof out->name, json_string_value(id));
+	/* The last part of a path, with '/' or '\\' between parts. */
+	name = json_string_value(id);
+	end = name + json_string_length(id);
+	while (end > name && (end[-1] == '/' || end[-1] == '\\'))
+		end--;
+	for (const char *p = name; p < end; p++) {
+		if (*p == '/' || *p == '\\')
+			name = p + 1;
+	}
+	if (end == name || (size_t)(end - name) >= sizeof out->name)
+		return -EPROTO;
+	memcpy(out->name, name, (size_t)(end - name));
+	out->name[end - name] = '\0';
 	return 0;
 }
 

@@ -303,6 +303,50 @@ expect_get(struct nw_harness *h,
 	g_assert_cmpint(builder(nw_harness_ctx(h), &test_engine, NULL), ==, -EINVAL);
 }
 
+/* Without --alias, llama-server's model id is the model file's path, which
+ * Narwhal would serve to every client as the model's name (GET
+ * /v1/models): the name is the file's own, without its directory (the
+ * engine takes any name in a request). */
+static void
+test_models_path(void)
+{
+	static const struct {
+		const char *id;
+		const char *name;
+	} cases[] = {
+		{ "/models/llama-3-8b.Q4_K_M.gguf", "llama-3-8b.Q4_K_M.gguf" },
+		{ "../models/q.gguf", "q.gguf" },
+		{ "C:\\\\models\\\\q.gguf", "q.gguf" },
+		{ "models/qwen/", "qwen" },
+		{ "qwen2.5-7b", "qwen2.5-7b" },
+	};
+	struct nw_harness *h = llamacpp_with(NULL);
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct narwhal_model_info info = { .struct_size = sizeof info, .max_model_len = -1 };
+		g_autofree char *text = g_strdup_printf("{\"data\": [{\"id\": \"%s\"}]}", cases[i].id);
+		json_t *doc = nw_harness_json(text);
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==,
+		                0);
+		g_assert_cmpstr(info.name, ==, cases[i].name);
+		json_decref(doc);
+	}
+	for (const char *const *bad = (const char *const[]){ "/", "//", "\\\\", NULL }; *bad;
+	     bad++) {
+		struct narwhal_model_info info = { .struct_size = sizeof info, .max_model_len = -1 };
+		g_autofree char *text = g_strdup_printf("{\"data\": [{\"id\": \"%s\"}]}", *bad);
+		json_t *doc = nw_harness_json(text);
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==,
+		                -EPROTO);
+		json_decref(doc);
+	}
+	nw_harness_free(h);
+}
+
 /* Reference 5.3: GET /health (200 {"status":"ok"}, 503 while loading). */
 static void
 test_health(void)
@@ -882,6 +926,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/llamacpp/aggregate", test_aggregate);
 	g_test_add_func("/dialect/llamacpp/ref-5.3/health", test_health);
 	g_test_add_func("/dialect/llamacpp/models", test_models);
+	g_test_add_func("/dialect/llamacpp/models/path", test_models_path);
 
 	g_test_add_func("/dialect/llamacpp/ref-4.2/sse/stream", test_sse_stream);
 	g_test_add_func("/dialect/llamacpp/spec-4.3/sse/in-band-errors", test_sse_errors);
