@@ -860,6 +860,41 @@ test_metrics_refused(void)
 	nw_harness_free(h);
 }
 
+/* Label injection: a label value with a raw newline (the format escapes
+ * it as \\n) in a metric the dialect does not read would let the lines
+ * inside it pass for samples, here 900 waiting requests. Such a page is
+ * broken, refused whole: a foreign sample's quoted strings must end on
+ * its line (what else it holds is its own business). */
+static void
+test_metrics_label_injection(void)
+{
+	static const char *const refused[] = {
+		"llamacpp:requests_processing 1\n"
+		"llamacpp:n_busy_slots_per_decode{x=\"a\n"
+		"llamacpp:requests_deferred 900\n"
+		"b\"} 1\n",
+		"llamacpp:requests_processing 1\nother{a=\"x 1\n",
+	};
+	static const char taken[] =
+		"llamacpp:requests_processing 1\n"
+		"other{a=\"\\\"}\\n\",b=\"llamacpp:requests_deferred 900\",} 1\n"
+		"other_total 5 1700000000000\n";
+	struct nw_harness *h = llamacpp_with(NULL);
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(refused); i++) {
+		if (metrics(h, refused[i], &m) != -EPROTO)
+			g_error("parse_metrics took a page it should refuse:\n%s", refused[i]);
+		g_assert_cmpint(m.waiting, ==, -1);
+	}
+	g_assert_cmpint(metrics(h, taken, &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 1);
+	g_assert_cmpint(m.waiting, ==, -1);
+	nw_harness_free(h);
+}
+
 /* ----------------------------------------------------------- the rules --- */
 
 /* No clock, no fleet, no estimators, no logs: a pure wire format. */
@@ -942,6 +977,8 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/scrape", test_metrics_scrape);
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/kv-ratio", test_metrics_kv_ratio);
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/refused", test_metrics_refused);
+	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/label-injection",
+	                test_metrics_label_injection);
 
 	g_test_add_func("/dialect/llamacpp/no-host-calls", test_no_host_calls);
 	g_test_add_func("/dialect/llamacpp/two-instances", test_two_instances);
