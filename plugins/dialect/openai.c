@@ -1,10 +1,10 @@
 /*
  * What the dialects of OpenAI-compatible engines share (vLLM, SGLang,
- * llama.cpp): the
- * generation routes, the error shapes and their classes (spec 4.2), the
- * model list and the SSE events. Compiled into each dialect that uses it;
- * nothing here is exported from a plugin. Reference: engine-wire-formats
- * sections 4 and 5.
+ * llama.cpp): the generation routes, the check of an empty configuration,
+ * the error shapes and their classes (spec 4.2) with what a client may read
+ * of them, the model list and the SSE events. Compiled into each dialect
+ * that uses it; nothing here is exported from a plugin. Reference:
+ * engine-wire-formats sections 4 and 5.
  */
 #include "openai.h"
 
@@ -56,54 +56,6 @@ oai_copy_key(json_t *body, const json_t *client_body, const char *key)
 	if (v == NULL || json_is_null(v))
 		return 0;
 	return json_object_set_new(body, key, json_deep_copy(v));
-}
-
-/* Whether hay holds needle; no allocation. This runs on every relayed
- * token event, so memchr finds the candidates. */
-static bool
-contains(const char *hay, size_t len, const char *needle, size_t n)
-{
-	while (len >= n) {
-		const char *q = memchr(hay, needle[0], len - n + 1);
-
-		if (q == NULL)
-			return false;
-		if (memcmp(q, needle, n) == 0)
-			return true;
-		len -= (size_t)(q - hay) + 1;
-		hay = q + 1;
-	}
-	return false;
-}
-
-static int
-hex_digit(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
-/* Whether the text holds a \u escape of a printable ASCII character, which
- * no engine's JSON writer makes but which can spell a key ("\u0065rror"
- * is "error" to a parser). */
-static bool
-has_escaped_ascii(const char *p, size_t len)
-{
-	const char *end = p + len;
-
-	while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL && end - p >= 6) {
-		if (p[1] == '\\') {
-			p += 2; /* an escaped backslash */
-			continue;
-		}
-		if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && hex_digit(p[4]) >= 2 &&
-		    hex_digit(p[4]) <= 7 && hex_digit(p[5]) >= 0)
-			return true;
-		p++;
-	}
-	return false;
 }
 
 /* ---- configuration ----------------------------------------------------- */
@@ -165,6 +117,69 @@ oai_config_empty(const char *dialect, const json_t *config, char *err, size_t er
 		return false;
 	}
 	return true;
+}
+
+/* ---- text ------------------------------------------------------------- */
+
+/* Whether hay holds needle; no allocation. This runs on every relayed
+ * token event, so memchr finds the candidates. */
+static bool
+contains(const char *hay, size_t len, const char *needle, size_t n)
+{
+	while (len >= n) {
+		const char *q = memchr(hay, needle[0], len - n + 1);
+
+		if (q == NULL)
+			return false;
+		if (memcmp(q, needle, n) == 0)
+			return true;
+		len -= (size_t)(q - hay) + 1;
+		hay = q + 1;
+	}
+	return false;
+}
+
+static char
+ascii_lower(char c)
+{
+	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* No allocation. */
+bool
+oai_contains_ci(const char *hay, const char *needle)
+{
+	size_t n = strlen(needle);
+
+	for (; *hay != '\0'; hay++) {
+		size_t i = 0;
+
+		while (i < n && ascii_lower(hay[i]) == needle[i])
+			i++;
+		if (i == n)
+			return true;
+	}
+	return false;
+}
+
+void
+oai_copy_text(char *dst, size_t size, const char *src)
+{
+	size_t n;
+
+	if (src == NULL) {
+		dst[0] = '\0';
+		return;
+	}
+	n = strlen(src);
+	if (n >= size) {
+		n = size - 1;
+		/* Do not end inside a UTF-8 sequence. */
+		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
 }
 
 /* ---- error classification ---------------------------------------------- */
@@ -255,29 +270,6 @@ reported_status(const struct oai_error *ef)
 		}
 	}
 	return 0;
-}
-
-static char
-ascii_lower(char c)
-{
-	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
-
-/* No allocation. */
-bool
-oai_contains_ci(const char *hay, const char *needle)
-{
-	size_t n = strlen(needle);
-
-	for (; *hay != '\0'; hay++) {
-		size_t i = 0;
-
-		while (i < n && ascii_lower(hay[i]) == needle[i])
-			i++;
-		if (i == n)
-			return true;
-	}
-	return false;
 }
 
 /* The parameters vLLM names when a request does not fit the context. */
@@ -514,26 +506,6 @@ hide_private(char *msg, size_t size)
 	oai_copy_text(msg, size, out);
 }
 
-void
-oai_copy_text(char *dst, size_t size, const char *src)
-{
-	size_t n;
-
-	if (src == NULL) {
-		dst[0] = '\0';
-		return;
-	}
-	n = strlen(src);
-	if (n >= size) {
-		n = size - 1;
-		/* Do not end inside a UTF-8 sequence. */
-		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
-			n--;
-	}
-	memcpy(dst, src, n);
-	dst[n] = '\0';
-}
-
 int
 oai_parse_error(const struct oai_answers *a, int32_t http_status, const char *body, size_t len,
                 struct narwhal_engine_error *out)
@@ -655,6 +627,36 @@ oai_is_done(const char *data, size_t len)
 	while (len > 0 && is_space(data[len - 1]))
 		len--;
 	return len == 6 && memcmp(data, "[DONE]", 6) == 0;
+}
+
+static int
+hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* Whether the text holds a \u escape of a printable ASCII character, which
+ * no engine's JSON writer makes but which can spell a key ("\u0065rror"
+ * is "error" to a parser). */
+static bool
+has_escaped_ascii(const char *p, size_t len)
+{
+	const char *end = p + len;
+
+	while ((p = memchr(p, '\\', (size_t)(end - p))) != NULL && end - p >= 6) {
+		if (p[1] == '\\') {
+			p += 2; /* an escaped backslash */
+			continue;
+		}
+		if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && hex_digit(p[4]) >= 2 &&
+		    hex_digit(p[4]) <= 7 && hex_digit(p[5]) >= 0)
+			return true;
+		p++;
+	}
+	return false;
 }
 
 /* After the first token only a terminator or an error changes what the
