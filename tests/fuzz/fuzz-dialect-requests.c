@@ -18,6 +18,7 @@
  * - vLLM's prefill leg does not stream and asks for one token.
  */
 #include "dialects.h"
+#include "../../plugins/dialect/openai.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -82,21 +83,6 @@ sent_body(const struct narwhal_http_call *call, const json_t *client)
 	return call->body;
 }
 
-static bool
-is_token_ids(const json_t *prompt)
-{
-	size_t i;
-	json_t *v;
-
-	if (!json_is_array(prompt) || json_array_size(prompt) == 0)
-		return false;
-	json_array_foreach(prompt, i, v) {
-		if (!json_is_integer(v))
-			return false;
-	}
-	return true;
-}
-
 static struct narwhal_http_call
 fresh_call(void)
 {
@@ -123,7 +109,7 @@ tokenize(const struct fuzz_dialect *d, const struct narwhal_dialect_target *t)
 	rc = d->ops->build_tokenize(d->instance, t, &call);
 	check_rc(rc, true);
 	if (rc == -EALREADY && (t->route != NARWHAL_ROUTE_COMPLETIONS ||
-	                        !is_token_ids(json_object_get(t->client_body, "prompt"))))
+	                        !oai_is_token_ids(json_object_get(t->client_body, "prompt"))))
 		abort();
 	if (rc != 0) {
 		if (call.body != NULL)
