@@ -85,8 +85,11 @@ check_event(const struct fuzz_dialect *d, const char *payload, size_t len)
 		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER, .tokens = 777,
 		.prompt_tokens = -7, .completion_tokens = -7, .error_class = 99,
 	};
-	char *copy = g_memdup2(payload, len > 0 ? len : 1);
-	bool sniffed = d->ops->sniff_sse(d->instance, copy, len);
+	char *copy = g_malloc(len > 0 ? len : 1);
+	bool sniffed;
+
+	memcpy(copy, payload, len);
+	sniffed = d->ops->sniff_sse(d->instance, copy, len);
 
 	if (d->ops->parse_sse(d->instance, copy, len, &ev) == 0) {
 		if (ev.kind < NARWHAL_SSE_TOKENS || ev.kind > NARWHAL_SSE_OTHER)
