@@ -6,7 +6,8 @@
 #                         suite plain, then under ASan+UBSan, then make distcheck,
 #                         then, as root on Debian, build, install, start and purge
 #                         the Debian packages (tests/packaging/deb-check.sh), then
-#                         each libFuzzer target briefly (FUZZ_SECONDS, default 20),
+#                         each libFuzzer target briefly (FUZZ_SECONDS, default 20,
+#                         FUZZ_TOTAL_SECONDS for all, default 100),
 #                         then the OpenAI Node SDK scenarios through Narwhal
 #                         (NARWHAL_SKIP_CLIENT_TESTS=1 skips them)
 #   ./bootstrap.sh deps   only install the Debian packages

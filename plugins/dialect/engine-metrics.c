@@ -15,9 +15,11 @@
  * ('#' first: HELP, TYPE or anything else), or a sample
  *     name [{label="value",...}] value [timestamp]
  * Samples of the metrics below are read in full and must be well formed;
- * other samples need only start with a metric name, so a family an engine
- * adds later cannot break monitoring. Reference: engine-wire-formats
- * sections 5.1 and 5.2.
+ * other samples need only start with a metric name and close their quoted
+ * strings, so a family an engine adds later cannot break monitoring and a
+ * label value with a raw newline cannot pass its lines off as samples.
+ * Reference:
+ * engine-wire-formats sections 5.1 and 5.2.
  */
 
 /* The metrics a dialect reads. */
@@ -205,6 +207,24 @@ is_timestamp(const char *t, size_t n)
 	return true;
 }
 
+/* Whether every quoted string of the rest of the line ends on it (a
+ * backslash escapes the next character). */
+static bool
+quotes_closed(const struct scan *s)
+{
+	bool quoted = false;
+
+	for (const char *p = s->p; p < s->end; p++) {
+		if (quoted && *p == '\\') {
+			if (++p == s->end)
+				return false;
+		} else if (*p == '"') {
+			quoted = !quoted;
+		}
+	}
+	return !quoted;
+}
+
 /* What the body says, summed or maxed across series. */
 struct metrics_seen {
 	bool seen[M_COUNT];
@@ -271,8 +291,11 @@ read_line(struct scan *s, const char *const names[M_COUNT], struct metrics_seen 
 		if (names[m] != NULL && strlen(names[m]) == n && memcmp(name, names[m], n) == 0)
 			break;
 	}
+	/* Another metric's sample may hold what it likes (a later format's
+	 * exemplar, say), but a quoted value must end on its line, or the
+	 * lines inside it would pass for samples. */
 	if (m == M_COUNT)
-		return true;
+		return quotes_closed(s);
 	/* The name ends at a brace or a blank, never inside a longer token. */
 	if (s->p == s->end || (*s->p != '{' && !is_blank(*s->p)))
 		return false;

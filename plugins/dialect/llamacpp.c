@@ -49,23 +49,8 @@ llamacpp_create(const struct narwhal_host *host, const json_t *config, void **in
 {
 	struct llamacpp_dialect *ld;
 
-	if (config != NULL && !json_is_null(config)) {
-		const char *key;
-		json_t *value;
-
-		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the llamacpp dialect "
-			         "takes no options");
-			return -EINVAL;
-		}
-		/* Read-only walk; the cast only satisfies the macro's type. */
-		json_object_foreach((json_t *)config, key, value) {
-			(void)value;
-			snprintf(err, err_len, "unknown key \"%s\": the llamacpp dialect takes no "
-			         "options", key);
-			return -EINVAL;
-		}
-	}
+	if (!oai_config_empty("llamacpp", config, err, err_len))
+		return -EINVAL;
 	ld = calloc(1, sizeof *ld);
 	if (ld == NULL) {
 		snprintf(err, err_len, "out of memory");
@@ -233,155 +218,59 @@ llamacpp_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt
 }
 
 /* data[0].id is the served model: the --alias when given, else the model
- * file's path or name. meta.n_ctx_train is the model's training context,
- * not the server's -c window, so max_model_len stays unknown and an
- * over-long request is refused by the engine (exceed_context_size_error). */
+ * file's path, whose directory the clients are not to see (GET /v1/models
+ * serves this name); the file's own name serves as well, as a single-model
+ * server takes any name in a request. meta.n_ctx_train is the model's
+ * training context, not the server's -c window, so max_model_len stays
+ * unknown and an over-long request is refused by the engine
+ * (exceed_context_size_error). */
 static int
 llamacpp_parse_models(void *instance, const json_t *response, struct narwhal_model_info *out)
 {
 	const json_t *id;
+	const char *name, *end;
 
 	llamacpp_cast(instance);
 	if (response == NULL || out == NULL)
 		return -EINVAL;
 	id = json_object_get(json_array_get(json_object_get(response, "data"), 0), "id");
-	if (!json_is_string(id) || json_string_length(id) == 0 ||
-	    json_string_length(id) >= sizeof out->name)
+	if (!json_is_string(id))
 		return -EPROTO;
-	oai_copy_text(out->name, sizeof out->name, json_string_value(id));
+	/* The last part of a path, with '/' or '\\' between parts. */
+	name = json_string_value(id);
+	end = name + json_string_length(id);
+	while (end > name && (end[-1] == '/' || end[-1] == '\\'))
+		end--;
+	for (const char *p = name; p < end; p++) {
+		if (*p == '/' || *p == '\\')
+			name = p + 1;
+	}
+	if (end == name || (size_t)(end - name) >= sizeof out->name)
+		return -EPROTO;
+	memcpy(out->name, name, (size_t)(end - name));
+	out->name[end - name] = '\0';
 	return 0;
 }
 
-/* ---- errors -------------------------------------------------------------- */
+/* ---- errors and SSE events (openai.c) ----------------------------------- */
 
-/* The parts of an error answer that classification reads. */
-struct error_fields {
-	const char *message;
-	const char *type;
-	const json_t *code;
+/* llama.cpp nests every error, {"error": {"code", "message", "type"}}, in a
+ * body and in a stream, and its types name their statuses; it has no
+ * handoff. A request too long for the context is a 400 of type
+ * exceed_context_size_error, or in older builds one that says "context
+ * size". Its stream's last chunk carries the finish reason beside the
+ * usage (with stream_options.include_usage, or always in older builds). */
+static const struct oai_answers llamacpp_answers = {
+	.usage_beside_choices = true,
+	.context_size_words = true,
 };
-
-/* {"error": {"code", "message", "type"}} (the only shape llama.cpp sends,
- * in a body and in a stream), or {"error": "text"}. False when the
- * document has neither. */
-static bool
-find_error(const json_t *doc, struct error_fields *ef)
-{
-	const json_t *error = json_object_get(doc, "error");
-
-	memset(ef, 0, sizeof *ef);
-	if (json_is_object(error)) {
-		ef->message = json_string_value(json_object_get(error, "message"));
-		ef->type = json_string_value(json_object_get(error, "type"));
-		ef->code = json_object_get(error, "code");
-		return true;
-	}
-	if (json_is_string(error)) {
-		ef->message = json_string_value(error);
-		return true;
-	}
-	return false;
-}
-
-/* llama.cpp's error types and the status each is sent with. */
-static const struct {
-	const char *type;
-	int status;
-} type_status[] = {
-	{ "invalid_request_error", 400 },     { "exceed_context_size_error", 400 },
-	{ "authentication_error", 401 },      { "permission_error", 403 },
-	{ "not_found_error", 404 },           { "server_error", 500 },
-	{ "not_supported_error", 501 },       { "unavailable_error", 503 },
-	{ "service_unavailable_error", 503 },
-};
-
-/* The status an error reports about itself: its integer code when that is
- * an HTTP error status, else its type's, else 0. */
-static int
-reported_status(const struct error_fields *ef)
-{
-	if (json_is_integer(ef->code) && json_integer_value(ef->code) >= 400 &&
-	    json_integer_value(ef->code) <= 599)
-		return (int)json_integer_value(ef->code);
-	for (size_t i = 0; ef->type != NULL && i < sizeof type_status / sizeof type_status[0];
-	     i++) {
-		if (strcmp(ef->type, type_status[i].type) == 0)
-			return type_status[i].status;
-	}
-	return 0;
-}
-
-/* A 400 that means "does not fit the context": the type newer builds send
- * for it, or older builds' invalid_request_error whose message says the
- * request exceeds the context size. */
-static bool
-is_context_too_long(const struct error_fields *ef)
-{
-	if (ef->type != NULL && strcmp(ef->type, "exceed_context_size_error") == 0)
-		return true;
-	return ef->message != NULL && (oai_contains_ci(ef->message, "context size") ||
-	                               oai_contains_ci(ef->message, "context length"));
-}
-
-/* Spec 4.2: only these may be retried; a 400, 413 or 422 refuses the
- * client's own request; every other status is permanent. */
-static narwhal_error_class
-status_class(int status)
-{
-	switch (status) {
-	case 408:
-	case 429:
-	case 500:
-	case 502:
-	case 503:
-	case 504:
-		return NARWHAL_ERROR_RETRYABLE;
-	case 400:
-	case 413:
-	case 422:
-		return NARWHAL_ERROR_CLIENT;
-	default:
-		return NARWHAL_ERROR_PERMANENT;
-	}
-}
-
-/* Class of an error whose HTTP status is status (0: the one the body
- * reports). No handoff, so never NARWHAL_ERROR_HANDOFF. */
-static narwhal_error_class
-classify(int status, const struct error_fields *ef)
-{
-	if (status == 0)
-		status = reported_status(ef);
-	if (status == 400 && is_context_too_long(ef))
-		return NARWHAL_ERROR_CONTEXT_TOO_LONG;
-	return status_class(status);
-}
 
 static int
 llamacpp_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
                      struct narwhal_engine_error *out)
 {
-	struct error_fields ef;
-	json_error_t jerr;
-	json_t *doc = NULL;
-	bool found;
-
 	llamacpp_cast(instance);
-	if (out == NULL)
-		return -EINVAL;
-	if (body != NULL && len > 0)
-		doc = json_loadb(body, len, 0, &jerr);
-	found = find_error(doc, &ef);
-	/* An HTTP error status is the answer; otherwise (an in-band error)
-	 * the body says its own, and without one the host's preset stands. */
-	if (http_status >= 400 && http_status <= 599)
-		out->error_class = classify(http_status, &ef);
-	else if (found)
-		out->error_class = classify(0, &ef);
-	oai_copy_text(out->message, sizeof out->message, ef.message);
-	out->param[0] = '\0';
-	json_decref(doc);
-	return found ? 0 : -EPROTO;
+	return oai_parse_error(&llamacpp_answers, http_status, body, len, out);
 }
 
 /* ---- engine metrics (ABI 2.1) ------------------------------------------ */
@@ -403,34 +292,8 @@ llamacpp_parse_metrics(void *instance, const char *body, size_t len,
 	return engine_metrics_read(body, len, &names, out);
 }
 
-/* ---- SSE events ---------------------------------------------------------- */
-
-static bool
-nonempty_string(const json_t *v)
-{
-	return json_is_string(v) && json_string_length(v) > 0;
-}
-
-/* Whether one choice carries generated output. */
-static bool
-choice_has_output(const json_t *choice)
-{
-	const json_t *delta, *tools;
-
-	if (nonempty_string(json_object_get(choice, "text")))
-		return true;
-	delta = json_object_get(choice, "delta");
-	if (!json_is_object(delta))
-		return false;
-	tools = json_object_get(delta, "tool_calls");
-	return nonempty_string(json_object_get(delta, "content")) ||
-	       nonempty_string(json_object_get(delta, "reasoning_content")) ||
-	       (json_is_array(tools) && json_array_size(tools) > 0);
-}
-
-/* After the first token only a terminator or an error matters to the host;
- * inside a token's strings a quote is escaped, so "\"error\"" cannot match
- * there. */
+/* After the first token only a terminator or an error matters to the
+ * host. */
 static bool
 llamacpp_sniff_sse(void *instance, const char *data, size_t len)
 {
@@ -438,62 +301,12 @@ llamacpp_sniff_sse(void *instance, const char *data, size_t len)
 	return oai_sniff_sse(data, len);
 }
 
-/*
- * One data payload of llama.cpp's OpenAI-compatible stream. Its last chunk
- * carries finish_reason and, with stream_options.include_usage (or always,
- * in older builds), usage and a timings object; usage is read from any
- * event that has it.
- */
 static int
 llamacpp_parse_sse(void *instance, const char *data, size_t len,
                    struct narwhal_sse_event *out)
 {
-	const json_t *choices, *usage;
-	struct error_fields ef;
-	json_error_t jerr;
-	json_t *doc, *choice;
-	size_t i;
-
 	llamacpp_cast(instance);
-	if (data == NULL || out == NULL)
-		return -EINVAL;
-	out->tokens = 0;
-	out->prompt_tokens = -1;
-	out->completion_tokens = -1;
-	if (oai_is_done(data, len)) {
-		out->kind = NARWHAL_SSE_DONE;
-		return 0;
-	}
-	doc = json_loadb(data, len, 0, &jerr);
-	if (!json_is_object(doc)) {
-		json_decref(doc);
-		return -EPROTO;
-	}
-	usage = json_object_get(doc, "usage");
-	if (json_is_object(usage)) {
-		out->prompt_tokens = oai_usage_count(usage, "prompt_tokens");
-		out->completion_tokens = oai_usage_count(usage, "completion_tokens");
-	} else {
-		usage = NULL;
-	}
-	choices = json_object_get(doc, "choices");
-	if (find_error(doc, &ef)) {
-		out->kind = NARWHAL_SSE_ERROR;
-		out->error_class = classify(0, &ef);
-	} else if (json_is_array(choices) && json_array_size(choices) > 0) {
-		json_array_foreach(choices, i, choice) {
-			if (choice_has_output(choice))
-				out->tokens++;
-		}
-		if (out->tokens > 0)
-			out->kind = NARWHAL_SSE_TOKENS;
-		else
-			out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
-	} else {
-		out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
-	}
-	json_decref(doc);
-	return 0;
+	return oai_parse_sse(&llamacpp_answers, data, len, out);
 }
 
 static const struct narwhal_dialect_ops llamacpp_ops = {

@@ -13,8 +13,8 @@
  * request; an engine started without that flag serves whole requests and
  * is never paired.
  *
- * The router owns the three bootstrap keys: whatever a client put there is
- * dropped from every engine call.
+ * The router owns the three bootstrap keys and disagg_prefill_dp_rank:
+ * whatever a client put there is dropped from every engine call.
  *
  * Config (plugins.dialects.sglang), every key optional:
  *   bootstrap_port  the prefill engines' --disaggregation-bootstrap-port
@@ -23,7 +23,8 @@
  *                   (default true; false: aggregate engines)
  *   engines         engine ID to {bootstrap_port, bootstrap_host,
  *                   disaggregation}: one engine's own values
- * bootstrap_host defaults to the host of the engine's URL.
+ * bootstrap_host defaults to the host of the engine's URL. The settings
+ * are read in sglang-config.c.
  */
 #include <narwhal/plugin-abi.h>
 
@@ -34,30 +35,17 @@
 
 #include "engine-metrics.h"
 #include "openai.h"
+#include "sglang-config.h"
 
 #define SGLANG_MAGIC 0x53474c47u /* "SGLG" */
-
-/* SGLang's own default for --disaggregation-bootstrap-port. */
-#define DEFAULT_BOOTSTRAP_PORT 8998
 
 /* Rooms are drawn from [0, 2^63). */
 #define ROOM_MASK ((UINT64_C(1) << 63) - 1)
 
-/* One engine's settings from the engines object. */
-struct engine_settings {
-	char *id;
-	int port;         /* 0: the dialect's */
-	char *host;       /* NULL: the URL's host */
-	int disaggregate; /* -1: the dialect's, else 0 or 1 */
-};
-
 struct sglang_dialect {
 	unsigned magic;
-	int port;
-	bool disaggregate;
+	struct sglang_config cfg;
 	uint64_t room_key;
-	size_t n_engines;
-	struct engine_settings *engines;
 };
 
 static struct sglang_dialect *
@@ -71,161 +59,15 @@ sglang_cast(void *instance)
 }
 
 /* ------------------------------------------------------------------------
- * Configuration
+ * Instances (their settings: sglang-config.c)
  * ------------------------------------------------------------------------ */
 
 static void
 sglang_free(struct sglang_dialect *sd)
 {
-	for (size_t i = 0; i < sd->n_engines; i++) {
-		free(sd->engines[i].id);
-		free(sd->engines[i].host);
-	}
-	free(sd->engines);
+	sglang_config_clear(&sd->cfg);
 	sd->magic = 0;
 	free(sd);
-}
-
-/* A port setting: an integer from 1 to 65535. */
-static bool
-read_port(const json_t *v, int *port, const char *where, char *err, size_t err_len)
-{
-	if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535) {
-		snprintf(err, err_len, "%sbootstrap_port: must be an integer from 1 to 65535 "
-		         "(the engine's --disaggregation-bootstrap-port)", where);
-		return false;
-	}
-	*port = (int)json_integer_value(v);
-	return true;
-}
-
-static bool
-read_flag(const json_t *v, bool *flag, const char *where, char *err, size_t err_len)
-{
-	if (!json_is_boolean(v)) {
-		snprintf(err, err_len, "%sdisaggregation: must be true (the engine runs with "
-		         "--disaggregation-mode) or false", where);
-		return false;
-	}
-	*flag = json_is_true(v);
-	return true;
-}
-
-/* A host name or address literal as the decode engine will dial it. */
-static bool
-valid_host(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n == 0 || n > 255)
-		return false;
-	for (const char *p = s; *p != '\0'; p++) {
-		char c = *p;
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '-' || c == '_' || c == ':' || c == '%'))
-			return false;
-	}
-	return true;
-}
-
-/* Whether the fleet the host knows has an engine of this ID; true when the
- * host shows no fleet (the isolation tests, tools that load dialects
- * alone). */
-static bool
-fleet_has(const struct narwhal_host *host, const char *id)
-{
-	const struct narwhal_fleet_view *fleet = host->fleet(host->host_ctx);
-
-	if (fleet == NULL)
-		return true;
-	for (uint32_t i = 0; i < fleet->n_engines; i++) {
-		const struct narwhal_engine_view *e = narwhal_fleet_engine(fleet, i);
-
-		if (e->id != NULL && strcmp(e->id, id) == 0)
-			return true;
-	}
-	return false;
-}
-
-static bool
-read_engine(const struct narwhal_host *host, const char *id, const json_t *obj,
-            struct engine_settings *es, char *err, size_t err_len)
-{
-	char where[160];
-	const char *key;
-	json_t *v;
-
-	snprintf(where, sizeof where, "engines.%s.", id);
-	es->disaggregate = -1;
-	if (!fleet_has(host, id)) {
-		snprintf(err, err_len, "engines.%s: no engine of the fleet has this ID", id);
-		return false;
-	}
-	if (!json_is_object(obj)) {
-		snprintf(err, err_len, "engines.%s: must be an object with bootstrap_port, "
-		         "bootstrap_host or disaggregation", id);
-		return false;
-	}
-	json_object_foreach((json_t *)obj, key, v) {
-		bool flag;
-
-		if (strcmp(key, "bootstrap_port") == 0) {
-			if (!read_port(v, &es->port, where, err, err_len))
-				return false;
-		} else if (strcmp(key, "disaggregation") == 0) {
-			if (!read_flag(v, &flag, where, err, err_len))
-				return false;
-			es->disaggregate = flag;
-		} else if (strcmp(key, "bootstrap_host") == 0) {
-			if (!json_is_string(v) || !valid_host(json_string_value(v))) {
-				snprintf(err, err_len, "%sbootstrap_host: must be a host name or address "
-				         "(letters, digits, '.', '-', '_', ':')", where);
-				return false;
-			}
-			es->host = strdup(json_string_value(v));
-			if (es->host == NULL) {
-				snprintf(err, err_len, "out of memory");
-				return false;
-			}
-		} else {
-			snprintf(err, err_len, "%s%s: unknown key: valid keys are bootstrap_port, "
-			         "bootstrap_host and disaggregation", where, key);
-			return false;
-		}
-	}
-	return true;
-}
-
-static bool
-read_engines(struct sglang_dialect *sd, const struct narwhal_host *host, const json_t *obj,
-             char *err, size_t err_len)
-{
-	const char *id;
-	json_t *v;
-
-	if (!json_is_object(obj)) {
-		snprintf(err, err_len, "engines: must be an object from engine ID to settings");
-		return false;
-	}
-	sd->engines = calloc(json_object_size(obj) + 1, sizeof *sd->engines);
-	if (sd->engines == NULL) {
-		snprintf(err, err_len, "out of memory");
-		return false;
-	}
-	json_object_foreach((json_t *)obj, id, v) {
-		struct engine_settings *es = &sd->engines[sd->n_engines];
-
-		es->id = strdup(id);
-		if (es->id == NULL) {
-			snprintf(err, err_len, "out of memory");
-			return false;
-		}
-		sd->n_engines++;
-		if (!read_engine(host, id, v, es, err, err_len))
-			return false;
-	}
-	return true;
 }
 
 /* A bijection of [0, 2^63): xor-shifts and odd multipliers modulo 2^63
@@ -246,42 +88,16 @@ static int
 sglang_create(const struct narwhal_host *host, const json_t *config, void **instance,
               char *err, size_t err_len)
 {
-	struct sglang_dialect *sd;
-	const char *key;
-	json_t *v;
+	struct sglang_dialect *sd = calloc(1, sizeof *sd);
 
-	if (config != NULL && !json_is_null(config) && !json_is_object(config)) {
-		snprintf(err, err_len, "config must be an object (bootstrap_port, disaggregation, "
-		         "engines)");
-		return -EINVAL;
-	}
-	sd = calloc(1, sizeof *sd);
 	if (sd == NULL) {
 		snprintf(err, err_len, "out of memory");
 		return -ENOMEM;
 	}
 	sd->magic = SGLANG_MAGIC;
-	sd->port = DEFAULT_BOOTSTRAP_PORT;
-	sd->disaggregate = true;
-	/* Read-only walk; the cast only satisfies the macro's type. */
-	json_object_foreach((json_t *)config, key, v) {
-		bool ok;
-
-		if (strcmp(key, "bootstrap_port") == 0) {
-			ok = read_port(v, &sd->port, "", err, err_len);
-		} else if (strcmp(key, "disaggregation") == 0) {
-			ok = read_flag(v, &sd->disaggregate, "", err, err_len);
-		} else if (strcmp(key, "engines") == 0) {
-			ok = read_engines(sd, host, v, err, err_len);
-		} else {
-			snprintf(err, err_len, "unknown key \"%s\": the sglang dialect takes "
-			         "bootstrap_port, disaggregation and engines", key);
-			ok = false;
-		}
-		if (!ok) {
-			sglang_free(sd);
-			return -EINVAL;
-		}
+	if (!sglang_config_read(&sd->cfg, host, config, err, err_len)) {
+		sglang_free(sd);
+		return -EINVAL;
 	}
 	/* The ABI has no random source; the host clock at start keys the
 	 * rooms (docs/dialects.md), so a restarted router does not reuse the
@@ -298,12 +114,12 @@ sglang_destroy(void *instance)
 }
 
 /* The settings the engines object gives this engine, or NULL. */
-static const struct engine_settings *
+static const struct sglang_engine_settings *
 settings_of(const struct sglang_dialect *sd, const struct narwhal_engine_ref *engine)
 {
-	for (size_t i = 0; i < sd->n_engines; i++) {
-		if (engine->id != NULL && strcmp(sd->engines[i].id, engine->id) == 0)
-			return &sd->engines[i];
+	for (size_t i = 0; i < sd->cfg.n_engines; i++) {
+		if (engine->id != NULL && strcmp(sd->cfg.engines[i].id, engine->id) == 0)
+			return &sd->cfg.engines[i];
 	}
 	return NULL;
 }
@@ -311,9 +127,9 @@ settings_of(const struct sglang_dialect *sd, const struct narwhal_engine_ref *en
 static bool
 disaggregated(const struct sglang_dialect *sd, const struct narwhal_engine_ref *engine)
 {
-	const struct engine_settings *es = settings_of(sd, engine);
+	const struct sglang_engine_settings *es = settings_of(sd, engine);
 
-	return es != NULL && es->disaggregate >= 0 ? es->disaggregate == 1 : sd->disaggregate;
+	return es != NULL && es->disaggregate >= 0 ? es->disaggregate == 1 : sd->cfg.disaggregate;
 }
 
 static uint32_t
@@ -331,8 +147,11 @@ sglang_capabilities(void *instance, const struct narwhal_engine_ref *engine)
  * Requests
  * ------------------------------------------------------------------------ */
 
+/* The bootstrap fields, and the hint that tells a decode engine which of
+ * the prefill engine's data-parallel ranks holds the KV cache: a client's
+ * value would steer the transfer. */
 static const char *const router_keys[] = {
-	"bootstrap_host", "bootstrap_port", "bootstrap_room", NULL,
+	"bootstrap_host", "bootstrap_port", "bootstrap_room", "disagg_prefill_dp_rank", NULL,
 };
 
 static bool
@@ -387,10 +206,10 @@ static int
 add_bootstrap(const struct sglang_dialect *sd, const struct narwhal_dialect_target *target,
               json_t *body)
 {
-	const struct engine_settings *es = settings_of(sd, target->prefill);
+	const struct sglang_engine_settings *es = settings_of(sd, target->prefill);
 	const char *host = es != NULL ? es->host : NULL;
 	size_t host_len = host != NULL ? strlen(host) : url_host(target->prefill->url, &host);
-	int port = es != NULL && es->port > 0 ? es->port : sd->port;
+	int port = es != NULL && es->port > 0 ? es->port : sd->cfg.port;
 	/* The pair ID is unique per attempt of a pair and the same for both
 	 * legs, so both get one room, and a retry gets a fresh one. */
 	uint64_t room = room_mix(target->pair_id ^ sd->room_key);
@@ -402,6 +221,22 @@ add_bootstrap(const struct sglang_dialect *sd, const struct narwhal_dialect_targ
 	rc |= json_object_set_new(body, "bootstrap_port", json_integer(port));
 	rc |= json_object_set_new(body, "bootstrap_room", json_integer((json_int_t)room));
 	return rc != 0 ? -ENOMEM : 0;
+}
+
+/* Whether a request asks for several sequences: a batch of prompts, or n
+ * or best_of above 1. SGLang pairs those only with a list of rooms, one a
+ * sequence, and a pair carries one. */
+static bool
+several_sequences(const json_t *client_body)
+{
+	const json_t *prompt = json_object_get(client_body, "prompt");
+	const json_t *n = json_object_get(client_body, "n");
+	const json_t *best_of = json_object_get(client_body, "best_of");
+
+	return (json_is_array(prompt) && json_array_size(prompt) > 1 &&
+	        !oai_is_token_ids(prompt)) ||
+	       (json_is_integer(n) && json_integer_value(n) > 1) ||
+	       (json_is_integer(best_of) && json_integer_value(best_of) > 1);
 }
 
 /* Both legs of a pair: the same body, each to its engine at the client's
@@ -424,7 +259,8 @@ build_leg(void *instance, const struct narwhal_dialect_target *target,
 	path = oai_route_path(target->route);
 	if (path == NULL)
 		return -EINVAL;
-	if (!disaggregated(sd, target->prefill) || !disaggregated(sd, target->decode))
+	if (!disaggregated(sd, target->prefill) || !disaggregated(sd, target->decode) ||
+	    several_sequences(target->client_body))
 		return -ENOTSUP;
 	body = engine_body(target->client_body);
 	if (body == NULL)
@@ -553,23 +389,26 @@ sglang_build_tokenize(void *instance, const struct narwhal_dialect_target *targe
 }
 
 /* {"tokens": [...], "count": N, "max_model_len": M}; without a count (an
- * older server) the token list's length. */
+ * older server) the token list's length. A count that is not the list's
+ * length, when both are there, is no answer to one prompt. */
 static int
 sglang_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt_tokens)
 {
-	const json_t *count, *tokens;
+	const json_t *tokens;
+	int64_t count;
 
 	sglang_cast(instance);
 	if (response == NULL || prompt_tokens == NULL)
 		return -EINVAL;
-	count = json_object_get(response, "count");
-	if (count != NULL) {
-		if (!json_is_integer(count) || json_integer_value(count) < 0)
+	tokens = json_object_get(response, "tokens");
+	if (json_object_get(response, "count") != NULL) {
+		count = oai_count(json_object_get(response, "count"));
+		if (count < 0 || (tokens != NULL && (!json_is_array(tokens) ||
+		                                     json_array_size(tokens) != (size_t)count)))
 			return -EPROTO;
-		*prompt_tokens = (uint64_t)json_integer_value(count);
+		*prompt_tokens = (uint64_t)count;
 		return 0;
 	}
-	tokens = json_object_get(response, "tokens");
 	if (!json_is_array(tokens) ||
 	    (json_array_size(tokens) > 0 && !oai_is_token_ids(tokens)))
 		return -EPROTO;
@@ -616,28 +455,37 @@ sglang_parse_models(void *instance, const json_t *response, struct narwhal_model
  * ------------------------------------------------------------------------ */
 
 /* A decode engine that could not get the KV cache from its prefill engine:
- * the prefill engine's fault. SGLang aborts such a request with a message
- * about the transfer or the prefill instance; the wording is not in the
- * reference (unconfirmed), so only server errors that say so count. */
+ * the prefill engine's fault. SGLang aborts such a request with "Decode
+ * transfer failed for request ...", its KVTransferError saying "Failed to
+ * get kvcache from prefill instance"; the wording is not in the reference
+ * (read from SGLang's scheduler and operators' logs), so only server
+ * errors that say so count. The prefill side's "Prefill transfer failed
+ * ... Decode instance could be dead" is the decode engine gone: no failed
+ * handoff, a server error like any other. */
 static bool
 is_transfer_failure(const struct oai_error *ef)
 {
 	if (ef->message == NULL)
 		return false;
-	return oai_contains_ci(ef->message, "transfer failed") ||
-	       oai_contains_ci(ef->message, "kvtransfererror") ||
+	return oai_contains_ci(ef->message, "decode transfer failed") ||
 	       oai_contains_ci(ef->message, "kvcache from prefill");
 }
 
 /* The flat {"object": "error", ...} of SGLang's answers and the nested
  * {"error": {...}} of its stream errors (reference 4.4); a request too long
  * for the context is a 400 that says "context length". */
+static const struct oai_answers sglang_answers = {
+	.flat_errors = true,
+	.handoff = is_transfer_failure,
+	.router_keys = router_keys,
+};
+
 static int
 sglang_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
                    struct narwhal_engine_error *out)
 {
 	sglang_cast(instance);
-	return oai_parse_error(http_status, body, len, is_transfer_failure, out);
+	return oai_parse_error(&sglang_answers, http_status, body, len, out);
 }
 
 static bool
@@ -651,7 +499,7 @@ static int
 sglang_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
 	sglang_cast(instance);
-	return oai_parse_sse(data, len, is_transfer_failure, out);
+	return oai_parse_sse(&sglang_answers, data, len, out);
 }
 
 static const char *const *

@@ -54,23 +54,8 @@ vllm_create(const struct narwhal_host *host, const json_t *config, void **instan
 {
 	struct vllm_dialect *vd;
 
-	if (config != NULL && !json_is_null(config)) {
-		const char *key;
-		json_t *value;
-
-		if (!json_is_object(config)) {
-			snprintf(err, err_len, "config must be an empty object: the vllm dialect "
-			         "takes no options");
-			return -EINVAL;
-		}
-		/* Read-only walk; the cast only satisfies the macro's type. */
-		json_object_foreach((json_t *)config, key, value) {
-			(void)value;
-			snprintf(err, err_len, "unknown key \"%s\": the vllm dialect takes no options",
-			         key);
-			return -EINVAL;
-		}
-	}
+	if (!oai_config_empty("vllm", config, err, err_len))
+		return -EINVAL;
 	vd = calloc(1, sizeof *vd);
 	if (vd == NULL) {
 		snprintf(err, err_len, "out of memory");
@@ -316,15 +301,15 @@ vllm_build_health(void *instance, const struct narwhal_engine_ref *engine,
 static int
 vllm_parse_tokenize(void *instance, const json_t *response, uint64_t *prompt_tokens)
 {
-	const json_t *count;
+	int64_t count;
 
 	vllm_cast(instance);
 	if (response == NULL || prompt_tokens == NULL)
 		return -EINVAL;
-	count = json_object_get(response, "count");
-	if (!json_is_integer(count) || json_integer_value(count) < 0)
+	count = oai_count(json_object_get(response, "count"));
+	if (count < 0)
 		return -EPROTO;
-	*prompt_tokens = (uint64_t)json_integer_value(count);
+	*prompt_tokens = (uint64_t)count;
 	return 0;
 }
 
@@ -372,12 +357,22 @@ is_handoff_load_failure(const struct oai_error *ef)
 	       (oai_contains_ci(ef->message, "remote kv") && oai_contains_ci(ef->message, "load"));
 }
 
+/* The handoff travels in kv_transfer_params: only the router may set it. */
+static const char *const router_keys[] = { KV_PARAMS, NULL };
+
+/* Nested errors (0.10.1 and later) and flat ones (older versions). */
+static const struct oai_answers vllm_answers = {
+	.flat_errors = true,
+	.handoff = is_handoff_load_failure,
+	.router_keys = router_keys,
+};
+
 static int
 vllm_parse_error(void *instance, int32_t http_status, const char *body, size_t len,
                  struct narwhal_engine_error *out)
 {
 	vllm_cast(instance);
-	return oai_parse_error(http_status, body, len, is_handoff_load_failure, out);
+	return oai_parse_error(&vllm_answers, http_status, body, len, out);
 }
 
 /* After the first token only a terminator or an error changes what the
@@ -393,7 +388,7 @@ static int
 vllm_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
 	vllm_cast(instance);
-	return oai_parse_sse(data, len, is_handoff_load_failure, out);
+	return oai_parse_sse(&vllm_answers, data, len, out);
 }
 
 /* ---- models ------------------------------------------------------------- */
@@ -450,14 +445,11 @@ vllm_parse_metrics(void *instance, const char *body, size_t len,
 	return engine_metrics_read(body, len, &names, out);
 }
 
-/* The handoff travels in kv_transfer_params: only the router may set it. */
 static const char *const *
 vllm_router_keys(void *instance)
 {
-	static const char *const keys[] = { KV_PARAMS, NULL };
-
 	vllm_cast(instance);
-	return keys;
+	return router_keys;
 }
 
 /* vLLM answers prompt_logprobs only in a whole body: it refuses the key on

@@ -1,12 +1,13 @@
 /*
- * libFuzzer target for the vllm dialect's parse_metrics (the Prometheus text
- * reader), compiled in and called through its entry. Beyond "no crash, no
- * leak, no read past the body": an answer is 0 or -EPROTO; a refusal leaves
- * the host's presets; a success sets at least one field, and every field is
- * a preset or in its range; and the reader is line-oriented, so one more
- * final newline never changes the answer.
+ * libFuzzer target for the dialects' parse_metrics (the Prometheus text
+ * reader, engine-metrics.c, with each dialect's names): the first byte
+ * picks the dialect (dialects.h), the rest is the body. Beyond "no crash,
+ * no leak, no read past the body": an answer is 0 or -EPROTO; a refusal
+ * leaves the host's presets; a success sets at least one field, and every
+ * field is a preset or in its range; and the reader is line-oriented, so
+ * one more final newline never changes the answer.
  */
-#include <narwhal/plugin-abi.h>
+#include "dialects.h"
 
 #include <errno.h>
 #include <math.h>
@@ -51,28 +52,26 @@ check(int rc, const struct narwhal_engine_metrics *m)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const struct narwhal_dialect_ops *ops;
-	static void *dialect;
+	const struct fuzz_dialect *d;
 	struct narwhal_engine_metrics a = presets, b = presets;
-	char err[NARWHAL_ERROR_MAX];
 	char *copy;
 	int rc_a, rc_b;
 
-	if (ops == NULL) {
-		ops = narwhal_plugin_entry()->ops;
-		if (ops->create(NULL, NULL, &dialect, err, sizeof err) != 0)
-			abort();
-	}
+	if (size < 1)
+		return 0;
+	d = fuzz_dialect_pick(data[0]);
+	data++;
+	size--;
 	/* An exact-size copy, so a read past the end is caught. */
 	copy = malloc(size + 1);
 	if (copy == NULL)
 		return 0;
 	memcpy(copy, data, size);
-	rc_a = ops->parse_metrics(dialect, copy, size, &a);
+	rc_a = d->ops->parse_metrics(d->instance, copy, size, &a);
 	check(rc_a, &a);
 	if (size == 0 || copy[size - 1] != '\n') {
 		copy[size] = '\n';
-		rc_b = ops->parse_metrics(dialect, copy, size + 1, &b);
+		rc_b = d->ops->parse_metrics(d->instance, copy, size + 1, &b);
 		if (rc_b != rc_a || !same(&a, &b))
 			abort();
 	}

@@ -1,16 +1,20 @@
 /*
  * libFuzzer target for SSE parsing as the stream relay does it: arbitrary
  * bytes, cut into chunks at places the input chooses, go through the shared
- * framer (src/net/sse.c); each event's payload goes through the vllm
- * dialect's parse_sse, and each payload that is JSON goes into the
- * assembler of non-streamed answers (src/serve/assemble.c), whose body is
- * then encoded. A second assembly takes the collector's shortcut
+ * framer (src/net/sse.c); each event's payload goes through a dialect's
+ * parse_sse and sniff_sse (the first byte picks vllm, sglang or llamacpp:
+ * dialects.h), and each payload that is JSON goes into the assembler of
+ * non-streamed answers (src/serve/assemble.c), whose body is then encoded.
+ * A second assembly takes the collector's shortcut
  * (src/serve/chunk-shape.c: chunks of a learnt shape merged without a
- * parse) and must end equal to the first. Beyond "no crash, no leak": the boundary the framer
- * reports never passes the chunk, a stopped framer reads nothing more, the
- * dialect's answer is one of its kinds, framing does not depend on where
- * the chunks were cut, both assemblies write the same bytes, and those
- * are jansson's compact encoding of the body they write.
+ * parse) and must end equal to the first. Beyond "no crash, no leak": the
+ * boundary the framer reports never passes the chunk, a stopped framer
+ * reads nothing more, framing does not depend on where the chunks were
+ * cut, the dialect's answer is one of its kinds with its counts in range,
+ * an error class only on an error (and a handoff class only from a
+ * dialect with a handoff), and never an error or a terminator that
+ * sniff_sse would have let pass; both assemblies write the same bytes,
+ * and those are jansson's compact encoding of the body they write.
  */
 #include "build-config.h"
 
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dialects.h"
 #include "net/sse.h"
 #include "serve/assemble.h"
 #include "serve/chunk-shape.h"
@@ -28,8 +33,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 struct run {
-	const struct narwhal_dialect_ops *ops;
-	void *dialect;
+	const struct fuzz_dialect *dialect;
 	GString *joined;     /* every payload, NUL-separated */
 	struct nw_assembly *assembly;
 	/* The collector's way: shortcut first, whole parse otherwise. */
@@ -79,18 +83,58 @@ fast_merge(struct run *run, const char *payload, size_t len)
 	json_decref(chunk);
 }
 
+/* Usage counts the dialects pass on: -1 (absent) to 2^53. */
+#define MAX_COUNT INT64_C(9007199254740992)
+
+/* One payload through the dialect, in an exact-size copy so that a read
+ * past it is caught. */
+static void
+check_event(const struct fuzz_dialect *d, const char *payload, size_t len)
+{
+	struct narwhal_sse_event ev = {
+		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER, .tokens = 777,
+		.prompt_tokens = -7, .completion_tokens = -7, .error_class = 99,
+	};
+	char *copy = g_malloc(len > 0 ? len : 1);
+	bool sniffed;
+
+	memcpy(copy, payload, len);
+	sniffed = d->ops->sniff_sse(d->instance, copy, len);
+
+	if (d->ops->parse_sse(d->instance, copy, len, &ev) == 0) {
+		if (ev.kind < NARWHAL_SSE_TOKENS || ev.kind > NARWHAL_SSE_OTHER)
+			abort();
+		if ((ev.kind == NARWHAL_SSE_TOKENS) != (ev.tokens > 0))
+			abort();
+		if (ev.prompt_tokens < -1 || ev.prompt_tokens > MAX_COUNT ||
+		    ev.completion_tokens < -1 || ev.completion_tokens > MAX_COUNT)
+			abort();
+		if (ev.kind == NARWHAL_SSE_ERROR
+		            ? ev.error_class < NARWHAL_ERROR_RETRYABLE ||
+		                      ev.error_class > NARWHAL_ERROR_HANDOFF ||
+		                      (ev.error_class == NARWHAL_ERROR_HANDOFF && !d->handoff)
+		            : ev.error_class != 99)
+			abort();
+		/* plugin-abi.h: sniff_sse never says no to an error or a
+		 * terminator. */
+		if ((ev.kind == NARWHAL_SSE_ERROR || ev.kind == NARWHAL_SSE_DONE) && !sniffed) {
+			fprintf(stderr, "%s: sniff_sse let pass a payload parse_sse reads as kind %u\n",
+			        d->name, ev.kind);
+			abort();
+		}
+	}
+	g_free(copy);
+}
+
 static bool
 on_event(void *cls, const char *payload, size_t len)
 {
 	struct run *run = cls;
-	struct narwhal_sse_event ev = { .struct_size = sizeof ev };
 	json_t *chunk;
 
 	g_string_append_len(run->joined, payload, (gssize)len);
 	g_string_append_c(run->joined, '\0');
-	if (run->ops->parse_sse(run->dialect, payload, len, &ev) == 0 &&
-	    (ev.kind < NARWHAL_SSE_TOKENS || ev.kind > NARWHAL_SSE_OTHER))
-		abort();
+	check_event(run->dialect, payload, len);
 	chunk = json_loadb(payload, len, 0, NULL);
 	if (chunk != NULL && run->assembly != NULL) {
 		unsigned before = nw_assembly_chunks(run->assembly);
@@ -134,22 +178,16 @@ frame(struct run *run, const char *text, size_t len, size_t step, size_t max_eve
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const struct narwhal_dialect_ops *ops;
-	static void *dialect;
 	struct run a = { 0 }, b = { 0 };
-	char err[NARWHAL_ERROR_MAX];
 	size_t step;
 
-	if (ops == NULL) {
-		ops = narwhal_plugin_entry()->ops;
-		if (ops->create(NULL, NULL, &dialect, err, sizeof err) != 0)
-			abort();
-	}
-	if (size < 2)
+	if (size < 3)
 		return 0;
+	/* The dialect, then the chunking (below). */
+	a.dialect = b.dialect = fuzz_dialect_pick(data[0]);
+	data++;
+	size--;
 	step = data[0] % 17;
-	a.ops = b.ops = ops;
-	a.dialect = b.dialect = dialect;
 	a.joined = g_string_new(NULL);
 	b.joined = g_string_new(NULL);
 	a.stop_after = data[1] % 5;

@@ -155,9 +155,11 @@ expect_config_error(const char *config_json, const char *reason)
 static void
 test_config_errors(void)
 {
+	/* RULES: "json.path: problem: what is valid", on one line. */
 	expect_config_error("{\"n_ctx\": 4096}",
-	                    "unknown key \"n_ctx\": the llamacpp dialect takes no options");
-	expect_config_error("{\"a\": null}", "unknown key \"a\"");
+	                    "n_ctx: unknown key: the llamacpp dialect takes no options");
+	expect_config_error("{\"a\": null}", "a: unknown key");
+	expect_config_error("{\"a\\nb\\\"\": 1}", "a\\u000ab\\\": unknown key");
 	expect_config_error("[]", "config must be an empty object");
 	expect_config_error("\"llamacpp\"", "config must be an empty object");
 	expect_config_error("7", "config must be an empty object");
@@ -301,6 +303,50 @@ expect_get(struct nw_harness *h,
 	g_assert_cmpint(builder(nw_harness_ctx(h), &test_engine, NULL), ==, -EINVAL);
 }
 
+/* Without --alias, llama-server's model id is the model file's path, which
+ * Narwhal would serve to every client as the model's name (GET
+ * /v1/models): the name is the file's own, without its directory (the
+ * engine takes any name in a request). */
+static void
+test_models_path(void)
+{
+	static const struct {
+		const char *id;
+		const char *name;
+	} cases[] = {
+		{ "/models/llama-3-8b.Q4_K_M.gguf", "llama-3-8b.Q4_K_M.gguf" },
+		{ "../models/q.gguf", "q.gguf" },
+		{ "C:\\\\models\\\\q.gguf", "q.gguf" },
+		{ "models/qwen/", "qwen" },
+		{ "qwen2.5-7b", "qwen2.5-7b" },
+	};
+	struct nw_harness *h = llamacpp_with(NULL);
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct narwhal_model_info info = { .struct_size = sizeof info, .max_model_len = -1 };
+		g_autofree char *text = g_strdup_printf("{\"data\": [{\"id\": \"%s\"}]}", cases[i].id);
+		json_t *doc = nw_harness_json(text);
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==,
+		                0);
+		g_assert_cmpstr(info.name, ==, cases[i].name);
+		json_decref(doc);
+	}
+	for (const char *const *bad = (const char *const[]){ "/", "//", "\\\\", NULL }; *bad;
+	     bad++) {
+		struct narwhal_model_info info = { .struct_size = sizeof info, .max_model_len = -1 };
+		g_autofree char *text = g_strdup_printf("{\"data\": [{\"id\": \"%s\"}]}", *bad);
+		json_t *doc = nw_harness_json(text);
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_models(nw_harness_ctx(h), doc, &info), ==,
+		                -EPROTO);
+		json_decref(doc);
+	}
+	nw_harness_free(h);
+}
+
 /* Reference 5.3: GET /health (200 {"status":"ok"}, 503 while loading). */
 static void
 test_health(void)
@@ -415,6 +461,23 @@ test_sse_stream(void)
 	           NARWHAL_SSE_OTHER, 0, -1, -1);
 	expect_sse(h, "[DONE]", NARWHAL_SSE_DONE, 0, -1, -1);
 	expect_sse(h, " [DONE]\r\n", NARWHAL_SSE_DONE, 0, -1, -1);
+	nw_harness_free(h);
+}
+
+/* Usage counts beyond 2^53 are no counts an engine reports: they read as
+ * absent (the host's accounting keeps counts exact as doubles). */
+static void
+test_sse_usage_bounds(void)
+{
+	struct nw_harness *h = llamacpp_with(NULL);
+
+	if (h == NULL)
+		return;
+	expect_sse(h, "{\"choices\":[],\"usage\":{\"prompt_tokens\":9007199254740992,"
+	           "\"completion_tokens\":9223372036854775807}}", NARWHAL_SSE_USAGE, 0,
+	           INT64_C(9007199254740992), -1);
+	expect_sse(h, "{\"choices\":[],\"usage\":{\"prompt_tokens\":9007199254740993,"
+	           "\"completion_tokens\":1e3}}", NARWHAL_SSE_USAGE, 0, -1, -1);
 	nw_harness_free(h);
 }
 
@@ -593,6 +656,28 @@ test_error_mapping(void)
 	                NARWHAL_ERROR_RETRYABLE);
 	g_assert_cmpint(rc, ==, -EPROTO);
 	g_assert_cmpint(classify_rc(h, 418, NULL, &rc, NULL, 0), ==, NARWHAL_ERROR_PERMANENT);
+	nw_harness_free(h);
+}
+
+/* The message of a client error reaches the client: llama.cpp's own words,
+ * without the model file's path or an address in them. */
+static void
+test_error_message_hidden(void)
+{
+	struct nw_harness *h = llamacpp_with(NULL);
+	char message[NARWHAL_ENGINE_MESSAGE_MAX];
+	int rc;
+
+	if (h == NULL)
+		return;
+	g_assert_cmpint(classify_rc(h, 400, "{\"error\":{\"code\":400,\"message\":\"failed to"
+	                            " open '/models/llama-3-8b.Q4_K_M.gguf': see"
+	                            " http://10.0.0.9:8080/props (C:\\\\models\\\\x.gguf)\","
+	                            "\"type\":\"invalid_request_error\"}}", &rc, message,
+	                            sizeof message),
+	                ==, NARWHAL_ERROR_CLIENT);
+	g_assert_cmpint(rc, ==, 0);
+	g_assert_cmpstr(message, ==, "failed to open '[hidden]': see [hidden] ([hidden])");
 	nw_harness_free(h);
 }
 
@@ -775,6 +860,41 @@ test_metrics_refused(void)
 	nw_harness_free(h);
 }
 
+/* Label injection: a label value with a raw newline (the format escapes
+ * it as \\n) in a metric the dialect does not read would let the lines
+ * inside it pass for samples, here 900 waiting requests. Such a page is
+ * broken, refused whole: a foreign sample's quoted strings must end on
+ * its line (what else it holds is its own business). */
+static void
+test_metrics_label_injection(void)
+{
+	static const char *const refused[] = {
+		"llamacpp:requests_processing 1\n"
+		"llamacpp:n_busy_slots_per_decode{x=\"a\n"
+		"llamacpp:requests_deferred 900\n"
+		"b\"} 1\n",
+		"llamacpp:requests_processing 1\nother{a=\"x 1\n",
+	};
+	static const char taken[] =
+		"llamacpp:requests_processing 1\n"
+		"other{a=\"\\\"}\\n\",b=\"llamacpp:requests_deferred 900\",} 1\n"
+		"other_total 5 1700000000000\n";
+	struct nw_harness *h = llamacpp_with(NULL);
+	struct narwhal_engine_metrics m;
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(refused); i++) {
+		if (metrics(h, refused[i], &m) != -EPROTO)
+			g_error("parse_metrics took a page it should refuse:\n%s", refused[i]);
+		g_assert_cmpint(m.waiting, ==, -1);
+	}
+	g_assert_cmpint(metrics(h, taken, &m), ==, 0);
+	g_assert_cmpint(m.running, ==, 1);
+	g_assert_cmpint(m.waiting, ==, -1);
+	nw_harness_free(h);
+}
+
 /* ----------------------------------------------------------- the rules --- */
 
 /* No clock, no fleet, no estimators, no logs: a pure wire format. */
@@ -841,19 +961,24 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/llamacpp/aggregate", test_aggregate);
 	g_test_add_func("/dialect/llamacpp/ref-5.3/health", test_health);
 	g_test_add_func("/dialect/llamacpp/models", test_models);
+	g_test_add_func("/dialect/llamacpp/models/path", test_models_path);
 
 	g_test_add_func("/dialect/llamacpp/ref-4.2/sse/stream", test_sse_stream);
 	g_test_add_func("/dialect/llamacpp/spec-4.3/sse/in-band-errors", test_sse_errors);
+	g_test_add_func("/dialect/llamacpp/ref-4.3/sse/usage-bounds", test_sse_usage_bounds);
 	g_test_add_func("/dialect/llamacpp/sse/invalid", test_sse_invalid);
 	g_test_add_func("/dialect/llamacpp/sse/sniff", test_sniff);
 
 	g_test_add_func("/dialect/llamacpp/spec-4.2/error-mapping", test_error_mapping);
 	g_test_add_func("/dialect/llamacpp/ref-4.5/context-too-long", test_context_too_long);
+	g_test_add_func("/dialect/llamacpp/spec-4.2/error-message-hidden", test_error_message_hidden);
 	g_test_add_func("/dialect/llamacpp/error-message-cut", test_error_message_cut);
 
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/scrape", test_metrics_scrape);
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/kv-ratio", test_metrics_kv_ratio);
 	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/refused", test_metrics_refused);
+	g_test_add_func("/dialect/llamacpp/ref-5.3/metrics/label-injection",
+	                test_metrics_label_injection);
 
 	g_test_add_func("/dialect/llamacpp/no-host-calls", test_no_host_calls);
 	g_test_add_func("/dialect/llamacpp/two-instances", test_two_instances);

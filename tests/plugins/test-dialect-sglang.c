@@ -290,8 +290,8 @@ test_config_errors(void)
 	expect_config_error("[]", "config must be an object");
 	expect_config_error("\"sglang\"", "config must be an object");
 	expect_config_error("{\"bootstrap_prot\": 8998}",
-	                    "unknown key \"bootstrap_prot\": the sglang dialect takes "
-	                    "bootstrap_port, disaggregation and engines");
+	                    "bootstrap_prot: unknown key: valid keys are bootstrap_port, "
+	                    "disaggregation and engines");
 	expect_config_error("{\"bootstrap_port\": 0}",
 	                    "bootstrap_port: must be an integer from 1 to 65535");
 	expect_config_error("{\"bootstrap_port\": 65536}", "bootstrap_port: must be an integer");
@@ -308,14 +308,59 @@ test_config_errors(void)
 	expect_config_error("{\"engines\": {\"p0\": {\"disaggregation\": null}}}",
 	                    "engines.p0.disaggregation: must be true");
 	expect_config_error("{\"engines\": {\"p0\": {\"bootstrap_host\": \"\"}}}",
-	                    "engines.p0.bootstrap_host: must be a host name or address");
+	                    "engines.p0.bootstrap_host: must be a host name or an IPv4");
 	expect_config_error("{\"engines\": {\"p0\": {\"bootstrap_host\": \"http://p0\"}}}",
-	                    "engines.p0.bootstrap_host: must be a host name or address");
+	                    "engines.p0.bootstrap_host: must be a host name or an IPv4");
 	expect_config_error("{\"engines\": {\"p0\": {\"bootstrap_host\": 7}}}",
-	                    "engines.p0.bootstrap_host: must be a host name");
+	                    "engines.p0.bootstrap_host: must be a host name or an IPv4");
 	expect_config_error("{\"engines\": {\"p0\": {\"port\": 1}}}",
 	                    "engines.p0.port: unknown key: valid keys are bootstrap_port, "
 	                    "bootstrap_host and disaggregation");
+}
+
+/* RULES: a configuration error reads "json.path: problem: what is valid"
+ * on one line: a key or engine ID with control characters or quotes is
+ * shown escaped, a long ID shortened so that the key after it stays in
+ * the message; and a bootstrap_host must be one a decode engine can dial
+ * (a host:port, which the engine would dial with the port again, is
+ * not). */
+static void
+test_config_error_text(void)
+{
+	g_autofree char *long_id = g_strnfill(300, 'p');
+	g_autofree char *long_cfg =
+		g_strdup_printf("{\"engines\": {\"%s\": {\"bootstrap_port\": 0}}}", long_id);
+	g_autofree char *long_msg = g_strdup_printf(
+		"engines.%.40s....bootstrap_port: must be an integer from 1 to 65535", long_id);
+
+	expect_config_error("{\"engines\": {\"a\\nb\": {\"bootstrap_port\": 0}}}",
+	                    "engines.a\\u000ab.bootstrap_port: must be an integer from 1 to 65535");
+	expect_config_error("{\"engines\": {\"p0\": {\"x\\\"y\\u001b\": 1}}}",
+	                    "engines.p0.x\\\"y\\u001b: unknown key: valid keys are");
+	expect_config_error("{\"bootstrap\\rport\": 1}", "bootstrap\\u000dport: unknown key");
+	expect_config_error(long_cfg, long_msg);
+	for (const char *const *bad = (const char *const[]){ "10.0.0.7:8998", "gpu-7..lab",
+	                                                     "-gpu", "gpu-.lab", "fd00::17%",
+	                                                     "[fd00::17]", "fd00::zz", NULL };
+	     *bad != NULL; bad++) {
+		g_autofree char *cfg = g_strdup_printf(
+			"{\"engines\": {\"p0\": {\"bootstrap_host\": \"%s\"}}}", *bad);
+
+		expect_config_error(cfg, "engines.p0.bootstrap_host: must be a host name or an "
+		                         "IPv4 address, or an IPv6 address without brackets");
+	}
+	for (const char *const *good = (const char *const[]){ "gpu-7.lab", "gpu_7", "10.0.0.7",
+	                                                      "fd00::17", "fe80::1%eth0",
+	                                                      "gpu.lab.", NULL };
+	     *good != NULL; good++) {
+		g_autofree char *cfg = g_strdup_printf(
+			"{\"engines\": {\"p0\": {\"bootstrap_host\": \"%s\"}}}", *good);
+		struct nw_harness *h = sglang_with(cfg);
+
+		if (h == NULL)
+			return;
+		nw_harness_free(h);
+	}
 }
 
 /* An engines entry must name an engine of the fleet when the host shows
@@ -476,15 +521,17 @@ out:
 	nw_harness_free(later);
 }
 
-/* The router owns the bootstrap keys: a client's are refused by the host
- * (router_keys) and, should one get through, replaced on a pair leg and
- * dropped from an aggregate one. */
+/* The router owns the bootstrap keys, and disagg_prefill_dp_rank, which
+ * tells the decode engine which of the prefill engine's data-parallel
+ * ranks holds the KV cache: a client's are refused by the host
+ * (router_keys) and, should one get through, replaced or dropped on a
+ * pair leg and dropped from an aggregate one. */
 static void
 test_router_keys(void)
 {
 	static const char *const forged =
 		"{\"model\": \"m\", \"prompt\": \"x\", \"bootstrap_host\": \"evil.example\","
-		" \"bootstrap_port\": 1, \"bootstrap_room\": 5}";
+		" \"bootstrap_port\": 1, \"bootstrap_room\": 5, \"disagg_prefill_dp_rank\": 3}";
 	struct nw_harness *h = sglang_with("{\"disaggregation\": false,"
 	                                   " \"engines\": {\"p0\": {\"disaggregation\": true},"
 	                                   " \"d0\": {\"disaggregation\": true}}}");
@@ -497,15 +544,56 @@ test_router_keys(void)
 	g_assert_cmpstr(keys[0], ==, "bootstrap_host");
 	g_assert_cmpstr(keys[1], ==, "bootstrap_port");
 	g_assert_cmpstr(keys[2], ==, "bootstrap_room");
-	g_assert_null(keys[3]);
+	g_assert_cmpstr(keys[3], ==, "disagg_prefill_dp_rank");
+	g_assert_null(keys[4]);
 	g_assert_cmpint(build_pair_leg(h, LEG_PREFILL, C, forged, &body), ==, 0);
 	g_assert_cmpstr(json_string_value(json_object_get(body, "bootstrap_host")), ==, "10.0.0.7");
 	g_assert_cmpint(json_integer_value(json_object_get(body, "bootstrap_port")), ==, 8998);
 	g_assert_cmpint(json_integer_value(json_object_get(body, "bootstrap_room")), !=, 5);
+	g_assert_null(json_object_get(body, "disagg_prefill_dp_rank"));
+	json_decref(body);
+	g_assert_cmpint(build_pair_leg(h, LEG_DECODE, C, forged, &body), ==, 0);
+	g_assert_null(json_object_get(body, "disagg_prefill_dp_rank"));
 	json_decref(body);
 	g_assert_cmpint(build_single(h, LEG_AGGREGATE, C, &eng_named, forged, &body), ==, 0);
 	nw_harness_assert_json(body, "{\"model\": \"m\", \"prompt\": \"x\"}");
 	json_decref(body);
+	nw_harness_free(h);
+}
+
+/* One pair carries one sequence: SGLang takes a request of several (a
+ * batch of prompts, n above 1) only with a list of bootstrap rooms, one
+ * per sequence, and fails it with one room. Such a request is never a
+ * pair's (-ENOTSUP; the host refuses it from clients too). */
+static void
+test_pair_one_sequence(void)
+{
+	static const char *const several[] = {
+		"{\"prompt\": [\"a\", \"b\"]}", "{\"prompt\": [[1, 2], [3]]}",
+		"{\"prompt\": \"a\", \"n\": 2}", "{\"prompt\": \"a\", \"best_of\": 3}",
+		"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 4}",
+	};
+	static const char *const one[] = {
+		"{\"prompt\": [\"a\"]}", "{\"prompt\": [[1, 2]]}", "{\"prompt\": [1, 2]}",
+		"{\"prompt\": \"a\", \"n\": 1, \"best_of\": null}",
+	};
+	struct nw_harness *h = sglang_with(NULL);
+	json_t *body = NULL;
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(several); i++) {
+		narwhal_route route = strstr(several[i], "messages") ? CHAT : C;
+
+		g_assert_cmpint(build_pair_leg(h, LEG_PREFILL, route, several[i], &body), ==,
+		                -ENOTSUP);
+		g_assert_cmpint(build_pair_leg(h, LEG_DECODE, route, several[i], &body), ==,
+		                -ENOTSUP);
+	}
+	for (guint i = 0; i < G_N_ELEMENTS(one); i++) {
+		g_assert_cmpint(build_pair_leg(h, LEG_DECODE, C, one[i], &body), ==, 0);
+		json_decref(body);
+	}
 	nw_harness_free(h);
 }
 
@@ -664,6 +752,24 @@ test_parse_tokenize(void)
 	nw_harness_free(h);
 }
 
+/* Counts the host can use: at most 2^53 (its demand sums are doubles, and
+ * so is its cap on a count sized by characters), and a count that is the
+ * token list's length when the answer has both. */
+static void
+test_parse_tokenize_bounds(void)
+{
+	struct nw_harness *h = sglang_with(NULL);
+
+	if (h == NULL)
+		return;
+	expect_count(h, "{\"count\": 9007199254740992}", 0, UINT64_C(9007199254740992));
+	expect_count(h, "{\"count\": 9007199254740993}", -EPROTO, 0);
+	expect_count(h, "{\"tokens\": [1], \"count\": 9223372036854775807}", -EPROTO, 0);
+	expect_count(h, "{\"tokens\": [1, 2], \"count\": 3}", -EPROTO, 0);
+	expect_count(h, "{\"tokens\": [1, 2, 3], \"count\": 3}", 0, 3);
+	nw_harness_free(h);
+}
+
 /* ---------------------------------------------- health, models, metrics --- */
 
 static void
@@ -815,8 +921,50 @@ test_errors_flat(void)
 	nw_harness_free(h);
 }
 
+/* The ABI's parse_error contract: a body with no error in it (FastAPI's
+ * {"detail": ...}, an empty object, a success body) is -EPROTO with no
+ * message; under an HTTP error status the status gives the class (spec
+ * 4.2), otherwise every preset stands as the host set it. */
+static void
+test_errors_unreadable(void)
+{
+	static const struct {
+		int status;
+		const char *body;
+		narwhal_error_class cls;
+	} cases[] = {
+		{ 400, "{}", NARWHAL_ERROR_CLIENT },
+		{ 422, "{\"detail\": [{\"loc\": [\"body\"], \"msg\": \"x\"}]}", NARWHAL_ERROR_CLIENT },
+		{ 500, "{\"param\": \"n\"}", NARWHAL_ERROR_RETRYABLE },
+		{ 0, "{\"detail\": \"x\"}", 77 },
+		{ 200, "{\"foo\": 1}", 77 },
+		{ 0, "[\"error\"]", 77 },
+	};
+	struct nw_harness *h = sglang_with(NULL);
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct narwhal_engine_error err = { .struct_size = sizeof err,
+		                                    .error_class = (narwhal_error_class)77 };
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), cases[i].status,
+		                                                   cases[i].body,
+		                                                   strlen(cases[i].body), &err),
+		                ==, -EPROTO);
+		if (err.error_class != cases[i].cls)
+			g_error("%d %s: class %d, expected %d", cases[i].status, cases[i].body,
+			        err.error_class, cases[i].cls);
+		g_assert_cmpstr(err.message, ==, "");
+		g_assert_cmpstr(err.param, ==, "");
+	}
+	nw_harness_free(h);
+}
+
 /* ABI 2.1, NARWHAL_ERROR_HANDOFF: a decode engine whose KV transfer
- * failed blames the prefill engine; a client error mentioning it does not. */
+ * failed blames the prefill engine; a 400 mentioning it does not (and as
+ * it names the router's bootstrap_room, it refuses what Narwhal sent, not
+ * the client's request: permanent). */
 static void
 test_errors_transfer(void)
 {
@@ -826,7 +974,129 @@ test_errors_transfer(void)
 		return;
 	expect_error(h, 500, "error-transfer.json", NARWHAL_ERROR_HANDOFF, "transfer failed");
 	expect_error(h, 0, "error-transfer.json", NARWHAL_ERROR_HANDOFF, "transfer failed");
-	expect_error(h, 400, "error-transfer.json", NARWHAL_ERROR_CLIENT, "transfer failed");
+	expect_error(h, 400, "error-transfer.json", NARWHAL_ERROR_PERMANENT, "transfer failed");
+	nw_harness_free(h);
+}
+
+/* A prefill engine whose KV transfer failed says so too ("Prefill transfer
+ * failed ... KVTransferError ...: Decode instance could be dead"): that is
+ * the decode engine gone, no failed handoff to blame on the prefill
+ * engine, so its server error stays retryable by its status, in a body or
+ * in-band. The decode side's wording is the handoff. */
+static void
+test_errors_prefill_transfer(void)
+{
+	static const char prefill[] =
+		"{\"object\": \"error\", \"message\": \"Prefill transfer failed for request rank=4"
+		" req.rid='ca27' req.bootstrap_room=6593551520068383758 with exception"
+		" KVTransferError(bootstrap_room=6593551520068383758): Decode instance could be"
+		" dead, remote mooncake session 10.99.91.49:15295 is not alive\", \"type\":"
+		" \"InternalServerError\", \"param\": null, \"code\": 500}";
+	static const char decode[] =
+		"{\"error\": {\"message\": \"Decode transfer failed for request rank=8"
+		" decode_req.req.rid='63b1' decode_req.req.bootstrap_room=6593551520068383758 with"
+		" exception KVTransferError(bootstrap_room=6593551520068383758): Failed to get"
+		" kvcache from prefill instance, it might be dead\", \"code\": 500}}";
+	struct nw_harness *h = sglang_with(NULL);
+	const struct {
+		int status;
+		const char *body;
+		narwhal_error_class cls;
+	} cases[] = {
+		{ 500, prefill, NARWHAL_ERROR_RETRYABLE },
+		{ 0, prefill, NARWHAL_ERROR_RETRYABLE },
+		{ 500, decode, NARWHAL_ERROR_HANDOFF },
+		{ 0, decode, NARWHAL_ERROR_HANDOFF },
+	};
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		struct narwhal_engine_error err = { .struct_size = sizeof err,
+		                                    .error_class = NARWHAL_ERROR_PERMANENT };
+		struct narwhal_sse_event ev = { .struct_size = sizeof ev };
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), cases[i].status,
+		                                                   cases[i].body,
+		                                                   strlen(cases[i].body), &err),
+		                ==, 0);
+		if (err.error_class != cases[i].cls)
+			g_error("%d %.40s: class %d, expected %d", cases[i].status, cases[i].body,
+			        err.error_class, cases[i].cls);
+		if (cases[i].status != 0 || cases[i].body == prefill)
+			continue;
+		g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), cases[i].body,
+		                                                 strlen(cases[i].body), &ev), ==, 0);
+		g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
+		g_assert_cmpint(ev.error_class, ==, NARWHAL_ERROR_HANDOFF);
+	}
+	nw_harness_free(h);
+}
+
+/* parse_error of a body under status, from the host's preset: the class,
+ * with the message in message (NARWHAL_ENGINE_MESSAGE_MAX). */
+static narwhal_error_class
+error_of(struct nw_harness *h, int status, const char *body, char *message)
+{
+	struct narwhal_engine_error err = { .struct_size = sizeof err,
+	                                    .error_class = NARWHAL_ERROR_PERMANENT };
+
+	g_assert_cmpint(nw_harness_dialect(h)->parse_error(nw_harness_ctx(h), status, body,
+	                                                   strlen(body), &err), ==, 0);
+	g_strlcpy(message, err.message, NARWHAL_ENGINE_MESSAGE_MAX);
+	return err.error_class;
+}
+
+/* What a client may read (plugin-abi.h, NARWHAL_ERROR_CLIENT; RULES: never
+ * an engine's address, path or internal message): a 400 that refuses one
+ * of the router's keys (the bootstrap address and room the dialect added)
+ * is the router's failure, not the client's, so permanent; a client
+ * error's message keeps its words but not the URLs, addresses and paths in
+ * it, and a traceback is dropped whole. */
+static void
+test_errors_client_message(void)
+{
+	static const struct {
+		const char *body;
+		narwhal_error_class cls;
+		const char *message;
+	} cases[] = {
+		{ "{\"object\": \"error\", \"message\": \"bootstrap_port must be null or a port"
+		  " number.\", \"type\": \"BadRequestError\", \"param\": \"bootstrap_port\","
+		  " \"code\": 400}", NARWHAL_ERROR_PERMANENT, NULL },
+		{ "{\"object\": \"error\", \"message\": \"1 validation error: bootstrap_host:"
+		  " input_value='10.0.0.7'\", \"code\": 400}", NARWHAL_ERROR_PERMANENT, NULL },
+		{ "{\"object\": \"error\", \"message\": \"Cannot reach http://10.0.0.9:30000/x"
+		  " or gpu-7.lab:8998 (fd00::17, [fd00::18]:80), see /opt/sglang/srt/server.py\","
+		  " \"code\": 400}", NARWHAL_ERROR_CLIENT,
+		  "Cannot reach [hidden] or [hidden] ([hidden], [hidden]), see [hidden]" },
+		{ "{\"object\": \"error\", \"message\": \"Traceback (most recent call last):\\n"
+		  "  File \\\"/opt/sglang/x.py\\\", line 3\\nValueError: bad\", \"code\": 400}",
+		  NARWHAL_ERROR_CLIENT, "" },
+		{ "{\"object\": \"error\", \"message\": \"'max_tokens' must be at least 1, got -3;"
+		  " prompt is a string and/or a list; 1/2 of 3.5 (v0.5.1); text/plain\", \"code\":"
+		  " 400}", NARWHAL_ERROR_CLIENT,
+		  "'max_tokens' must be at least 1, got -3; prompt is a string and/or a list; 1/2 of"
+		  " 3.5 (v0.5.1); text/plain" },
+	};
+	struct nw_harness *h = sglang_with(NULL);
+	char message[NARWHAL_ENGINE_MESSAGE_MAX];
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(cases); i++) {
+		narwhal_error_class cls = error_of(h, 400, cases[i].body, message);
+
+		if (cls != cases[i].cls)
+			g_error("%s: class %d, expected %d", cases[i].body, cls, cases[i].cls);
+		if (cases[i].message != NULL)
+			g_assert_cmpstr(message, ==, cases[i].message);
+	}
+	/* A server error's message is not the client's to read: left whole. */
+	g_assert_cmpint(error_of(h, 500, "{\"object\": \"error\", \"message\": \"see"
+	                         " /opt/sglang/x.py\", \"code\": 500}", message),
+	                ==, NARWHAL_ERROR_RETRYABLE);
+	g_assert_cmpstr(message, ==, "see /opt/sglang/x.py");
 	nw_harness_free(h);
 }
 
@@ -929,6 +1199,37 @@ test_sse(void)
 	nw_harness_free(h);
 }
 
+/* plugin-abi.h: sniff_sse never says no to a payload parse_sse reads as an
+ * error, even one whose key or flat "object" is spelt with \\u escapes
+ * (JSON reads "\\u0065rror" as "error"); a token's non-ASCII escapes do not
+ * make it say yes. */
+static void
+test_sniff_escapes(void)
+{
+	static const char *const errors[] = {
+		"{\"\\u0065rror\":{\"message\":\"x\",\"code\":503}}",
+		"{\"err\\u006fr\":\"boom\"}",
+		"{\"object\":\"\\u0065rror\",\"message\":\"y\",\"code\":500}",
+	};
+	static const char token[] = "{\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+	                            "\"caf\\u00e9 \\u4e2d\\n\"}}]}";
+	struct nw_harness *h = sglang_with(NULL);
+
+	if (h == NULL)
+		return;
+	for (guint i = 0; i < G_N_ELEMENTS(errors); i++) {
+		struct narwhal_sse_event ev = { .struct_size = sizeof ev };
+
+		g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), errors[i],
+		                                                 strlen(errors[i]), &ev), ==, 0);
+		g_assert_cmpint(ev.kind, ==, NARWHAL_SSE_ERROR);
+		if (!nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), errors[i], strlen(errors[i])))
+			g_error("sniff_sse let pass the error %s", errors[i]);
+	}
+	g_assert_false(nw_harness_dialect(h)->sniff_sse(nw_harness_ctx(h), token, strlen(token)));
+	nw_harness_free(h);
+}
+
 /* ----------------------------------------------------------- the rules --- */
 
 /* No clock after create, no fleet without an engines object, no
@@ -994,25 +1295,34 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/sglang/config/good", test_good_configs);
 	g_test_add_func("/dialect/sglang/config/errors", test_config_errors);
 	g_test_add_func("/dialect/sglang/config/unknown-engine", test_config_unknown_engine);
+	g_test_add_func("/dialect/sglang/config/error-text", test_config_error_text);
 
 	g_test_add_func("/dialect/sglang/ref-2/pair-legs", test_pair_legs);
 	g_test_add_func("/dialect/sglang/ref-2/bootstrap-address", test_bootstrap_address);
 	g_test_add_func("/dialect/sglang/ref-2/rooms", test_rooms);
 	g_test_add_func("/dialect/sglang/ref-2/router-keys", test_router_keys);
 	g_test_add_func("/dialect/sglang/ref-2/pair-leg-errors", test_pair_leg_errors);
+	g_test_add_func("/dialect/sglang/ref-2/pair-one-sequence", test_pair_one_sequence);
 	g_test_add_func("/dialect/sglang/ref-2/parse-prefill", test_parse_prefill);
 	g_test_add_func("/dialect/sglang/ref-2/aggregate", test_aggregate);
 
 	g_test_add_func("/dialect/sglang/ref-3/tokenize", test_tokenize);
 	g_test_add_func("/dialect/sglang/ref-3/tokenize/parse", test_parse_tokenize);
+	g_test_add_func("/dialect/sglang/ref-3/tokenize/parse-bounds", test_parse_tokenize_bounds);
 
 	g_test_add_func("/dialect/sglang/ref-5.2/health-models", test_health_models);
 	g_test_add_func("/dialect/sglang/ref-5.2/metrics", test_metrics);
 
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/flat", test_errors_flat);
 	g_test_add_func("/dialect/sglang/ref-4.4/errors/nested", test_errors_nested);
+	g_test_add_func("/dialect/sglang/spec-4.2/errors/client-message",
+	                test_errors_client_message);
 	g_test_add_func("/dialect/sglang/abi-2.1/errors/transfer", test_errors_transfer);
+	g_test_add_func("/dialect/sglang/abi-2.1/errors/prefill-transfer",
+	                test_errors_prefill_transfer);
+	g_test_add_func("/dialect/sglang/abi-2/errors/unreadable", test_errors_unreadable);
 	g_test_add_func("/dialect/sglang/ref-4.2/sse", test_sse);
+	g_test_add_func("/dialect/sglang/abi-2/sniff-escapes", test_sniff_escapes);
 
 	g_test_add_func("/dialect/sglang/no-host-calls", test_no_host_calls);
 	g_test_add_func("/dialect/sglang/two-instances", test_two_instances);

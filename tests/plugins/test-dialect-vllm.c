@@ -235,9 +235,11 @@ expect_config_error(const char *config_json, const char *reason)
 static void
 test_config_errors(void)
 {
+	/* RULES: "json.path: problem: what is valid", on one line. */
 	expect_config_error("{\"timeout\": 1}",
-	                    "unknown key \"timeout\": the vllm dialect takes no options");
-	expect_config_error("{\"a\": null}", "unknown key \"a\"");
+	                    "timeout: unknown key: the vllm dialect takes no options");
+	expect_config_error("{\"a\": null}", "a: unknown key");
+	expect_config_error("{\"a\\tb\": 1}", "a\\u0009b: unknown key");
 	expect_config_error("[]", "config must be an empty object");
 	expect_config_error("\"vllm\"", "config must be an empty object");
 }
@@ -360,6 +362,8 @@ test_parse_tokenize(void)
 	expect_count(h, "{\"count\": 0, \"tokens\": []}", 0, 0);
 	expect_count(h, "{\"count\": 4000000000}", 0, 4000000000u);
 	expect_count(h, "{\"count\": -1}", -EPROTO, 0);
+	/* Beyond 2^53 no count is exact in the host's sums. */
+	expect_count(h, "{\"count\": 9007199254740993}", -EPROTO, 0);
 	expect_count(h, "{\"count\": 7.0}", -EPROTO, 0);
 	expect_count(h, "{\"count\": \"7\"}", -EPROTO, 0);
 	expect_count(h, "{\"count\": null}", -EPROTO, 0);
@@ -1182,6 +1186,14 @@ test_permanent_statuses(void)
 	             " \"code\": 503}}", NARWHAL_ERROR_CLIENT);
 	expect_class(h, 503, "{\"error\": {\"message\": \"x\", \"type\": \"BadRequestError\","
 	             " \"code\": 400}}", NARWHAL_ERROR_RETRYABLE);
+	/* A 400 about kv_transfer_params refuses what the router sent (the
+	 * host refuses the key from clients): permanent, its words (the
+	 * prefill engine's address) not the client's to read. */
+	expect_class(h, 400, "{\"error\": {\"message\": \"Invalid kv_transfer_params:"
+	             " remote_host 10.0.0.7\", \"type\": \"BadRequestError\", \"param\": null,"
+	             " \"code\": 400}}", NARWHAL_ERROR_PERMANENT);
+	expect_class(h, 422, "{\"object\": \"error\", \"message\": \"bad\", \"param\":"
+	             " \"kv_transfer_params\", \"code\": 422}", NARWHAL_ERROR_PERMANENT);
 	/* vLLM's unknown-model answer. */
 	expect_class(h, 404, "{\"error\": {\"message\": \"The model `x` does not exist.\","
 	             " \"type\": \"NotFoundError\", \"param\": \"model\", \"code\": 404}}",
