@@ -539,13 +539,57 @@ check_writers(const char *file, GError **error)
 	return true;
 }
 
+/* What a path is, when it is not a regular file. */
+static const char *
+file_type(mode_t mode)
+{
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	return "not a regular file";
+}
+
+/* The file must be there and be a regular file: dlopen would wait for
+ * ever on a FIFO (until something writes to it), and read a device as if
+ * it were a file. */
+static bool
+check_file(const char *file, narwhal_plugin_kind kind, const char *name, GError **error)
+{
+	struct stat st;
+
+	if (stat(file, &st) != 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			refuse_not_found(error, file, kind, name);
+		else
+			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN,
+			            "%s: cannot load plugin: expected a shared object file, found that "
+			            "it cannot be reached: %s: give the path of the plugin's .so file",
+			            file, g_strerror(errno));
+		return false;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN,
+		            "%s: cannot load plugin: expected a shared object file, found %s: give "
+		            "the path of the plugin's .so file",
+		            file, file_type(st.st_mode));
+		return false;
+	}
+	return true;
+}
+
 struct nw_plugin *
 nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GError **error)
 {
 	struct nw_plugin *p = NULL;
 	g_autofree char *open_name = NULL;
 	narwhal_plugin_entry_fn entry;
-	struct stat st;
 	void *sym;
 	const char *why;
 
@@ -553,12 +597,7 @@ nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GEr
 	g_return_val_if_fail(file != NULL && *file != '\0', NULL);
 	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
-	if (stat(file, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
-		refuse_not_found(error, file, kind, name);
-		return NULL;
-	}
-
-	if (!check_writers(file, error))
+	if (!check_file(file, kind, name, error) || !check_writers(file, error))
 		return NULL;
 
 	p = g_new0(struct nw_plugin, 1);
