@@ -119,6 +119,29 @@ run(const char *file)
 		nw_log(NARWHAL_LOG_WARNING, "config_warning", "problem", line, NULL);
 		g_free(line);
 	}
+
+	/* The plugins are checked first, as --check-config and a reload check
+	 * them, so that a refusal names the file and its field (FILE:
+	 * plugins.placement: ...), which the daemon's own load does not. */
+	if (!nw_daemon_check_plugins(cfg, problems, NULL)) {
+		g_autoptr(GPtrArray) lines = g_ptr_array_new_with_free_func(g_free);
+
+		for (guint i = 0; i < problems->len; i++) {
+			const struct nw_config_error *e = g_ptr_array_index(problems, i);
+
+			if (e->warning)
+				continue;
+			g_ptr_array_add(lines, nw_config_error_format(file, e));
+			nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error",
+			       g_ptr_array_index(lines, lines->len - 1), NULL);
+		}
+		nw_log_writer_stop();
+		for (guint i = 0; i < lines->len; i++)
+			fprintf(stderr, "%s\n", (const char *)g_ptr_array_index(lines, i));
+		g_ptr_array_unref(problems);
+		nw_config_free(cfg);
+		return EXIT_CONFIG;
+	}
 	g_ptr_array_unref(problems);
 
 	nw_process_raise_fd_limit();
