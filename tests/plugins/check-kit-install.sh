@@ -6,7 +6,9 @@
 # narwhal-plugin.pc, and the plugin it builds must export its entry alone;
 # then, with the lines "Testing a plugin" tells an author to add, its GLib
 # test on the installed test kit (narwhal-plugin-test) must pass under make
-# check, and the installed narwhal-plugin-check must pass the plugin.
+# check, and with the page's commands without autotools too (a test built
+# so could not find the library under a prefix of its own), and the
+# installed narwhal-plugin-check must pass the plugin.
 # Last, the examples (examples/placement-rotate, examples/dialect-minnow)
 # must each build, pass their tests and conform.
 # Every step runs under a time and a memory limit: the narwhal.m4 of 0.1.0
@@ -114,6 +116,14 @@ if [ "$failed" = 0 ]; then
 fi
 step "autoreconf, configure with the test kit" sh -c 'autoreconf -fi && ./configure'
 step "make check runs the plugin's GLib test on the installed kit" make check
+# The manual's commands for the same test without autotools, as written:
+# pkg-config narwhal-plugin-test must give all the test needs, and the
+# test must find the library at run time under a prefix of its own.
+if [ "$failed" = 0 ] && extract "kit test without autotools" "$proj/kit-test.sh"; then
+	step "the manual's commands build and run the test without autotools" sh ./kit-test.sh
+elif [ "$failed" = 0 ]; then
+	not_ok "the manual holds the commands for the test without autotools"
+fi
 check=$prefix/bin/narwhal-plugin-check
 if [ "$failed" = 0 ] && [ -x "$check" ]; then
 	rc=0
