@@ -26,15 +26,22 @@
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
 
 /* One plugin of --show-plugins as a text line: where it is configured,
- * its own name and version, the file it was loaded from. */
+ * its own name and version, the file it was loaded from, and the files of
+ * its name it hides further along the search path. */
 static void
 print_loaded(const char *where, const json_t *p)
 {
 	const char *version = json_string_value(json_object_get(p, "version"));
+	const json_t *hides = json_object_get(p, "hides");
+	size_t i;
+	json_t *h;
 
-	printf("%s: %s%s%s from %s\n", where, json_string_value(json_object_get(p, "name")),
+	printf("%s: %s%s%s from %s", where, json_string_value(json_object_get(p, "name")),
 	       version ? " " : "", version ? version : "",
 	       json_string_value(json_object_get(p, "path")));
+	json_array_foreach(hides, i, h)
+		printf("%s%s", i == 0 ? " (hides " : ", ", json_string_value(h));
+	printf("%s\n", json_array_size(hides) > 0 ? ")" : "");
 }
 
 /* --check-config: the effective configuration, or with show_plugins the

@@ -214,6 +214,38 @@ nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
 	return g_build_filename(dirs[0], base, NULL);
 }
 
+char **
+nw_plugin_hidden(narwhal_plugin_kind kind, const char *name, const char *path, const char *dir)
+{
+	g_autofree char *base = NULL;
+	g_auto(GStrv) dirs = NULL;
+	GPtrArray *hidden = g_ptr_array_new();
+	struct stat loaded, st;
+	bool found = false;
+
+	if ((path == NULL || *path == '\0') && nw_plugin_kind_name(kind) != NULL && name != NULL) {
+		base = g_strdup_printf("%s-%s.so", nw_plugin_kind_name(kind), name);
+		dirs = nw_plugin_search_path(dir);
+		for (char **d = dirs; *d != NULL; d++) {
+			char *file = g_build_filename(*d, base, NULL);
+
+			if (stat(file, &st) != 0) {
+				g_free(file);
+			} else if (!found) {
+				found = true; /* the one that is loaded */
+				loaded = st;
+				g_free(file);
+			} else if (st.st_dev == loaded.st_dev && st.st_ino == loaded.st_ino) {
+				g_free(file); /* the same file by another name hides nothing */
+			} else {
+				g_ptr_array_add(hidden, file);
+			}
+		}
+	}
+	g_ptr_array_add(hidden, NULL);
+	return (char **)g_ptr_array_free(hidden, FALSE);
+}
+
 /* Kind as text for messages, including values no host kind has. */
 static char *
 describe_kind(uint32_t kind)

@@ -70,6 +70,12 @@ char **nw_plugin_search_path(const char *dir);
 char *nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
                         const char *dir);
 
+/* The other files for the name along the same search path, after the one
+ * nw_plugin_resolve finds: the plugins that one hides (--show-plugins).
+ * None when path is given. NULL-terminated, g_strfreev. */
+char **nw_plugin_hidden(narwhal_plugin_kind kind, const char *name, const char *path,
+                        const char *dir);
+
 /* Load and check. name may be NULL to skip the name check (explicit path).
  * A file, or its directory, that users other than its owner can write, or
  * that another user owns, is refused when running as root and logged as a

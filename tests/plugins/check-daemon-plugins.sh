@@ -3,9 +3,11 @@
 # do (issue 14, tried as an attacker would): it exits 1 at once with
 # `FILE: json.path: problem: what is valid` (its start printed the loader's
 # message alone, without the file and the field), and a FIFO given as a
-# plugin is refused rather than waited on for ever. Every run is bounded
-# in time; the file asks for an ephemeral port, though none is ever
-# opened. TAP.
+# plugin is refused rather than waited on for ever. And --check-config
+# --show-plugins names the file a plugin was loaded from as an absolute
+# path, with the files of its name it hides further along the search path
+# (it said neither). Every run is bounded in time; the file asks for an
+# ephemeral port, though none is ever opened. TAP.
 
 bin=${NARWHAL_BIN:-./narwhal}
 mocks=${MOCK_PLUGIN_DIR:-tests/plugins/.libs}
@@ -65,4 +67,42 @@ mkdir "$tmp/dialect-dir.so"
 config dir '{ "dialects": { "minnow": { "path": "'"$tmp"'/dialect-dir.so" } } }' minnow
 refused "a directory as a dialect stops the start, naming the dialect's field" dir \
 	"^$tmp/dir.json: plugins.dialects.minnow: .*expected a shared object file, found a directory"
+# A drop-in directory with a copy of a built-in: the copy wins and says
+# what it hides. A relative path is shown as the file it names.
+builtin=${NARWHAL_PLUGIN_DIR:-plugins/.libs}
+mkdir "$tmp/drop-in"
+cp "$builtin/placement-least-loaded.so" "$tmp/drop-in/"
+cp "$mocks/placement-broken.so" "$tmp/"
+real=$(cd "$tmp" && pwd -P)
+config shadow '{ "dir": "'"$tmp"'/drop-in", "placement": { "name": "least-loaded" } }' vllm
+config relative '{ "placement": { "path": "placement-broken.so" } }' vllm
+rc=0
+timeout "$limit_s" "$bin" --check-config "$tmp/shadow.json" --show-plugins >"$tmp/out" 2>"$tmp/err" ||
+	rc=$?
+cat "$tmp/out" >>"$tmp/err"
+if [ "$rc" = 0 ] && grep '^plugins.placement: least-loaded ' "$tmp/out" | grep -Fq \
+	" from $tmp/drop-in/placement-least-loaded.so (hides $builtin/placement-least-loaded.so)"; then
+	ok "--show-plugins names the drop-in that wins and the built-in it hides"
+else
+	not_ok "--show-plugins names the drop-in that wins and the built-in it hides"
+fi
+rc=0
+timeout "$limit_s" "$bin" --check-config "$tmp/shadow.json" --show-plugins --json >"$tmp/out" \
+	2>"$tmp/err" || rc=$?
+cat "$tmp/out" >>"$tmp/err"
+if [ "$rc" = 0 ] && tr -d ' \n' <"$tmp/out" |
+	grep -Fq "\"hides\":[\"$builtin/placement-least-loaded.so\"],\"name\":\"least-loaded\""; then
+	ok "--show-plugins --json lists what a plugin hides"
+else
+	not_ok "--show-plugins --json lists what a plugin hides"
+fi
+rc=0
+(cd "$tmp" && timeout "$limit_s" "$bin" --check-config relative.json --show-plugins) \
+	>"$tmp/out" 2>"$tmp/err" || rc=$?
+cat "$tmp/out" >>"$tmp/err"
+if [ "$rc" = 0 ] && grep -Fqx "plugins.placement: broken 1.0.0 from $real/placement-broken.so" "$tmp/out"; then
+	ok "--show-plugins shows a relative path as the absolute file it names"
+else
+	not_ok "--show-plugins shows a relative path as the absolute file it names"
+fi
 echo "1..$n"
