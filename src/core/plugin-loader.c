@@ -278,23 +278,28 @@ compare_names(gconstpointer a, gconstpointer b)
 
 /* The names of the plugins of this kind a directory holds (files
  * "<kind>-<name>.so"), comma-separated, for a not-found message; "none"
- * when it holds none (transfer full). */
+ * when it holds none, and why when it cannot be read: a directory named
+ * wrong is then plain to see (transfer full). */
 static char *
 plugins_in(const char *dir, narwhal_plugin_kind kind)
 {
 	g_autofree char *prefix = g_strdup_printf("%s-", nw_plugin_kind_name(kind));
 	g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
-	GDir *d = g_dir_open(dir, 0, NULL);
+	g_autoptr(GError) error = NULL;
+	GDir *d = g_dir_open(dir, 0, &error);
 	const char *entry;
 
-	while (d != NULL && (entry = g_dir_read_name(d)) != NULL) {
+	if (g_error_matches(error, G_FILE_ERROR, G_FILE_ERROR_NOENT))
+		return g_strdup("no such directory");
+	if (d == NULL)
+		return g_strdup("not a directory it can read");
+	while ((entry = g_dir_read_name(d)) != NULL) {
 		if (g_str_has_prefix(entry, prefix) && g_str_has_suffix(entry, ".so") &&
 		    strlen(entry) > strlen(prefix) + 3)
 			g_ptr_array_add(names, g_strndup(entry + strlen(prefix),
 			                                 strlen(entry) - strlen(prefix) - 3));
 	}
-	if (d != NULL)
-		g_dir_close(d);
+	g_dir_close(d);
 	if (names->len == 0)
 		return g_strdup("none");
 	g_ptr_array_sort(names, compare_names);

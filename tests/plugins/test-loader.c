@@ -246,6 +246,20 @@ test_not_found(void)
 	}
 	g_clear_error(&error);
 
+	/* A directory that is not there is said to be missing, not empty. */
+	{
+		g_autofree char *nowhere = g_build_filename(dir, "nowhere", NULL);
+		g_autofree char *missing = g_strdup_printf("there: %s: no such directory; ", nowhere);
+		g_autofree char *at = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "missing", NULL,
+		                                        nowhere);
+
+		g_setenv("NARWHAL_PLUGIN_DIR", dir, TRUE);
+		g_assert_null(nw_plugin_load(NARWHAL_KIND_ADMISSION, "missing", at, &error));
+		g_test_message("%s", error->message);
+		assert_contains(error->message, missing);
+		g_clear_error(&error);
+	}
+
 	/* With one directory to search, the list is that directory's. */
 	g_setenv("NARWHAL_PLUGIN_DIR", NW_PLUGINDIR, TRUE);
 	g_free(file);
