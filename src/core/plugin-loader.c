@@ -457,6 +457,18 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 		            d->struct_size);
 		return false;
 	}
+	/* Larger than this host's struct: no honest plugin is, since its minor
+	 * is not newer. The size is wrong, or the header it was built with is
+	 * newer than its version says; either way its fields are not where
+	 * the host would read them. */
+	if (d->struct_size > sizeof(struct narwhal_plugin_descriptor)) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_SHORT_STRUCT,
+		            "%s: plugin descriptor too long: expected at most %zu bytes (ABI "
+		            "%u.%u), found %" PRIu32 ": " REBUILD_HINT,
+		            file, sizeof(struct narwhal_plugin_descriptor), (unsigned)d->abi_major,
+		            (unsigned)d->abi_minor, d->struct_size);
+		return false;
+	}
 	if (d->kind != (uint32_t)p->kind) {
 		g_autofree char *found = describe_kind(d->kind);
 
@@ -509,10 +521,19 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 		return false;
 	}
 
+	if (ops_size > want->ops_size) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_SHORT_STRUCT,
+		            "%s: %s ops too long: expected at most %zu bytes (ABI %u.%u), found "
+		            "%" PRIu32 ": set struct_size to sizeof(%s) and " REBUILD_HINT,
+		            file, want->name, want->ops_size, (unsigned)d->abi_major,
+		            (unsigned)d->abi_minor, ops_size, want->ops_type);
+		return false;
+	}
+
 	/* Copy what the plugin declared; slots it does not cover stay NULL and
 	 * the host uses its defaults for them. */
 	memset(&p->ops, 0, sizeof p->ops);
-	memcpy(&p->ops, d->ops, MIN((size_t)ops_size, want->ops_size));
+	memcpy(&p->ops, d->ops, ops_size);
 
 	for (size_t i = 0; i < want->n_required; i++) {
 		const struct slot *s = &want->required[i];

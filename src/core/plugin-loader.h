@@ -26,7 +26,8 @@ typedef enum nw_plugin_error {
 	NW_PLUGIN_ERROR_BAD_MAGIC,
 	NW_PLUGIN_ERROR_MAJOR,          /* ABI major differs */
 	NW_PLUGIN_ERROR_MINOR,          /* plugin minor newer than the host's */
-	NW_PLUGIN_ERROR_SHORT_STRUCT,   /* descriptor or ops smaller than their minimum */
+	NW_PLUGIN_ERROR_SHORT_STRUCT,   /* descriptor or ops smaller than their minimum, or
+	                                 * larger than this host's */
 	NW_PLUGIN_ERROR_KIND,           /* another kind than the one configured */
 	NW_PLUGIN_ERROR_NAME,           /* descriptor name differs from the configured one */
 	NW_PLUGIN_ERROR_NULL_SLOT,      /* a required ops slot is NULL */

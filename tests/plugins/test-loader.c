@@ -469,6 +469,31 @@ test_minor(void)
 	assert_contains(m, "pkg-config narwhal-plugin");
 }
 
+/* A struct_size larger than the host's struct is refused: no plugin of
+ * this ABI or an older minor has one, so the size is a lie or the header
+ * newer than the plugin says, and the host would read slots past the
+ * plugin's table (issue 14, tried as an attacker would). */
+static void
+test_long_structs(void)
+{
+	g_autofree char *ops = expect_refusal("long-ops", NARWHAL_KIND_ADMISSION, "mock",
+	                                      NW_PLUGIN_ERROR_SHORT_STRUCT);
+	g_autofree char *desc = expect_refusal("long-desc", NARWHAL_KIND_ADMISSION, "mock",
+	                                       NW_PLUGIN_ERROR_SHORT_STRUCT);
+	g_autofree char *ops_want = g_strdup_printf(
+		"admission ops too long: expected at most %zu bytes (ABI %d.%d), found %zu: set "
+		"struct_size to sizeof(struct narwhal_admission_ops)",
+		sizeof(struct narwhal_admission_ops), NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR,
+		sizeof(struct narwhal_admission_ops) + 64);
+	g_autofree char *desc_want = g_strdup_printf(
+		"plugin descriptor too long: expected at most %zu bytes (ABI %d.%d), found %zu",
+		sizeof(struct narwhal_plugin_descriptor), NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR,
+		sizeof(struct narwhal_plugin_descriptor) + 8);
+
+	assert_contains(ops, ops_want);
+	assert_contains(desc, desc_want);
+}
+
 static void
 test_short_descriptor(void)
 {
@@ -1240,6 +1265,7 @@ static const struct isolated isolated_tests[] = {
 	{ "/loader/refuse/half-pair", test_half_pair },
 	{ "/loader/refuse/half-metrics", test_half_metrics },
 	{ "/loader/refuse/not-a-file", test_not_a_file },
+	{ "/loader/refuse/long-structs", test_long_structs },
 	{ "/loader/refuse/writable-file", test_writable_file },
 	{ "/loader/refuse/writable-dir", test_writable_dir },
 	{ "/loader/refuse/order", test_check_order },
