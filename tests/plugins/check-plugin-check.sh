@@ -116,6 +116,15 @@ expect "state shared between instances fails isolation" 1 \
 expect "memory kept after destroy fails leak" 1 '^FAIL  leak: ' \
 	"$broken" --config '{"break": "leak"}'
 expect "a bad --config is a usage error" 2 'not JSON' "$broken" --config '{'
+long=$(awk 'BEGIN { printf "{"; for (i = 0; i < 2000; i++) printf "%s\"key%d\": %d", i ? ", " : "", i, i; printf "}" }')
+expect "a long --config refused shows a line of its start" 1 \
+	'^FAIL  create: the plugin refused the configuration \{"key0":0,.*\.\.\. \([0-9]+ bytes\): unknown key' \
+	"$broken" --config "$long"
+if [ "$(awk '/^FAIL  create/ { print length($0) }' "$tmp/stdout")" -lt 400 ]; then
+	ok "the verdict on a long --config stays one short line"
+else
+	not_ok "the verdict on a long --config stays one short line"
+fi
 expect "a --config that is an array is a usage error" 2 '--config: expected a JSON object' \
 	"$broken" --config '[{"break": "none"}]'
 expect "a --config that is a number is a usage error" 2 '--config: expected a JSON object' \

@@ -29,6 +29,8 @@
 /* The key the bad-configuration check adds. */
 #define KIT_UNKNOWN_KEY "narwhal-plugin-check-unknown-key"
 #define KIT_MAX_PROBLEMS 5
+/* The most of the configuration a verdict shows. */
+#define KIT_CONFIG_SHOWN 240
 
 void
 kit_problem(GString *list, const char *fmt, ...)
@@ -542,8 +544,16 @@ kit_plan_init(struct kit_plan *plan, const struct nw_plugin *p, const json_t *us
 	plan->cfg = kit_daemon_config(p->kind, user);
 	plan->bad = plan->cfg != NULL ? json_deep_copy(plan->cfg) : json_object();
 	json_object_set_new(plan->bad, KIT_UNKNOWN_KEY, json_true());
-	plan->cfg_text = plan->cfg != NULL ? json_dumps(plan->cfg, JSON_COMPACT | JSON_SORT_KEYS)
+	plan->cfg_text = plan->cfg != NULL ? json_dumps(plan->cfg, JSON_COMPACT | JSON_SORT_KEYS |
+	                                                          JSON_ENSURE_ASCII)
 	                                   : strdup("null");
+	/* A verdict stays one readable line, whatever the configuration
+	 * (ASCII: a cut never splits a character). */
+	if (plan->cfg_text != NULL && strlen(plan->cfg_text) > KIT_CONFIG_SHOWN) {
+		size_t len = strlen(plan->cfg_text);
+
+		g_snprintf(plan->cfg_text + KIT_CONFIG_SHOWN - 32, 32, "... (%zu bytes)", len);
+	}
 }
 
 void
