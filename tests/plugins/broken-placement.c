@@ -18,6 +18,8 @@
  *             prints when every check passed
  *   "hog"     place() allocates without bound (aborting when it can no
  *             more, as g_malloc would)
+ *   "once"    create() accepts its configuration once a process, then
+ *             refuses it
  *
  * Built again with BROKEN_WILD_ENTRY, its entry returns a pointer to no
  * descriptor, which the loader crashes on.
@@ -35,17 +37,18 @@
 
 static const char *const modes[] = { "none", "config", "slot", "range", "clock", "sleep",
 	                             "static", "leak", "crash", "abort", "exit", "hang",
-	                             "print", "hog" };
+	                             "print", "hog", "once" };
 enum { NONE, CONFIG, SLOT, RANGE, CLOCK, SLEEP, STATIC, LEAK, CRASH, ABORT, EXIT, HANG, PRINT,
-       HOG, N_MODES };
+       HOG, ONCE, N_MODES };
 
 struct broken {
 	int mode;
 	void *kept; /* LEAK: allocated, then forgotten by destroy */
 };
 
-/* STATIC: the rule this mode exists to break. */
+/* STATIC and ONCE: the rule these modes exist to break. */
 static unsigned shared_calls;
+static unsigned created;
 
 static int
 broken_create(const struct narwhal_host *host, const json_t *config, void **instance, char *err,
@@ -80,6 +83,10 @@ broken_create(const struct narwhal_host *host, const json_t *config, void **inst
 			snprintf(err, err_len, "unknown key \"%s\": only break is accepted", key);
 			return -EINVAL;
 		}
+	}
+	if (mode == ONCE && created++ > 0) {
+		snprintf(err, err_len, "created once already");
+		return -EBUSY;
 	}
 	b = calloc(1, sizeof *b);
 	if (b == NULL)

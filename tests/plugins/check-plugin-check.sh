@@ -145,6 +145,11 @@ expect "a create that never returns is stopped and fails bad-config" 1 \
 	'^FAIL  bad-config: create did not return within [0-9]+ s' \
 	"$broken" --config '{"break": "hang"}'
 
+# A check that cannot create its instance says so rather than pass.
+expect "a create that refuses the second time fails blocking, which creates twice" 1 \
+	'^FAIL  blocking: the plugin refused the configuration it accepted in the create check' \
+	"$broken" --config '{"break": "once"}'
+
 # What a plugin writes cannot pass for a verdict: it goes to standard
 # error, marked, and fails the output check.
 expect "writing to standard output fails output" 1 \

@@ -278,6 +278,15 @@ script_run(const struct kit_plan *plan, struct kit_seen *seen)
 	return TRUE;
 }
 
+/* A check's fresh instance was refused although create passed: a verdict,
+ * not silence (each check runs in a process of its own). */
+static void
+refused_again(FILE *out, const char *check)
+{
+	kit_verdict(out, FALSE, check, "the plugin refused the configuration it accepted in the "
+	            "create check: create must answer alike every time");
+}
+
 static void
 check_create(const struct kit_plan *plan, FILE *out)
 {
@@ -303,9 +312,10 @@ check_script(const struct kit_plan *plan, FILE *out, gboolean range)
 	const GString *problems;
 
 	seen_init(&s);
-	script_run(plan, &s);
 	problems = range ? s.range : s.slots;
-	if (range)
+	if (!script_run(plan, &s))
+		refused_again(out, range ? "range" : "slots");
+	else if (range)
 		kit_verdict(out, problems->len == 0, "range", "%s",
 		            problems->len == 0 ? "every result in range and inside the eligible set"
 		                               : problems->str);
@@ -425,7 +435,11 @@ check_isolation(const struct kit_plan *plan, FILE *out)
 	void *b, *c;
 
 	seen_init(&sa);
-	script_run(plan, &sa);
+	if (!script_run(plan, &sa)) {
+		refused_again(out, "isolation");
+		seen_clear(&sa);
+		return;
+	}
 	b = live(p, plan->cfg, &wb, err, sizeof err);
 	c = b != NULL ? live(p, plan->cfg, &wc, err, sizeof err) : NULL;
 	if (c == NULL) {
@@ -472,9 +486,9 @@ check_clock(const struct kit_plan *plan, FILE *out)
 
 	seen_init(&s0);
 	seen_init(&s1);
-	script_run(plan, &s0);
-	script_run(plan, &s1);
-	if (rec->clock.n != 0) {
+	if (!script_run(plan, &s0) || !script_run(plan, &s1)) {
+		refused_again(out, "clock");
+	} else if (rec->clock.n != 0) {
 		kit_verdict(out, FALSE, "clock",
 		            "%s called %s() (%u clock reads in all): take time from host->now_ns only",
 		            rec->clock.slot, rec->clock.what, rec->clock.n);
@@ -502,20 +516,23 @@ check_blocking(const struct kit_plan *plan, FILE *out)
 	const struct kit_guard_record *rec = kit_guard_record();
 	char slowest_slot[sizeof rec->slowest_slot] = "";
 	gint64 slowest_us = G_MAXINT64;
+	gboolean created = TRUE;
 
 	for (int run = 0; run < 2; run++) {
 		struct kit_seen s;
 
 		kit_guard_reset_slowest();
 		seen_init(&s);
-		script_run(plan, &s);
+		created &= script_run(plan, &s);
 		seen_clear(&s);
 		if (rec->slowest_us < slowest_us) {
 			slowest_us = rec->slowest_us;
 			g_strlcpy(slowest_slot, rec->slowest_slot, sizeof slowest_slot);
 		}
 	}
-	if (rec->wait.n != 0)
+	if (!created)
+		refused_again(out, "blocking");
+	else if (rec->wait.n != 0)
 		kit_verdict(out, FALSE, "blocking",
 		            "%s called %s() (%u waits in all): a plugin call must never wait",
 		            rec->wait.slot, rec->wait.what, rec->wait.n);
