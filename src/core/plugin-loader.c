@@ -611,7 +611,7 @@ file_type(mode_t mode)
 		return "a character device";
 	if (S_ISBLK(mode))
 		return "a block device";
-	return "not a regular file";
+	return "something other than a regular file";
 }
 
 /* The file must be there and be a regular file: dlopen would wait for
