@@ -20,7 +20,7 @@ GQuark nw_plugin_error_quark(void);
 typedef enum nw_plugin_error {
 	NW_PLUGIN_ERROR_NOT_FOUND,      /* no file for the name */
 	NW_PLUGIN_ERROR_UNSAFE,         /* as root: file or directory others can write */
-	NW_PLUGIN_ERROR_OPEN,           /* dlopen failed */
+	NW_PLUGIN_ERROR_OPEN,           /* dlopen failed, or (before UNSAFE) not a regular file */
 	NW_PLUGIN_ERROR_NO_ENTRY,       /* no narwhal_plugin_entry symbol */
 	NW_PLUGIN_ERROR_NULL_DESCRIPTOR,/* entry returned NULL */
 	NW_PLUGIN_ERROR_BAD_MAGIC,
