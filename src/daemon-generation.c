@@ -127,12 +127,24 @@ read_profiles(const struct nw_config *cfg, struct nw_fleet *fleet, bool log_hint
 	return TRUE;
 }
 
-/* What --check-config --show-plugins prints of a loaded plugin. */
+/* What --check-config --show-plugins prints of a loaded plugin: its file
+ * as an absolute path (a relative one is the working directory's), and
+ * the files of the same name it hides further along the search path. */
 static json_t *
-loaded_json(const struct nw_plugin *p)
+loaded_json(const struct nw_plugin *p, const struct nw_config *cfg, const char *name,
+            const char *path)
 {
-	return json_pack("{s:s, s:s?, s:s}", "name", p->desc->name, "version", p->desc->version,
-	                 "path", p->path);
+	g_autofree char *file = g_canonicalize_filename(p->path, NULL);
+	g_auto(GStrv) hidden = nw_plugin_hidden(p->kind, name, path, cfg->plugins.dir);
+	json_t *hides = json_array();
+
+	for (char **h = hidden; *h != NULL; h++) {
+		g_autofree char *abs = g_canonicalize_filename(*h, NULL);
+
+		json_array_append_new(hides, json_string(abs));
+	}
+	return json_pack("{s:s, s:s?, s:s, s:o}", "name", p->desc->name, "version",
+	                 p->desc->version, "path", file, "hides", hides);
 }
 
 gboolean
@@ -161,9 +173,12 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t
 		const char *where;
 
 		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, &lp, &where, &error)) {
+			const struct nw_plugin_config *pc = (const struct nw_plugin_config *)(
+				(const char *)cfg + plugin_slots[i].config_offset);
+
 			if (loaded != NULL)
 				json_object_set_new(loaded, nw_plugin_kind_name(plugin_slots[i].kind),
-				                    loaded_json(lp.plugin));
+				                    loaded_json(lp.plugin, cfg, pc->name, pc->path));
 			loaded_plugin_clear(&lp);
 			continue;
 		}
@@ -180,9 +195,12 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t
 			                                                     fleet, metrics, &error);
 
 			if (ld != NULL) {
+				const char *name = g_ptr_array_index(names, k);
+
 				if (dialects != NULL)
-					json_object_set_new(dialects, g_ptr_array_index(names, k),
-					                    loaded_json(ld->plugin));
+					json_object_set_new(dialects, name,
+					                    loaded_json(ld->plugin, cfg, name,
+					                                nw_config_dialect_path(cfg, name)));
 				nw_loaded_dialect_free(ld);
 				continue;
 			}

@@ -26,15 +26,22 @@
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
 
 /* One plugin of --show-plugins as a text line: where it is configured,
- * its own name and version, the file it was loaded from. */
+ * its own name and version, the file it was loaded from, and the files of
+ * its name it hides further along the search path. */
 static void
 print_loaded(const char *where, const json_t *p)
 {
 	const char *version = json_string_value(json_object_get(p, "version"));
+	const json_t *hides = json_object_get(p, "hides");
+	size_t i;
+	json_t *h;
 
-	printf("%s: %s%s%s from %s\n", where, json_string_value(json_object_get(p, "name")),
+	printf("%s: %s%s%s from %s", where, json_string_value(json_object_get(p, "name")),
 	       version ? " " : "", version ? version : "",
 	       json_string_value(json_object_get(p, "path")));
+	json_array_foreach(hides, i, h)
+		printf("%s%s", i == 0 ? " (hides " : ", ", json_string_value(h));
+	printf("%s\n", json_array_size(hides) > 0 ? ")" : "");
 }
 
 /* --check-config: the effective configuration, or with show_plugins the
@@ -118,6 +125,29 @@ run(const char *file)
 
 		nw_log(NARWHAL_LOG_WARNING, "config_warning", "problem", line, NULL);
 		g_free(line);
+	}
+
+	/* The plugins are checked first, as --check-config and a reload check
+	 * them, so that a refusal names the file and its field (FILE:
+	 * plugins.placement: ...), which the daemon's own load does not. */
+	if (!nw_daemon_check_plugins(cfg, problems, NULL)) {
+		g_autoptr(GPtrArray) lines = g_ptr_array_new_with_free_func(g_free);
+
+		for (guint i = 0; i < problems->len; i++) {
+			const struct nw_config_error *e = g_ptr_array_index(problems, i);
+
+			if (e->warning)
+				continue;
+			g_ptr_array_add(lines, nw_config_error_format(file, e));
+			nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error",
+			       g_ptr_array_index(lines, lines->len - 1), NULL);
+		}
+		nw_log_writer_stop();
+		for (guint i = 0; i < lines->len; i++)
+			fprintf(stderr, "%s\n", (const char *)g_ptr_array_index(lines, i));
+		g_ptr_array_unref(problems);
+		nw_config_free(cfg);
+		return EXIT_CONFIG;
 	}
 	g_ptr_array_unref(problems);
 

@@ -17,7 +17,8 @@
  * Loading. The host refuses, naming the file, what it expected, what it found
  * and how to fix it, a plugin: whose magic or ABI major differs; whose minor
  * is newer than the host's; whose descriptor or ops table is shorter than
- * the ABI's first version of it; of another kind than configured; whose name
+ * the ABI's first version of it, or longer than the host's (no plugin of an
+ * equal or older minor has one); of another kind than configured; whose name
  * differs from the configured one; that lacks a required slot; that has only
  * one slot of a pair that works together (dialect: build_tokenize with
  * parse_tokenize, build_models with parse_models, build_metrics with

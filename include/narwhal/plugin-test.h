@@ -23,6 +23,8 @@
 
 #include <glib.h>
 
+G_BEGIN_DECLS /* C++ tests link the C library too */
+
 struct narwhal_mock_host;
 
 /* Which estimator a canned answer or a recorded call is for. */
@@ -156,5 +158,7 @@ const struct narwhal_fleet_view *narwhal_test_fleet_view(struct narwhal_test_fle
  * next call with this fleet. */
 const uint32_t *narwhal_test_fleet_eligible(struct narwhal_test_fleet *fleet, narwhal_role role,
                                             uint32_t *n);
+
+G_END_DECLS
 
 #endif /* NARWHAL_PLUGIN_TEST_H */

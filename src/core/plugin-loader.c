@@ -214,6 +214,38 @@ nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
 	return g_build_filename(dirs[0], base, NULL);
 }
 
+char **
+nw_plugin_hidden(narwhal_plugin_kind kind, const char *name, const char *path, const char *dir)
+{
+	g_autofree char *base = NULL;
+	g_auto(GStrv) dirs = NULL;
+	GPtrArray *hidden = g_ptr_array_new();
+	struct stat loaded, st;
+	bool found = false;
+
+	if ((path == NULL || *path == '\0') && nw_plugin_kind_name(kind) != NULL && name != NULL) {
+		base = g_strdup_printf("%s-%s.so", nw_plugin_kind_name(kind), name);
+		dirs = nw_plugin_search_path(dir);
+		for (char **d = dirs; *d != NULL; d++) {
+			char *file = g_build_filename(*d, base, NULL);
+
+			if (stat(file, &st) != 0) {
+				g_free(file);
+			} else if (!found) {
+				found = true; /* the one that is loaded */
+				loaded = st;
+				g_free(file);
+			} else if (st.st_dev == loaded.st_dev && st.st_ino == loaded.st_ino) {
+				g_free(file); /* the same file by another name hides nothing */
+			} else {
+				g_ptr_array_add(hidden, file);
+			}
+		}
+	}
+	g_ptr_array_add(hidden, NULL);
+	return (char **)g_ptr_array_free(hidden, FALSE);
+}
+
 /* Kind as text for messages, including values no host kind has. */
 static char *
 describe_kind(uint32_t kind)
@@ -246,23 +278,28 @@ compare_names(gconstpointer a, gconstpointer b)
 
 /* The names of the plugins of this kind a directory holds (files
  * "<kind>-<name>.so"), comma-separated, for a not-found message; "none"
- * when it holds none (transfer full). */
+ * when it holds none, and why when it cannot be read: a directory named
+ * wrong is then plain to see (transfer full). */
 static char *
 plugins_in(const char *dir, narwhal_plugin_kind kind)
 {
 	g_autofree char *prefix = g_strdup_printf("%s-", nw_plugin_kind_name(kind));
 	g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
-	GDir *d = g_dir_open(dir, 0, NULL);
+	g_autoptr(GError) error = NULL;
+	GDir *d = g_dir_open(dir, 0, &error);
 	const char *entry;
 
-	while (d != NULL && (entry = g_dir_read_name(d)) != NULL) {
+	if (g_error_matches(error, G_FILE_ERROR, G_FILE_ERROR_NOENT))
+		return g_strdup("no such directory");
+	if (d == NULL)
+		return g_strdup("not a directory it can read");
+	while ((entry = g_dir_read_name(d)) != NULL) {
 		if (g_str_has_prefix(entry, prefix) && g_str_has_suffix(entry, ".so") &&
 		    strlen(entry) > strlen(prefix) + 3)
 			g_ptr_array_add(names, g_strndup(entry + strlen(prefix),
 			                                 strlen(entry) - strlen(prefix) - 3));
 	}
-	if (d != NULL)
-		g_dir_close(d);
+	g_dir_close(d);
 	if (names->len == 0)
 		return g_strdup("none");
 	g_ptr_array_sort(names, compare_names);
@@ -420,6 +457,18 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 		            d->struct_size);
 		return false;
 	}
+	/* Larger than this host's struct: no honest plugin is, since its minor
+	 * is not newer. The size is wrong, or the header it was built with is
+	 * newer than its version says; either way its fields are not where
+	 * the host would read them. */
+	if (d->struct_size > sizeof(struct narwhal_plugin_descriptor)) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_SHORT_STRUCT,
+		            "%s: plugin descriptor too long: expected at most %zu bytes (ABI "
+		            "%u.%u), found %" PRIu32 ": " REBUILD_HINT,
+		            file, sizeof(struct narwhal_plugin_descriptor), (unsigned)d->abi_major,
+		            (unsigned)d->abi_minor, d->struct_size);
+		return false;
+	}
 	if (d->kind != (uint32_t)p->kind) {
 		g_autofree char *found = describe_kind(d->kind);
 
@@ -472,10 +521,19 @@ check_descriptor(struct nw_plugin *p, const char *name, GError **error)
 		return false;
 	}
 
+	if (ops_size > want->ops_size) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_SHORT_STRUCT,
+		            "%s: %s ops too long: expected at most %zu bytes (ABI %u.%u), found "
+		            "%" PRIu32 ": set struct_size to sizeof(%s) and " REBUILD_HINT,
+		            file, want->name, want->ops_size, (unsigned)d->abi_major,
+		            (unsigned)d->abi_minor, ops_size, want->ops_type);
+		return false;
+	}
+
 	/* Copy what the plugin declared; slots it does not cover stay NULL and
 	 * the host uses its defaults for them. */
 	memset(&p->ops, 0, sizeof p->ops);
-	memcpy(&p->ops, d->ops, MIN((size_t)ops_size, want->ops_size));
+	memcpy(&p->ops, d->ops, ops_size);
 
 	for (size_t i = 0; i < want->n_required; i++) {
 		const struct slot *s = &want->required[i];
@@ -539,13 +597,57 @@ check_writers(const char *file, GError **error)
 	return true;
 }
 
+/* What a path is, when it is not a regular file. */
+static const char *
+file_type(mode_t mode)
+{
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	return "something other than a regular file";
+}
+
+/* The file must be there and be a regular file: dlopen would wait for
+ * ever on a FIFO (until something writes to it), and read a device as if
+ * it were a file. */
+static bool
+check_file(const char *file, narwhal_plugin_kind kind, const char *name, GError **error)
+{
+	struct stat st;
+
+	if (stat(file, &st) != 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			refuse_not_found(error, file, kind, name);
+		else
+			g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN,
+			            "%s: cannot load plugin: expected a shared object file, found that "
+			            "it cannot be reached: %s: give the path of the plugin's .so file",
+			            file, g_strerror(errno));
+		return false;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		g_set_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN,
+		            "%s: cannot load plugin: expected a shared object file, found %s: give "
+		            "the path of the plugin's .so file",
+		            file, file_type(st.st_mode));
+		return false;
+	}
+	return true;
+}
+
 struct nw_plugin *
 nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GError **error)
 {
 	struct nw_plugin *p = NULL;
 	g_autofree char *open_name = NULL;
 	narwhal_plugin_entry_fn entry;
-	struct stat st;
 	void *sym;
 	const char *why;
 
@@ -553,12 +655,7 @@ nw_plugin_load(narwhal_plugin_kind kind, const char *name, const char *file, GEr
 	g_return_val_if_fail(file != NULL && *file != '\0', NULL);
 	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
-	if (stat(file, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
-		refuse_not_found(error, file, kind, name);
-		return NULL;
-	}
-
-	if (!check_writers(file, error))
+	if (!check_file(file, kind, name, error) || !check_writers(file, error))
 		return NULL;
 
 	p = g_new0(struct nw_plugin, 1);

@@ -20,13 +20,14 @@ GQuark nw_plugin_error_quark(void);
 typedef enum nw_plugin_error {
 	NW_PLUGIN_ERROR_NOT_FOUND,      /* no file for the name */
 	NW_PLUGIN_ERROR_UNSAFE,         /* as root: file or directory others can write */
-	NW_PLUGIN_ERROR_OPEN,           /* dlopen failed */
+	NW_PLUGIN_ERROR_OPEN,           /* dlopen failed, or (before UNSAFE) not a regular file */
 	NW_PLUGIN_ERROR_NO_ENTRY,       /* no narwhal_plugin_entry symbol */
 	NW_PLUGIN_ERROR_NULL_DESCRIPTOR,/* entry returned NULL */
 	NW_PLUGIN_ERROR_BAD_MAGIC,
 	NW_PLUGIN_ERROR_MAJOR,          /* ABI major differs */
 	NW_PLUGIN_ERROR_MINOR,          /* plugin minor newer than the host's */
-	NW_PLUGIN_ERROR_SHORT_STRUCT,   /* descriptor or ops smaller than their minimum */
+	NW_PLUGIN_ERROR_SHORT_STRUCT,   /* descriptor or ops smaller than their minimum, or
+	                                 * larger than this host's */
 	NW_PLUGIN_ERROR_KIND,           /* another kind than the one configured */
 	NW_PLUGIN_ERROR_NAME,           /* descriptor name differs from the configured one */
 	NW_PLUGIN_ERROR_NULL_SLOT,      /* a required ops slot is NULL */
@@ -68,6 +69,12 @@ char **nw_plugin_search_path(const char *dir);
  * first directory of nw_plugin_search_path(dir) that holds it, or in its
  * first directory when none does (the load then says where it looked). */
 char *nw_plugin_resolve(narwhal_plugin_kind kind, const char *name, const char *path,
+                        const char *dir);
+
+/* The other files for the name along the same search path, after the one
+ * nw_plugin_resolve finds: the plugins that one hides (--show-plugins).
+ * None when path is given. NULL-terminated, g_strfreev. */
+char **nw_plugin_hidden(narwhal_plugin_kind kind, const char *name, const char *path,
                         const char *dir);
 
 /* Load and check. name may be NULL to skip the name check (explicit path).

@@ -6,9 +6,13 @@
 # narwhal-plugin.pc, and the plugin it builds must export its entry alone;
 # then, with the lines "Testing a plugin" tells an author to add, its GLib
 # test on the installed test kit (narwhal-plugin-test) must pass under make
-# check, and the installed narwhal-plugin-check must pass the plugin.
+# check, and with the page's commands without autotools too (a test built
+# so could not find the library under a prefix of its own), and the
+# installed narwhal-plugin-check must pass the plugin.
 # Last, the examples (examples/placement-rotate, examples/dialect-minnow)
-# must each build, pass their tests and conform.
+# must each build, pass their tests and conform, and the configuration
+# file of each README must load the built plugin in the installed narwhal
+# (the READMEs gave fragments that, wrapped as a file, asked for profiles).
 # Every step runs under a time and a memory limit: the narwhal.m4 of 0.1.0
 # sent m4 into endless expansion (it grew to 14.8 GB).
 #
@@ -36,12 +40,13 @@ bounded() {
 	(ulimit -v "$limit_kb" && exec timeout "$limit_s" "$@") >"$tmp/log" 2>&1
 }
 
-# The fenced block after the marker <!-- example: NAME -->.
-extract() { # name, destination
+# The fenced block after the marker <!-- example: NAME --> of a page (the
+# manual unless a third argument names another).
+extract() { # name, destination[, page]
 	awk -v want="<!-- example: $1 -->" '
 		$0 == want { armed = 1; next }
 		armed && /^```/ { if (inside) exit; inside = 1; next }
-		inside { print }' "$page" >"$2"
+		inside { print }' "${3:-$page}" >"$2"
 	[ -s "$2" ]
 }
 
@@ -114,6 +119,14 @@ if [ "$failed" = 0 ]; then
 fi
 step "autoreconf, configure with the test kit" sh -c 'autoreconf -fi && ./configure'
 step "make check runs the plugin's GLib test on the installed kit" make check
+# The manual's commands for the same test without autotools, as written:
+# pkg-config narwhal-plugin-test must give all the test needs, and the
+# test must find the library at run time under a prefix of its own.
+if [ "$failed" = 0 ] && extract "kit test without autotools" "$proj/kit-test.sh"; then
+	step "the manual's commands build and run the test without autotools" sh ./kit-test.sh
+elif [ "$failed" = 0 ]; then
+	not_ok "the manual holds the commands for the test without autotools"
+fi
 check=$prefix/bin/narwhal-plugin-check
 if [ "$failed" = 0 ] && [ -x "$check" ]; then
 	rc=0
@@ -143,6 +156,25 @@ for example in placement-rotate dialect-minnow; do
 	elif [ "$failed" = 0 ]; then
 		diag "$tmp/log"
 		not_ok "examples/$example conforms"
+	fi
+	# The README's configuration file, with the built file as it says,
+	# loads in the installed narwhal and names that file.
+	[ "$failed" = 0 ] || break
+	name=${example#*-}
+	built=$proj/.libs/$example.so
+	if ! extract "$name.json" "$proj/$name.json" "$srcdir/examples/$example/README.md"; then
+		not_ok "examples/$example: its README holds $name.json"
+		continue
+	fi
+	sed -i "s#\"name\": \"$name\"#\"path\": \"$built\"#; s#\"/src/$example/.libs/$example.so\"#\"$built\"#" \
+		"$proj/$name.json"
+	step "examples/$example: narwhal --check-config $name.json --show-plugins, as its README says" \
+		narwhal --check-config "$name.json" --show-plugins
+	if [ "$failed" = 0 ] && grep -q "^plugins\.[a-z.]*: $name 1\.0\.0 from $built\$" "$tmp/log"; then
+		ok "examples/$example: the README's file loads the built plugin"
+	elif [ "$failed" = 0 ]; then
+		diag "$tmp/log"
+		not_ok "examples/$example: the README's file loads the built plugin"
 	fi
 done
 

@@ -5,7 +5,9 @@
 # include/ only, loaded by `narwhal --check-config` through
 # plugins.placement.path (good settings pass, a bad one is refused with the
 # plugin's reason), and the page's own test-fewest.c is built with it and
-# run. TAP.
+# run; so is its test on the plugin test kit (test-fewest-kit.c), with
+# -Wall -Wextra -Werror -pedantic against the built test library (its
+# unused parameters failed that, issue 14). TAP.
 
 srcdir=${srcdir:-.}
 cc=${CC:-cc}
@@ -39,10 +41,10 @@ extract() {
 	[ -s "$tmp/$1" ]
 }
 
-if extract fewest.c && extract test-fewest.c; then
-	ok "the manual holds fewest.c and test-fewest.c"
+if extract fewest.c && extract test-fewest.c && extract test-fewest-kit.c; then
+	ok "the manual holds fewest.c, test-fewest.c and test-fewest-kit.c"
 else
-	not_ok "the manual holds fewest.c and test-fewest.c"
+	not_ok "the manual holds fewest.c, test-fewest.c and test-fewest-kit.c"
 	echo "1..$n$out"
 	exit 0
 fi
@@ -64,6 +66,17 @@ if $cc -std=gnu11 -Wall -Wextra -Werror $inc -o "$tmp/test-fewest" \
 else
 	diag "$tmp/err"
 	not_ok "the manual's test-fewest.c passes"
+fi
+
+# KIT_TEST_CFLAGS and KIT_TEST_LIBS: tests/plugins/Makefile.inc.
+# shellcheck disable=SC2086 # the flags are lists
+if $cc -std=gnu11 -Wall -Wextra -Werror -pedantic $KIT_TEST_CFLAGS -o "$tmp/test-fewest-kit" \
+	"$tmp/test-fewest-kit.c" "$tmp/fewest.c" $KIT_TEST_LIBS 2>"$tmp/err" &&
+	"$tmp/test-fewest-kit" >"$tmp/out" 2>"$tmp/err"; then
+	ok "the manual's test on the kit builds with every warning an error, and passes"
+else
+	diag "$tmp/err"
+	not_ok "the manual's test on the kit builds with every warning an error, and passes"
 fi
 
 # A fleet of one pair; the built-in plugins come from $NARWHAL_PLUGIN_DIR.

@@ -16,6 +16,9 @@
  *   MOCK_CREATE_FAIL  create always refuses
  *   MOCK_OLD_OPS      ops struct_size ends at decide: finished must read NULL
  *   MOCK_TINY_OPS     ops struct_size ends before decide
+ *   MOCK_LONG_OPS     ops struct_size larger than the struct (a lie, or a
+ *                     header newer than the version the plugin gives)
+ *   MOCK_LONG_DESC    descriptor struct_size larger than the struct
  *   MOCK_DIALECT      a working minimal dialect; of the optional slots it
  *                     has only the engine-metrics pair (ABI 2.1)
  *   MOCK_HALF_PAIR    that dialect with build_tokenize but no parse_tokenize
@@ -474,6 +477,8 @@ mock_finished(void *instance, uint64_t request, bool ok)
 #define MOCK_OPS_SIZE MOCK_END_OF(struct narwhal_admission_ops, decide)
 #elif defined(MOCK_TINY_OPS)
 #define MOCK_OPS_SIZE MOCK_END_OF(struct narwhal_admission_ops, destroy)
+#elif defined(MOCK_LONG_OPS)
+#define MOCK_OPS_SIZE (sizeof(struct narwhal_admission_ops) + 64)
 #else
 #define MOCK_OPS_SIZE sizeof(struct narwhal_admission_ops)
 #endif
@@ -496,7 +501,8 @@ static const struct narwhal_admission_ops mock_ops = {
 
 #if defined(MOCK_BAD_MAGIC) || defined(MOCK_MAJOR) || defined(MOCK_MINOR) || \
 	defined(MOCK_SHORT_DESC) || defined(MOCK_NULL_DESC) || defined(MOCK_NO_ENTRY) || \
-	defined(MOCK_NO_NAME) || defined(MOCK_NULL_OPS) || defined(MOCK_ABI_2_0)
+	defined(MOCK_NO_NAME) || defined(MOCK_NULL_OPS) || defined(MOCK_ABI_2_0) || \
+	defined(MOCK_LONG_DESC)
 
 /* A descriptor written by hand, as a broken or foreign build would. */
 #define MOCK_GLUE(a, b) a##b
@@ -523,6 +529,8 @@ static const struct narwhal_plugin_descriptor mock_desc = {
 #endif
 #ifdef MOCK_SHORT_DESC
 	.struct_size = offsetof(struct narwhal_plugin_descriptor, kind),
+#elif defined(MOCK_LONG_DESC)
+	.struct_size = sizeof(struct narwhal_plugin_descriptor) + 8,
 #else
 	.struct_size = sizeof(struct narwhal_plugin_descriptor),
 #endif

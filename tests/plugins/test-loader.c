@@ -246,6 +246,20 @@ test_not_found(void)
 	}
 	g_clear_error(&error);
 
+	/* A directory that is not there is said to be missing, not empty. */
+	{
+		g_autofree char *nowhere = g_build_filename(dir, "nowhere", NULL);
+		g_autofree char *missing = g_strdup_printf("there: %s: no such directory; ", nowhere);
+		g_autofree char *at = nw_plugin_resolve(NARWHAL_KIND_ADMISSION, "missing", NULL,
+		                                        nowhere);
+
+		g_setenv("NARWHAL_PLUGIN_DIR", dir, TRUE);
+		g_assert_null(nw_plugin_load(NARWHAL_KIND_ADMISSION, "missing", at, &error));
+		g_test_message("%s", error->message);
+		assert_contains(error->message, missing);
+		g_clear_error(&error);
+	}
+
 	/* With one directory to search, the list is that directory's. */
 	g_setenv("NARWHAL_PLUGIN_DIR", NW_PLUGINDIR, TRUE);
 	g_free(file);
@@ -344,6 +358,53 @@ test_open_error(void)
 	g_unlink(file);
 }
 
+/* Only a regular file is opened (issue 14, tried as an attacker would):
+ * a FIFO held dlopen, and with it the daemon's start, --check-config and
+ * narwhal-plugin-check, until something wrote to it; a directory or a
+ * device is named as what it is, and a loop of symbolic links is not
+ * called a missing file. */
+static void
+test_not_a_file(void)
+{
+	g_autofree char *dir = g_dir_make_tmp("narwhal-loader-XXXXXX", NULL);
+	g_autofree char *fifo = g_build_filename(dir, "placement-fifo.so", NULL);
+	g_autofree char *sub = g_build_filename(dir, "placement-dir.so", NULL);
+	g_autofree char *loop_a = g_build_filename(dir, "placement-loop.so", NULL);
+	g_autofree char *loop_b = g_build_filename(dir, "loop-b.so", NULL);
+	const struct {
+		const char *file;
+		const char *found;
+	} cases[] = {
+		{ fifo, "found a FIFO" },
+		{ sub, "found a directory" },
+		{ "/dev/zero", "found a character device" },
+		{ loop_a, "found that it cannot be reached: " },
+	};
+
+	g_assert_nonnull(dir);
+	g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+	g_assert_cmpint(g_mkdir(sub, 0700), ==, 0);
+	g_assert_cmpint(symlink(loop_b, loop_a), ==, 0);
+	g_assert_cmpint(symlink(loop_a, loop_b), ==, 0);
+	for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+		g_autoptr(GError) error = NULL;
+
+		/* A FIFO would not return: this test would be stopped. */
+		g_assert_null(nw_plugin_load(NARWHAL_KIND_PLACEMENT, NULL, cases[i].file, &error));
+		g_assert_error(error, NARWHAL_PLUGIN_ERROR, NW_PLUGIN_ERROR_OPEN);
+		g_test_message("%s", error->message);
+		g_assert_true(g_str_has_prefix(error->message, cases[i].file));
+		assert_contains(error->message, ": cannot load plugin: expected a shared object file, ");
+		assert_contains(error->message, cases[i].found);
+		assert_contains(error->message, ": give the path of the plugin's .so file");
+	}
+	g_unlink(loop_a);
+	g_unlink(loop_b);
+	g_rmdir(sub);
+	g_unlink(fifo);
+	g_rmdir(dir);
+}
+
 static void
 test_no_entry(void)
 {
@@ -406,6 +467,31 @@ test_minor(void)
 	assert_contains(m, expected);
 	assert_contains(m, found);
 	assert_contains(m, "pkg-config narwhal-plugin");
+}
+
+/* A struct_size larger than the host's struct is refused: no plugin of
+ * this ABI or an older minor has one, so the size is a lie or the header
+ * newer than the plugin says, and the host would read slots past the
+ * plugin's table (issue 14, tried as an attacker would). */
+static void
+test_long_structs(void)
+{
+	g_autofree char *ops = expect_refusal("long-ops", NARWHAL_KIND_ADMISSION, "mock",
+	                                      NW_PLUGIN_ERROR_SHORT_STRUCT);
+	g_autofree char *desc = expect_refusal("long-desc", NARWHAL_KIND_ADMISSION, "mock",
+	                                       NW_PLUGIN_ERROR_SHORT_STRUCT);
+	g_autofree char *ops_want = g_strdup_printf(
+		"admission ops too long: expected at most %zu bytes (ABI %d.%d), found %zu: set "
+		"struct_size to sizeof(struct narwhal_admission_ops)",
+		sizeof(struct narwhal_admission_ops), NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR,
+		sizeof(struct narwhal_admission_ops) + 64);
+	g_autofree char *desc_want = g_strdup_printf(
+		"plugin descriptor too long: expected at most %zu bytes (ABI %d.%d), found %zu",
+		sizeof(struct narwhal_plugin_descriptor), NARWHAL_ABI_MAJOR, NARWHAL_ABI_MINOR,
+		sizeof(struct narwhal_plugin_descriptor) + 8);
+
+	assert_contains(ops, ops_want);
+	assert_contains(desc, desc_want);
 }
 
 static void
@@ -1151,7 +1237,8 @@ run_isolated(gconstpointer data)
 		t->body();
 		return;
 	}
-	g_test_trap_subprocess(NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+	/* Bounded: a load that never returns fails its test, not the run. */
+	g_test_trap_subprocess(NULL, 120 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_INHERIT_STDERR);
 	g_test_trap_assert_passed();
 }
 
@@ -1177,6 +1264,8 @@ static const struct isolated isolated_tests[] = {
 	{ "/loader/refuse/short-ops", test_short_ops },
 	{ "/loader/refuse/half-pair", test_half_pair },
 	{ "/loader/refuse/half-metrics", test_half_metrics },
+	{ "/loader/refuse/not-a-file", test_not_a_file },
+	{ "/loader/refuse/long-structs", test_long_structs },
 	{ "/loader/refuse/writable-file", test_writable_file },
 	{ "/loader/refuse/writable-dir", test_writable_dir },
 	{ "/loader/refuse/order", test_check_order },

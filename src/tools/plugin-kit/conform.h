@@ -4,7 +4,7 @@
  * against a mock host and a scripted fleet, writing every result to a
  * transcript and every broken rule to a list of problems; conform.c runs
  * the scenarios on fresh, disturbed and repeated instances and turns what
- * they saw into verdicts.
+ * they saw into verdicts, one check at a time.
  */
 #ifndef NW_KIT_CONFORM_H
 #define NW_KIT_CONFORM_H
@@ -50,13 +50,40 @@ void kit_scenario_dialect(const struct nw_plugin *p, void *inst, struct kit_worl
 void kit_problem(GString *list, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 
 /* The configuration the daemon would hand a plugin of this kind, from the
- * user's (NULL: none): a controller's gets the host's "reactive" and
+ * user's object (NULL: none): a controller's gets the host's "reactive" and
  * "thresholds" sections, an admission plugin's "admission_margin"
- * (docs/plugins.md, section 7). New reference. */
+ * (docs/plugins.md, section 7), a dialect's loses its "path" and is NULL
+ * when the user gives none. New reference, or NULL. */
 json_t *kit_daemon_config(narwhal_plugin_kind kind, const json_t *user);
 
-/* Runs every check on a loaded plugin, printing a verdict per check to out.
- * Returns the number of checks that failed. */
-guint kit_conform(const struct nw_plugin *p, const json_t *user_config, FILE *out);
+/* What every check is given: the loaded plugin, the configuration the
+ * daemon would hand it, and that configuration with an unknown key. */
+struct kit_plan {
+	const struct nw_plugin *p;
+	json_t *cfg;
+	json_t *bad;
+	char *cfg_text;           /* cfg as compact JSON, for messages */
+};
+
+void kit_plan_init(struct kit_plan *plan, const struct nw_plugin *p, const json_t *user);
+void kit_plan_clear(struct kit_plan *plan);
+
+/* One conformance check: drives fresh instances and prints its verdict,
+ * one line "PASS  name: ..." or "FAIL  name: ...", to out. narwhal-plugin-
+ * check runs each in a process of its own (sandbox.h). */
+struct kit_check {
+	const char *name;
+	void (*run)(const struct kit_plan *plan, FILE *out);
+};
+
+/* The checks after load, in the order they run; create comes first, and
+ * the others are not run when it fails. clock and blocking come last:
+ * they judge the clock reads and waits noted in every check before them. */
+extern const struct kit_check kit_checks[];
+extern const guint kit_n_checks;
+
+/* Prints a verdict line. */
+void kit_verdict(FILE *out, gboolean ok, const char *check, const char *fmt, ...)
+	G_GNUC_PRINTF(4, 5);
 
 #endif /* NW_KIT_CONFORM_H */

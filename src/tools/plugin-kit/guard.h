@@ -5,6 +5,11 @@
  * kit_guard_enter and kit_guard_leave every such call is noted against the
  * slot, and each call's wall time is measured (docs/plugins.md, section 4:
  * plugins never block and take time from the host's clock only).
+ *
+ * The record can live in memory shared with the tool's parent process
+ * (kit_guard_share), which runs each check in a child of its own: the
+ * notes then add up over every check, and the parent sees which call is
+ * under way and since when, to stop a call that never returns.
  */
 #ifndef NW_KIT_GUARD_H
 #define NW_KIT_GUARD_H
@@ -25,13 +30,28 @@ struct kit_guard_record {
 	gint64 slowest_us;        /* the longest single plugin call */
 	char slowest_slot[32];
 	guint calls;              /* plugin calls seen */
+	/* The call under way (started_us: its start on the monotonic clock,
+	 * 0 when none is), or the last one made; loading: the loader is
+	 * reading the plugin (its constructors, entry and descriptor). */
+	gint64 started_us;
+	char slot[32];
+	gboolean loading;
 };
 
-/* A plugin call begins and ends; slot names it in the record. */
-void kit_guard_enter(void);
-void kit_guard_leave(const char *slot);
+/* Moves the record to memory shared with the children forked later,
+ * zeroed. Call once, before the first fork. */
+void kit_guard_share(void);
 
-void kit_guard_reset(void);
+/* A plugin call begins and ends. */
+void kit_guard_enter(const char *slot);
+void kit_guard_leave(void);
+/* The loader begins or ends reading the plugin: timed as a call (not
+ * counted as one). */
+void kit_guard_loading(gboolean loading);
+
+/* A new check begins: no call under way or made yet, nothing loading;
+ * the counts go on. */
+void kit_guard_begin_check(void);
 /* Starts a new measure of the slowest call (the counts go on). */
 void kit_guard_reset_slowest(void);
 const struct kit_guard_record *kit_guard_record(void);
@@ -39,9 +59,9 @@ const struct kit_guard_record *kit_guard_record(void);
 /* Wraps one plugin call: KIT_CALL("place", rc = ops->place(...)). */
 #define KIT_CALL(slot_, stmt_) \
 	do { \
-		kit_guard_enter(); \
+		kit_guard_enter(slot_); \
 		stmt_; \
-		kit_guard_leave(slot_); \
+		kit_guard_leave(); \
 	} while (0)
 
 #endif /* NW_KIT_GUARD_H */

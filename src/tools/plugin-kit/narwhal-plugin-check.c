@@ -6,15 +6,21 @@
  *
  * Loads FILE through the daemon's own loader, prints why it would be
  * refused if it would be, then runs the kind's conformance checks against a
- * mock host and prints a verdict per check. Exit status: 0 every check
- * passed, 1 the plugin was refused or a check failed, 2 a usage error.
+ * mock host and prints a verdict per check. Each check runs in a process of
+ * its own (sandbox.h), which loads the plugin again: this one never runs
+ * plugin code, so a plugin that crashes, exits, hangs or writes to
+ * standard output fails a check and cannot end the tool or forge its
+ * verdicts. Exit status: 0 every check passed, 1 the plugin was refused or
+ * a check failed, 2 a usage error.
  */
 #include "build-config.h"
 
+#include <errno.h>
 #include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <glib.h>
@@ -23,6 +29,8 @@
 #include "core/log.h"
 #include "core/plugin-loader.h"
 #include "tools/plugin-kit/conform.h"
+#include "tools/plugin-kit/guard.h"
+#include "tools/plugin-kit/sandbox.h"
 
 enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };
 
@@ -68,6 +76,67 @@ exact_malloc_counts(char **argv)
 #endif
 }
 
+/* One check's work, as its process sees it. */
+struct job {
+	const char *file;
+	const json_t *config;         /* the user's --config, or NULL */
+	const struct kit_check *check; /* NULL: the load check */
+};
+
+/* In the check's process: load the plugin as the daemon would, then run
+ * the check (or, for the load check, say what was loaded). */
+static void
+run_check(const char *check, void *data, FILE *out)
+{
+	const struct job *job = data;
+	GError *error = NULL;
+	struct nw_plugin *p;
+	struct kit_plan plan;
+
+	kit_guard_loading(TRUE);
+	p = load_any_kind(job->file, &error);
+	kit_guard_loading(FALSE);
+	if (p == NULL) {
+		kit_verdict(out, FALSE, check, "%s%s",
+		            job->check == NULL ? "the daemon would refuse it: "
+		                               : "the plugin no longer loads: ",
+		            error->message);
+		g_error_free(error);
+		return;
+	}
+	if (job->check == NULL) {
+		fprintf(out, "%s: %s plugin \"%s\" %s, ABI %u.%u (%s)\n", job->file,
+		        nw_plugin_kind_name(p->kind), p->desc->name,
+		        p->desc->version != NULL ? p->desc->version : "(no version)",
+		        p->desc->abi_major, p->desc->abi_minor,
+		        p->desc->build_id != NULL ? p->desc->build_id : "");
+		kit_verdict(out, TRUE, "load", "the daemon's loader accepts it");
+	} else {
+		kit_plan_init(&plan, p, job->config);
+		job->check->run(&plan, out);
+		kit_plan_clear(&plan);
+	}
+	nw_plugin_free(p);
+}
+
+/* The rule every check keeps watch over: no output (docs/plugins.md,
+ * section 4). */
+static gboolean
+output_verdict(const struct kit_output *output)
+{
+	if (output->bytes == 0) {
+		kit_verdict(stdout, TRUE, "output",
+		            "nothing written to standard output or standard error");
+		return TRUE;
+	}
+	kit_verdict(stdout, FALSE, "output",
+	            "the plugin wrote %" G_GUINT64_FORMAT " bytes to standard output or standard "
+	            "error, first in the %s check (shown on standard error, marked \"plugin "
+	            "output\"): a plugin does no I/O; log through host->log",
+	            output->bytes, output->first_check);
+	return FALSE;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -75,17 +144,18 @@ main(int argc, char **argv)
 	gboolean version = FALSE;
 	GOptionEntry entries[] = {
 		{ "config", 'c', 0, G_OPTION_ARG_STRING, &config_text,
-		  "The plugin's configuration section, as JSON (default: none)", "JSON" },
+		  "The plugin's configuration section, a JSON object (default: none)", "JSON" },
 		{ "version", 0, 0, G_OPTION_ARG_NONE, &version, "Print the version and exit", NULL },
 		{ NULL, 0, 0, 0, NULL, NULL, NULL },
 	};
 	g_autoptr(GOptionContext) ctx = g_option_context_new(
 		"FILE.so - check a Narwhal plugin as the daemon would load it");
+	struct kit_output output = { 0 };
 	GError *error = NULL;
 	json_t *config = NULL;
-	struct nw_plugin *p;
-	const char *file;
-	guint failed;
+	struct job job = { 0 };
+	struct stat st;
+	guint failed = 0;
 
 	exact_malloc_counts(argv);
 	setvbuf(stdout, NULL, _IOLBF, 0); /* each verdict out as it is given */
@@ -106,7 +176,6 @@ main(int argc, char **argv)
 		fprintf(stderr, "narwhal-plugin-check: give one plugin file (see --help)\n");
 		return EXIT_USAGE;
 	}
-	file = argv[1];
 	if (config_text != NULL) {
 		json_error_t jerr;
 
@@ -116,7 +185,18 @@ main(int argc, char **argv)
 			        jerr.text, jerr.column);
 			return EXIT_USAGE;
 		}
+		/* The daemon hands a plugin an object (or, a dialect without a
+		 * section, none): nothing else can come its way. */
+		if (!json_is_object(config)) {
+			fprintf(stderr, "narwhal-plugin-check: --config: expected a JSON object, the "
+			        "plugin's section of the configuration, found %s\n",
+			        json_is_array(config) ? "an array" : "a single value");
+			json_decref(config);
+			return EXIT_USAGE;
+		}
 	}
+	job.file = argv[1];
+	job.config = config;
 	nw_log_setup("warning", NW_LOG_FORMAT_TEXT);
 	/* jansson seeds its hash function on first use, from the clock when it
 	 * cannot read /dev/urandom: do it now, not inside a plugin's call. */
@@ -124,36 +204,28 @@ main(int argc, char **argv)
 
 	/* The loader's own message for a missing file names the kind it was
 	 * asked for, which the tool does not know yet. */
-	if (!g_file_test(file, G_FILE_TEST_EXISTS)) {
-		printf("FAIL  load: no such file: %s\n", file);
+	if (stat(job.file, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+		printf("FAIL  load: no such file: %s\n", job.file);
 		json_decref(config);
 		return EXIT_FAILED;
 	}
-	p = load_any_kind(file, &error);
-	if (p == NULL) {
-		printf("FAIL  load: the daemon would refuse it: %s\n", error->message);
-		g_error_free(error);
+	kit_guard_share();
+	if (!kit_sandbox_run("load", run_check, &job, stdout, &output)) {
 		json_decref(config);
 		return EXIT_FAILED;
 	}
-	printf("%s: %s plugin \"%s\" %s, ABI %u.%u (%s)\n", file, nw_plugin_kind_name(p->kind),
-	       p->desc->name, p->desc->version != NULL ? p->desc->version : "(no version)",
-	       p->desc->abi_major, p->desc->abi_minor,
-	       p->desc->build_id != NULL ? p->desc->build_id : "");
-	printf("PASS  load: the daemon's loader accepts it\n");
-	failed = kit_conform(p, config, stdout);
+	/* create first: when it fails, the others cannot run. */
+	for (guint i = 0; i < kit_n_checks; i++) {
+		job.check = &kit_checks[i];
+		if (!kit_sandbox_run(job.check->name, run_check, &job, stdout, &output)) {
+			failed++;
+			if (i == 0)
+				break;
+		}
+	}
+	failed += !output_verdict(&output);
 	printf("%s: %s\n", failed == 0 ? "conforms" : "does not conform",
 	       failed == 0 ? "every check passed" : "see the checks marked FAIL");
-	nw_plugin_free(p);
 	json_decref(config);
-#if defined(__SANITIZE_ADDRESS__)
-	/* The leak check leaves a leaking plugin's memory behind, and
-	 * LeakSanitizer's check at exit would abort on it: the verdict is
-	 * given, so leave without it. Runs that pass still go through it. */
-	if (failed != 0) {
-		fflush(stdout);
-		_exit(EXIT_FAILED);
-	}
-#endif
 	return failed == 0 ? 0 : EXIT_FAILED;
 }
