@@ -6,6 +6,7 @@
  * that uses it; nothing here is exported from a plugin. Reference:
  * engine-wire-formats sections 4 and 5.
  */
+#define _GNU_SOURCE /* memmem */
 #include "openai.h"
 
 #include <errno.h>
@@ -122,21 +123,12 @@ oai_config_empty(const char *dialect, const json_t *config, char *err, size_t er
 /* ---- text ------------------------------------------------------------- */
 
 /* Whether hay holds needle; no allocation. This runs on every relayed
- * token event, so memchr finds the candidates. */
+ * token event: glibc's memmem is several times faster here than memchr
+ * for the first byte, which stops at every quote of the event. */
 static bool
 contains(const char *hay, size_t len, const char *needle, size_t n)
 {
-	while (len >= n) {
-		const char *q = memchr(hay, needle[0], len - n + 1);
-
-		if (q == NULL)
-			return false;
-		if (memcmp(q, needle, n) == 0)
-			return true;
-		len -= (size_t)(q - hay) + 1;
-		hay = q + 1;
-	}
-	return false;
+	return memmem(hay, len, needle, n) != NULL;
 }
 
 static char
