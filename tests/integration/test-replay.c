@@ -571,8 +571,17 @@ test_timing(void)
 		g_assert_cmpstr(csv_get(header, row, "output_tokens"), ==, "20");
 		g_assert_cmpstr(csv_get(header, row, "outcome"), ==, "ok");
 		g_assert_cmpstr(csv_get(header, row, "slo_met"), ==, "1");
-		g_assert_cmpfloat(fabs(g_ascii_strtod(csv_get(header, row, "sent_s"), NULL) -
-		                       (i - 1) * 0.05), <, 0.03);
+		/* Open loop: never early, and a request sent more than
+		 * RP_LATE_S after its time says so (a loaded machine may make
+		 * one late; the run's count of them is held above). */
+		{
+			double lag = g_ascii_strtod(csv_get(header, row, "sent_s"), NULL) -
+			             (i - 1) * 0.05;
+
+			g_assert_cmpfloat(lag, >, -0.001);
+			if (lag > 0.03)
+				g_assert_cmpstr(csv_get(header, row, "late"), ==, "1");
+		}
 	}
 	g_assert_cmpstr(lines[21], ==, "");
 	outcome_clear(&o);
