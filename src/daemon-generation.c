@@ -558,7 +558,7 @@ mirror(struct nw_generation *newer)
 		struct narwhal_engine_view *ov = &of->engines[j];
 
 		if (map[j] == UINT32_MAX) {
-			ov->flags = (ov->flags & (NARWHAL_ENGINE_PINNED | NARWHAL_ENGINE_PROFILED)) |
+			ov->flags = (ov->flags & (NARWHAL_ENGINE_PINNED | NW_ENGINE_OWN_FLAGS)) |
 			            NARWHAL_ENGINE_DRAINING;
 			continue;
 		}

@@ -106,6 +106,11 @@
  *        narwhal_split_price): the projected SLO ratios of a prefill/decode
  *        split on the mean profile (spec 7.5 to 7.7). Both carry the
  *        arrivals' index of dispersion, which prices bursts.
+ *   2.3  Fleet view: engine flags NARWHAL_ENGINE_WHOLE_ONLY (the engine's
+ *        dialect cannot pair, so it runs every request whole: llama.cpp)
+ *        and NARWHAL_ENGINE_PAIR_ONLY (it hands off in a fixed role and
+ *        never runs a whole request: SGLang in PD mode), so that policies
+ *        see which engines the host gives which requests.
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H
@@ -122,7 +127,7 @@ extern "C" {
 
 #define NARWHAL_PLUGIN_MAGIC 0x4e57504cu /* "NWPL" */
 #define NARWHAL_ABI_MAJOR 2
-#define NARWHAL_ABI_MINOR 2
+#define NARWHAL_ABI_MINOR 3
 
 /* The one symbol a plugin exports. */
 #define NARWHAL_PLUGIN_ENTRY_SYMBOL "narwhal_plugin_entry"
@@ -165,6 +170,8 @@ enum {
 #define NARWHAL_ENGINE_DRAINING    (1u << 2) /* operator drain or restart */
 #define NARWHAL_ENGINE_QUARANTINED (1u << 3) /* failure quarantine */
 #define NARWHAL_ENGINE_PROFILED    (1u << 4) /* a measured profile exists */
+#define NARWHAL_ENGINE_WHOLE_ONLY  (1u << 5) /* never paired: runs requests whole (2.3) */
+#define NARWHAL_ENGINE_PAIR_ONLY   (1u << 6) /* fixed-role handoff: never whole (2.3) */
 
 struct narwhal_engine_view {
 	uint32_t struct_size;

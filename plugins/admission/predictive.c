@@ -8,10 +8,13 @@
  * after it:
  *
  *   candidates   available prefill engines; in aggregate mode (no live
- *                engine of one of the roles) every available engine but a
- *                decode engine with resident decode work, which the
- *                profiles cannot price until it drains (role-control
- *                document, "Aggregate fallback from an idle decode engine")
+ *                pairing engine of one of the roles) every available
+ *                engine but a decode engine with resident decode work,
+ *                which the profiles cannot price until it drains
+ *                (role-control document, "Aggregate fallback from an idle
+ *                decode engine"); in either mode every available engine
+ *                that only runs whole requests and never one that only
+ *                hands off (NARWHAL_ENGINE_WHOLE_ONLY, _PAIR_ONLY)
  *   path cost    prefill_queue_seconds(candidate, prompt), plus, when
  *                disaggregated, the least first decode interval over the
  *                live decode engines: decode_interval_seconds(d,
@@ -254,14 +257,21 @@ live(const struct narwhal_engine_view *e)
 	return (e->flags & NARWHAL_ENGINE_AVAILABLE) != 0;
 }
 
-/* Whether engine e is a prefill candidate. */
+/* Whether engine e is a prefill candidate: the engines the host would give
+ * the request's prefill (its whole request in aggregate mode). An engine
+ * whose dialect cannot pair runs requests whole beside the pairs, and one
+ * that hands off in a fixed role never runs one whole (ABI 2.3 flags). */
 static bool
 candidate(const struct narwhal_engine_view *e, bool aggregate)
 {
 	if (!live(e))
 		return false;
+	if (e->flags & NARWHAL_ENGINE_WHOLE_ONLY)
+		return true;
 	if (!aggregate)
 		return e->role == NARWHAL_ROLE_PREFILL;
+	if (e->flags & NARWHAL_ENGINE_PAIR_ONLY)
+		return false;
 	return e->role != NARWHAL_ROLE_DECODE || e->resident_decode == 0;
 }
 
@@ -311,7 +321,7 @@ best_decode(const struct predictive *p, const struct narwhal_fleet_view *fleet,
 		narwhal_estimate_status st;
 		double v = 0.0;
 
-		if (e->role != NARWHAL_ROLE_DECODE || !live(e))
+		if (e->role != NARWHAL_ROLE_DECODE || !live(e) || (e->flags & NARWHAL_ENGINE_WHOLE_ONLY))
 			continue;
 		if (!idle) {
 			active = e->resident_decode == UINT32_MAX ? UINT32_MAX : e->resident_decode + 1;
@@ -357,7 +367,8 @@ price(const struct predictive *p, const struct narwhal_fleet_view *fleet, uint64
 	for (uint32_t i = 0; i < fleet->n_engines; i++) {
 		const struct narwhal_engine_view *e = narwhal_fleet_engine(fleet, i);
 
-		if (live(e)) {
+		/* Only engines that pair make a pair live. */
+		if (live(e) && !(e->flags & NARWHAL_ENGINE_WHOLE_ONLY)) {
 			prefill_live |= e->role == NARWHAL_ROLE_PREFILL;
 			decode_live |= e->role == NARWHAL_ROLE_DECODE;
 		}

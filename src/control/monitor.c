@@ -144,7 +144,7 @@ nw_monitor_refresh(struct nw_monitor *m)
 	for (uint32_t i = 0; i < m->n; i++) {
 		const struct nw_engine_health *h = &m->engines[i].health;
 		struct narwhal_engine_view *v = &m->fleet->engines[i];
-		uint32_t flags = v->flags & (NARWHAL_ENGINE_PINNED | NARWHAL_ENGINE_PROFILED);
+		uint32_t flags = v->flags & (NARWHAL_ENGINE_PINNED | NW_ENGINE_OWN_FLAGS);
 
 		if (nw_health_available(h, now))
 			flags |= NARWHAL_ENGINE_AVAILABLE;

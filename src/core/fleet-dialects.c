@@ -80,6 +80,18 @@ nw_fleet_dialects_load(const struct nw_config *cfg, struct nw_fleet *fleet,
 		nw_fleet_dialects_free(f);
 		return NULL;
 	}
+	/* What each engine's dialect lets it run, for the policies
+	 * (plugin-abi.h 2.3; the host's own rules: serve/eligible.c). */
+	for (uint32_t i = 0; i < n; i++) {
+		const struct nw_dialect *d = &f->dialects[i];
+		uint32_t *flags = &fleet->engines[i].flags;
+
+		*flags &= ~(uint32_t)(NARWHAL_ENGINE_WHOLE_ONLY | NARWHAL_ENGINE_PAIR_ONLY);
+		if (!nw_dialect_pairs(d))
+			*flags |= NARWHAL_ENGINE_WHOLE_ONLY;
+		else if (!(d->caps & NARWHAL_DIALECT_PER_REQUEST_ROLES))
+			*flags |= NARWHAL_ENGINE_PAIR_ONLY;
+	}
 	return f;
 }
 

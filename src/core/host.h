@@ -84,14 +84,21 @@ struct nw_fleet {
 	void *leg_outcome_data;
 };
 
+/* What an engine's flags say of the engine itself, not of its state:
+ * its profile and what its dialect lets it run (set when the dialects
+ * load, fleet-dialects.c). Kept when the state flags are worked out again. */
+#define NW_ENGINE_OWN_FLAGS \
+	((uint32_t)(NARWHAL_ENGINE_PROFILED | NARWHAL_ENGINE_WHOLE_ONLY | NARWHAL_ENGINE_PAIR_ONLY))
+
 /* An engine's flags taken over from another generation's view of the same
  * engine (a reload, docs/deployment.md): the monitor's verdict (available,
- * draining, quarantined, pinned) comes from `from`; NARWHAL_ENGINE_PROFILED
- * stays `own`, since each generation answers from its own profile store. */
+ * draining, quarantined, pinned) comes from `from`; the own flags stay
+ * `own`, since each generation answers from its own profile store and
+ * dialects. */
 static inline uint32_t
 nw_engine_flags_follow(uint32_t own, uint32_t from)
 {
-	return (from & ~(uint32_t)NARWHAL_ENGINE_PROFILED) | (own & NARWHAL_ENGINE_PROFILED);
+	return (from & ~NW_ENGINE_OWN_FLAGS) | (own & NW_ENGINE_OWN_FLAGS);
 }
 
 /* An engine's flags or role changed (or, for the aggregate fallback, its

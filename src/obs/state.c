@@ -12,8 +12,8 @@ finite_json(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
-/* What the state adds to the monitor's entry of engine i: its dialect, pin
- * holder, KV and loads, the drain's progress, and for operators its
+/* What the state adds to the monitor's entry of engine i: its dialect and
+ * what it runs, pin holder, KV and loads, the drain's progress, and for operators its
  * address. */
 static void
 engine_extra(const struct nw_state_sources *src, uint32_t i, json_t *entry)
@@ -25,8 +25,10 @@ engine_extra(const struct nw_state_sources *src, uint32_t i, json_t *entry)
 	const char *by = nw_monitor_pinned_by(src->monitor, i);
 
 	json_object_update_new(entry, json_pack(
-		"{s:s, s:o, s:b, s:I, s:I, s:{s:o, s:o}, s:{s:b, s:I, s:b}}",
+		"{s:s, s:s, s:o, s:b, s:I, s:I, s:{s:o, s:o}, s:{s:b, s:I, s:b}}",
 		"dialect", ec->dialect,
+		"runs", (v->flags & NARWHAL_ENGINE_WHOLE_ONLY) ? "whole"
+		        : (v->flags & NARWHAL_ENGINE_PAIR_ONLY) ? "legs" : "both",
 		"pinned_by", by != NULL ? json_string(by) : json_null(),
 		"profiled", (v->flags & NARWHAL_ENGINE_PROFILED) != 0,
 		"resident_kv_tokens", (json_int_t)v->resident_kv_tokens,

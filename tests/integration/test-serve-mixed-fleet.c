@@ -157,6 +157,14 @@ test_aggregate_beside_pairs(void)
 
 	if (!start(&e))
 		return;
+	/* What each engine runs, as the policies see it (ABI 2.3 flags). */
+	{
+		g_autofree char *llama = engine_field(&e, "sim-0", "runs");
+		g_autofree char *vllm = engine_field(&e, "sim-1", "runs");
+
+		g_assert_cmpstr(llama, ==, "whole");
+		g_assert_cmpstr(vllm, ==, "both");
+	}
 	work0 = engine_stat(&e, 0, "work_requests_total");
 	/* sim-0 ties with sim-1 on load, and the lower instance ID wins. */
 	post_ok(&e, 4);

@@ -33,6 +33,7 @@ struct eng {
 	narwhal_role role;
 	bool down;        /* not NARWHAL_ENGINE_AVAILABLE */
 	bool unprofiled;  /* no NARWHAL_ENGINE_PROFILED */
+	uint32_t kind;    /* NARWHAL_ENGINE_WHOLE_ONLY or _PAIR_ONLY, or 0 */
 	uint32_t resident_decode;
 	uint64_t resident_kv_tokens;
 	struct est queue;   /* prefill_queue_seconds */
@@ -61,7 +62,7 @@ fleet_init(struct fleet *f, const struct eng *engs, double ttft_s)
 		e->id = engs[n].id;
 		e->role = engs[n].role;
 		e->flags = (engs[n].down ? 0 : NARWHAL_ENGINE_AVAILABLE) |
-		           (engs[n].unprofiled ? 0 : NARWHAL_ENGINE_PROFILED);
+		           (engs[n].unprofiled ? 0 : NARWHAL_ENGINE_PROFILED) | engs[n].kind;
 		e->resident_decode = engs[n].resident_decode;
 		e->resident_kv_tokens = engs[n].resident_kv_tokens;
 		e->prefill_load = NAN;
@@ -444,6 +445,66 @@ test_aggregate_candidates(void)
 	nw_harness_free(h);
 }
 
+/* Issue 14, mixed fleets (ABI 2.3 flags): admission prices a request on
+ * the engines the host would give it. An engine that only runs whole
+ * requests (llama.cpp) is a candidate in either mode and makes no pair
+ * live; an engine that only hands off (SGLang in PD mode) is never priced
+ * for a whole request. */
+static void
+test_mixed_fleet_candidates(void)
+{
+	/* A SGLang PD pair whose prefill engine is down, a llama.cpp engine
+	 * labelled decode: no live pair, so requests run whole; the idle PD
+	 * decode engine (0.05 s) cannot take one, the llama.cpp engine can. */
+	static const struct eng degraded[] = {
+		{ "sg-p", PREFILL, .down = true, .kind = NARWHAL_ENGINE_PAIR_ONLY,
+		  .queue = E(OK, 0.01), .prefill = E(OK, 0.01) },
+		{ "sg-d", DECODE, .kind = NARWHAL_ENGINE_PAIR_ONLY, .queue = E(OK, 0.05),
+		  .prefill = E(OK, 0.05) },
+		{ "llama", DECODE, .kind = NARWHAL_ENGINE_WHOLE_ONLY, .queue = E(OK, 0.4),
+		  .prefill = E(OK, 0.1) },
+		{ NULL },
+	};
+	/* A live vLLM pair beside the llama.cpp engine: the pair's path costs
+	 * 0.5 s + 0.02 s, the whole request on llama.cpp 0.3 s + 0.02 s (the
+	 * pair's decode interval: the policy adds it to every path). */
+	static const struct eng pairs[] = {
+		{ "p0", PREFILL, .queue = E(OK, 0.5), .prefill = E(OK, 0.1) },
+		{ "d0", DECODE, .decode = E(OK, 0.02) },
+		{ "llama", DECODE, .kind = NARWHAL_ENGINE_WHOLE_ONLY, .queue = E(OK, 0.3),
+		  .prefill = E(OK, 0.1), .decode = E(OK, 0.001) },
+		{ NULL },
+	};
+	struct fleet f;
+	struct nw_harness *h;
+	struct narwhal_admission_decision out;
+
+	fleet_init(&f, degraded, 1.0);
+	h = predictive_with(&f, NULL);
+	if (h == NULL)
+		return;
+	script(h->host, degraded);
+	out = decide(h, 100);
+	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
+	g_assert_cmpfloat(out.projected_ttft_s, ==, 0.4);
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls_for(h->host, NARWHAL_MOCK_PREFILL_QUEUE_SECONDS, 1),
+	                 ==, 0);
+	nw_harness_free(h);
+
+	fleet_init(&f, pairs, 1.0);
+	h = predictive_with(&f, NULL);
+	if (h == NULL)
+		return;
+	script(h->host, pairs);
+	out = decide(h, 100);
+	g_assert_cmpint(out.verdict, ==, NARWHAL_ADMIT);
+	g_assert_cmpfloat(out.projected_ttft_s, ==, 0.3 + 0.02);
+	/* The llama.cpp engine is no decode engine of the pairs. */
+	g_assert_cmpuint(narwhal_mock_host_estimate_calls_for(h->host,
+	                 NARWHAL_MOCK_DECODE_INTERVAL_SECONDS, 2), ==, 0);
+	nw_harness_free(h);
+}
+
 /* Spec 4.1 prices the prefill path; a decode pool busier than its
  * profile's grid (here 64 requests) leaves the first token's step
  * unpriced, not the request: that step is then priced at slo.tpot_s
@@ -802,6 +863,8 @@ main(int argc, char **argv)
 	g_test_add_func("/admission-predictive/spec-4.1/decode-beyond-grid", test_decode_beyond_grid);
 	g_test_add_func("/admission-predictive/role-control/aggregate-candidates",
 	                test_aggregate_candidates);
+	g_test_add_func("/admission-predictive/issue-14/mixed-fleet-candidates",
+	                test_mixed_fleet_candidates);
 	g_test_add_func("/admission-predictive/issue-12/unprofiled-refuses-to-start",
 	                test_unprofiled_refuses_to_start);
 	g_test_add_func("/admission-predictive/issue-12/unprofiled-list-bounded",
