@@ -43,8 +43,6 @@
 #define MAX_DEPTH 2048
 /* jansson quotes the token in an error only up to this length */
 #define CONTEXT_MAX 20
-/* NUL bytes dropped (see skip_nul) whose offsets are kept for columns */
-#define DROPPED_MAX 16
 
 enum {
 	TK_INVALID = -1,
@@ -85,8 +83,7 @@ struct rd {
 	double rval;
 	size_t depth;
 	bool nul_after;         /* the token's lookahead was a NUL byte */
-	size_t dropped;         /* NUL bytes dropped so far */
-	size_t dropped_at[DROPPED_MAX];
+	GArray *dropped;        /* offsets of NUL bytes dropped (see put_back) */
 	struct scratch sc;
 };
 
@@ -98,13 +95,13 @@ struct rd {
 static void
 where(const struct rd *r, size_t at, json_error_t *err)
 {
+	size_t dropped = r->dropped ? r->dropped->len : 0, k = 0;
 	int line = 1, column = 0;
-	size_t k = 0;
 
 	for (size_t i = 0; i < at; i++) {
 		unsigned char c = r->s[i];
 
-		if (k < MIN(r->dropped, (size_t)DROPPED_MAX) && r->dropped_at[k] == i) {
+		if (k < dropped && g_array_index(r->dropped, size_t, k) == i) {
 			k++;
 			continue;
 		}
@@ -117,7 +114,7 @@ where(const struct rd *r, size_t at, json_error_t *err)
 	}
 	err->line = line;
 	err->column = column;
-	err->position = (int)(at - r->dropped);
+	err->position = (int)(at - dropped);
 }
 
 /* Record an error found with s[0, at) read, unless one already was (the
@@ -634,9 +631,9 @@ next(struct rd *r)
 
 	if (r->nul_after) {
 		/* see put_back */
-		if (r->dropped < DROPPED_MAX)
-			r->dropped_at[r->dropped] = p;
-		r->dropped++;
+		if (r->dropped == NULL)
+			r->dropped = g_array_new(FALSE, FALSE, sizeof(size_t));
+		g_array_append_val(r->dropped, p);
 		r->nul_after = false;
 		p++;
 	}
@@ -894,10 +891,12 @@ nw_json_read(const char *text, size_t len, size_t flags, json_error_t *err)
 		goto out;
 	}
 	if (err != NULL)
-		err->position = (int)(r.p - r.dropped);
+		err->position = (int)(r.p - (r.dropped ? r.dropped->len : 0));
 out:
 	if (r.sc.buf != r.sc.stack)
 		g_free(r.sc.buf);
+	if (r.dropped != NULL)
+		g_array_free(r.dropped, TRUE);
 	return v;
 }
 

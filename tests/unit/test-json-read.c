@@ -253,6 +253,10 @@ static const struct reject_case rejects[] = {
 	   "invalid token near end of file"),
 	RN("two NULs after a number", "[1\0\0]", 0, premature_end_of_input,
 	   "']' expected near end of file"),
+	/* dropped NUL bytes count in neither column nor position */
+	RN("many dropped NULs, then a fault", "[1\0,2\0,3\0,4\0,5\0,6\0,7\0,8\0,9\0,true\0,"
+	   "false\0,null\0,1\0,2\0,3\0,4\0,5\0,6\0,7\0,8\0,x]", 0, invalid_syntax,
+	   "invalid token near 'x'"),
 };
 
 static void
