@@ -5,15 +5,15 @@
  * Why by hand. jansson stays (the plugin ABI passes json_t), but its
  * reader lexes one byte at a time: every byte goes through a callback,
  * UTF-8 is checked and the byte appended to a growing token buffer, and
- * a string is then copied out of that buffer. Measured on the bench
- * machine (bench/json/README.md), json_loadb costs about 8.6 ns a byte of
- * plain string and 70 ns a value: 9-10 us for a 700-byte vLLM prefill
- * answer, 3.5-4.5 us for a 230-byte token chunk, 2 us for a 150-byte
- * client body. With the encoder it was over a quarter of the daemon's
- * CPU for a two-leg request (issue 15). Here strings are scanned eight
- * bytes at a time and built straight from the input, numbers are
- * converted in place, and the tree is built with jansson's own
- * constructors.
+ * a string is then copied out of that buffer: about 8.6 ns a byte of
+ * plain string and 70 ns a value. With its writer it was over a quarter
+ * of the daemon's CPU for a two-leg request (issue 15). Here strings are
+ * scanned eight bytes at a time and built straight from the input,
+ * numbers are converted in place, and the tree is built with jansson's
+ * own constructors, which now take most of the time. bench/json/README.md
+ * measures both: a vLLM prefill answer (669 bytes) 12 us with json_loadb,
+ * 2.7 us here; a token chunk (211 bytes) 3.7 and 0.8 us; a client body
+ * (120 bytes) 2.0 and 0.4 us.
  *
  * What "exactly" means. The same verdict and the same tree as json_loadb
  * with the same flags, and on error the same json_error_t. So the reader
