@@ -183,24 +183,6 @@ look(struct rd *r)
 	return c;
 }
 
-static inline bool
-is_digit(int c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static inline bool
-is_alpha(int c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-static inline bool
-is_xdigit(int c)
-{
-	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 /* ----------------------------------------------------------- scratch --- */
 
 static bool
@@ -228,32 +210,6 @@ scratch_reserve(struct scratch *sc, size_t more)
 
 /* ------------------------------------------------------------ strings --- */
 
-/* The UTF-8 form of code point v at out (at most 4 bytes): its length. */
-static size_t
-utf8_put(uint32_t v, char *out)
-{
-	if (v < 0x80) {
-		out[0] = (char)v;
-		return 1;
-	}
-	if (v < 0x800) {
-		out[0] = (char)(0xC0 | (v >> 6));
-		out[1] = (char)(0x80 | (v & 0x3F));
-		return 2;
-	}
-	if (v < 0x10000) {
-		out[0] = (char)(0xE0 | (v >> 12));
-		out[1] = (char)(0x80 | ((v >> 6) & 0x3F));
-		out[2] = (char)(0x80 | (v & 0x3F));
-		return 3;
-	}
-	out[0] = (char)(0xF0 | (v >> 18));
-	out[1] = (char)(0x80 | ((v >> 12) & 0x3F));
-	out[2] = (char)(0x80 | ((v >> 6) & 0x3F));
-	out[3] = (char)(0x80 | (v & 0x3F));
-	return 4;
-}
-
 static uint32_t
 hex4(const unsigned char *p)
 {
@@ -277,14 +233,16 @@ decode_escaped(const unsigned char *body, size_t len, char *out, uint32_t *bad,
 	size_t i = 0, o = 0;
 
 	while (i < len) {
-		unsigned char c = body[i];
+		const unsigned char *esc = memchr(body + i, '\\', len - i);
+		size_t run = esc ? (size_t)(esc - body) - i : len - i;
+		unsigned char c;
 		uint32_t v, lo;
 
-		if (c != '\\') {
-			out[o++] = (char)c;
-			i++;
-			continue;
-		}
+		memcpy(out + o, body + i, run);
+		o += run;
+		i += run;
+		if (i >= len)
+			break;
 		c = body[i + 1];
 		i += 2;
 		switch (c) {
@@ -318,7 +276,7 @@ decode_escaped(const unsigned char *body, size_t len, char *out, uint32_t *bad,
 			*bad2 = 0x10000;
 			return -1;
 		}
-		o += utf8_put(v, out + o);
+		o += (size_t)g_unichar_to_utf8(v, out + o);
 	}
 	return (ssize_t)o;
 }
@@ -381,7 +339,7 @@ scan_string(struct rd *r)
 				d = look(r);
 				if (d == LOOK_BAD)
 					return;
-				if (!is_xdigit(d)) {
+				if (!g_ascii_isxdigit(d)) {
 					if (d != LOOK_EOF)
 						r->p++;
 					fail(r, json_error_invalid_syntax, "invalid escape");
@@ -464,14 +422,14 @@ real_value(const unsigned char *t, size_t n)
 		neg = true;
 		i++;
 	}
-	for (; i < n && is_digit(t[i]); i++) {
+	for (; i < n && g_ascii_isdigit(t[i]); i++) {
 		seen = seen || t[i] != '0';
 		if (seen && ++digits > 19)
 			goto slow;
 		m = m * 10 + (uint64_t)(t[i] - '0');
 	}
 	if (i < n && t[i] == '.') {
-		for (i++; i < n && is_digit(t[i]); i++) {
+		for (i++; i < n && g_ascii_isdigit(t[i]); i++) {
 			seen = seen || t[i] != '0';
 			if (seen && ++digits > 19)
 				goto slow;
@@ -545,10 +503,10 @@ scan_number(struct rd *r)
 		c = look(r);
 		if (c == LOOK_BAD)
 			return;
-		if (is_digit(c))
+		if (g_ascii_isdigit(c))
 			return; /* a leading zero: the digit is put back */
-	} else if (is_digit(c)) {
-		while (r->p < r->len && is_digit(s[r->p]))
+	} else if (g_ascii_isdigit(c)) {
+		while (r->p < r->len && g_ascii_isdigit(s[r->p]))
 			r->p++;
 		c = look(r);
 		if (c == LOOK_BAD)
@@ -583,9 +541,9 @@ scan_number(struct rd *r)
 	if (c == '.') {
 		r->p++;
 		c = look(r);
-		if (c == LOOK_BAD || !is_digit(c))
+		if (c == LOOK_BAD || !g_ascii_isdigit(c))
 			return; /* "1." and no digit: the byte is put back */
-		while (r->p < r->len && is_digit(s[r->p]))
+		while (r->p < r->len && g_ascii_isdigit(s[r->p]))
 			r->p++;
 		c = look(r);
 		if (c == LOOK_BAD)
@@ -602,9 +560,9 @@ scan_number(struct rd *r)
 			if (c == LOOK_BAD)
 				return;
 		}
-		if (!is_digit(c))
+		if (!g_ascii_isdigit(c))
 			return;
-		while (r->p < r->len && is_digit(s[r->p]))
+		while (r->p < r->len && g_ascii_isdigit(s[r->p]))
 			r->p++;
 		c = look(r);
 		if (c == LOOK_BAD)
@@ -661,11 +619,11 @@ next(struct rd *r)
 	default:
 		break;
 	}
-	if (is_alpha(c)) {
+	if (g_ascii_isalpha(c)) {
 		/* the whole word, for a clearer error */
 		size_t n;
 
-		while (r->p < r->len && is_alpha(s[r->p]))
+		while (r->p < r->len && g_ascii_isalpha(s[r->p]))
 			r->p++;
 		c = look(r);
 		if (c == LOOK_BAD)
@@ -934,8 +892,8 @@ nw_json_string_decode(const char *body, size_t len, GString *out)
 		escaped = true;
 		c = s[i + 1];
 		if (c == 'u') {
-			if (i + 6 > len || !is_xdigit(s[i + 2]) || !is_xdigit(s[i + 3]) ||
-			    !is_xdigit(s[i + 4]) || !is_xdigit(s[i + 5]))
+			if (i + 6 > len || !g_ascii_isxdigit(s[i + 2]) || !g_ascii_isxdigit(s[i + 3]) ||
+			    !g_ascii_isxdigit(s[i + 4]) || !g_ascii_isxdigit(s[i + 5]))
 				return false;
 			i += 6;
 		} else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
