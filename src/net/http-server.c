@@ -13,6 +13,7 @@
 #include <gio/gio.h>
 #include <glib-unix.h>
 
+#include "core/json-write.h"
 #include "core/log.h"
 #include "net/http-framing.h"
 #include "net/loop.h"
@@ -180,16 +181,17 @@ close_soon(struct watched *w, int how)
 static void
 set_canned(struct watched *w, unsigned status, const json_t *body, const char *request_id)
 {
-	g_autofree char *text = json_dumps(body, JSON_COMPACT);
+	size_t len;
+	g_autofree char *text = nw_json_dumps(body, JSON_COMPACT, &len);
 	const char *reason = MHD_get_reason_phrase_for(status);
 	GString *out;
 
 	if (text == NULL || w->canned != NULL)
 		return;
-	out = g_string_sized_new(256 + strlen(text));
+	out = g_string_sized_new(256 + len);
 	g_string_append_printf(out, "HTTP/1.1 %u %s\r\nConnection: close\r\n"
 	                       "Content-Type: application/json\r\nContent-Length: %zu\r\n",
-	                       status, reason ? reason : "Error", strlen(text));
+	                       status, reason ? reason : "Error", len);
 	if (request_id != NULL)
 		g_string_append_printf(out, "X-Request-Id: %s\r\n", request_id);
 	g_string_append_printf(out, "\r\n%s", text);
@@ -792,14 +794,13 @@ enum MHD_Result
 nw_http_respond_json_with(struct MHD_Connection *conn, unsigned status, const json_t *body,
                           const char *const *headers)
 {
-	char *text = json_dumps(body, JSON_COMPACT);
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 	size_t len;
+	char *text = nw_json_dumps(body, JSON_COMPACT, &len);
 
 	if (text == NULL)
 		return MHD_NO;
-	len = strlen(text);
 	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
 	if (resp == NULL) {
 		free(text);

@@ -5,6 +5,7 @@
 
 #include <glib.h>
 
+#include "core/json-write.h"
 #include "serve/assemble.h"
 
 /* How a field takes a new value (besides replacing it). */
@@ -376,46 +377,15 @@ nw_assembly_set_reason(struct nw_assembly *a, json_int_t index, const char *key,
  * The body is written as text, field by field, in the order the keys are
  * listed in assemble.h: building a tree of it to encode cost more than
  * the rest of the assembly (bench/router/README.md, issue 15's profile).
- * Values keep jansson's compact
- * encoding, and strings its escaping, so the text is what encoding the
- * same tree with JSON_COMPACT gives.
+ * Values and strings are written by core/json-write.h, as jansson
+ * encodes them with JSON_COMPACT, so the text is what encoding the same
+ * tree gives.
  */
-
-static int
-append_text(const char *buffer, size_t size, void *data)
-{
-	g_string_append_len(data, buffer, (gssize)size);
-	return 0;
-}
 
 static void
 write_value(GString *out, const json_t *v)
 {
-	json_dump_callback(v, append_text, out, JSON_COMPACT | JSON_ENCODE_ANY);
-}
-
-/* A string (valid UTF-8: merged from parsed strings). Most need no
- * escape, and jansson escapes only quotes, backslashes and control
- * characters under JSON_COMPACT. */
-static void
-write_string(GString *out, const char *s, size_t len)
-{
-	json_t *v;
-
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c < 0x20 || c == '"' || c == '\\')
-			goto escape;
-	}
-	g_string_append_c(out, '"');
-	g_string_append_len(out, s, (gssize)len);
-	g_string_append_c(out, '"');
-	return;
-escape:
-	v = json_stringn_nocheck(s, len);
-	write_value(out, v);
-	json_decref(v);
+	nw_json_write(v, out, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
 /* ,"key": (the comma unless the object was just opened) */
@@ -424,7 +394,7 @@ write_key(GString *out, const char *key)
 {
 	if (out->str[out->len - 1] != '{')
 		g_string_append_c(out, ',');
-	write_string(out, key, strlen(key));
+	nw_json_write_string(out, key, strlen(key));
 	g_string_append_c(out, ':');
 }
 
@@ -432,7 +402,7 @@ static void
 write_field(GString *out, const struct field *f)
 {
 	if (f->str)
-		write_string(out, f->str->str, f->str->len);
+		nw_json_write_string(out, f->str->str, f->str->len);
 	else if (f->val)
 		write_value(out, f->val);
 	else
@@ -468,20 +438,23 @@ write_bag_rest(GString *out, const GPtrArray *b, const char *const *written)
 static void
 write_call(GString *out, const struct call *c)
 {
+	const char *type;
+
 	g_string_append(out, "{\"id\":");
 	if (c->id)
-		write_string(out, c->id, strlen(c->id));
+		nw_json_write_string(out, c->id, strlen(c->id));
 	else
 		g_string_append(out, "null");
 	g_string_append(out, ",\"type\":");
-	write_string(out, c->type ? c->type : "function", strlen(c->type ? c->type : "function"));
+	type = c->type ? c->type : "function";
+	nw_json_write_string(out, type, strlen(type));
 	g_string_append(out, ",\"function\":{\"name\":");
 	if (c->name)
-		write_string(out, c->name, strlen(c->name));
+		nw_json_write_string(out, c->name, strlen(c->name));
 	else
 		g_string_append(out, "null");
 	g_string_append(out, ",\"arguments\":");
-	write_string(out, c->args->str, c->args->len);
+	nw_json_write_string(out, c->args->str, c->args->len);
 	g_string_append(out, "}}");
 }
 
@@ -529,7 +502,7 @@ write_choice(GString *out, const struct choice *c, narwhal_route route)
 		write_message(out, c);
 	} else {
 		g_string_append(out, ",\"text\":");
-		write_string(out, c->text->str, c->text->len);
+		nw_json_write_string(out, c->text->str, c->text->len);
 	}
 	g_string_append(out, ",\"logprobs\":");
 	if (c->have_logprobs) {

@@ -26,6 +26,9 @@
 #include <glib.h>
 #include <narwhal/plugin-abi.h>
 
+/* nw_json_string_decode: how a match reads the text */
+#include "core/json-read.h"
+
 /* The most values a shape leaves open: the text and two reasons. */
 #define NW_CHUNK_SHAPE_HOLES 3
 
@@ -86,12 +89,5 @@ bool nw_chunk_shape_learn(struct nw_chunk_shape *s, const char *payload, size_t 
  * that was valid JSON is valid JSON, UTF-8 included. */
 bool nw_chunk_shape_match(const struct nw_chunk_shape *s, const char *payload, size_t len,
                           GString *text, struct nw_chunk_match *set);
-
-/* Decode the body of a JSON string literal (the bytes between the quotes)
- * and append it to out, as strictly as jansson reads strings: no raw
- * quote or control character, known escapes only, \u escapes with proper
- * surrogate pairs and never U+0000, and valid UTF-8. False leaves out as
- * it was; out NULL only checks. */
-bool nw_json_string_decode(const char *body, size_t len, GString *out);
 
 #endif /* NW_SERVE_CHUNK_SHAPE_H */

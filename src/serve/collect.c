@@ -123,7 +123,7 @@ on_event(void *data, const char *payload, size_t len)
 	case NARWHAL_SSE_OTHER:
 		break;
 	}
-	chunk = json_loadb(payload, len, 0, NULL);
+	chunk = nw_json_read(payload, len, 0, NULL);
 	if (chunk == NULL || nw_assembly_add(c->assembly, chunk) != 0) {
 		json_decref(chunk);
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,

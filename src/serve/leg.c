@@ -254,8 +254,7 @@ nw_leg_start(struct nw_request *r, nw_leg_kind kind, uint32_t engine,
 		json_decref(call->body);
 		call->body = NULL;
 	} else if (call->body != NULL) {
-		leg->body = json_dumps(call->body, JSON_COMPACT);
-		leg->body_len = leg->body ? strlen(leg->body) : 0;
+		leg->body = nw_json_dumps(call->body, JSON_COMPACT, &leg->body_len);
 		json_decref(call->body);
 		call->body = NULL;
 		if (leg->body == NULL) {

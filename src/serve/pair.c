@@ -209,8 +209,7 @@ nw_pair_start(struct nw_request *r, uint32_t engine, struct narwhal_http_call *c
 		body = g_memdup2(r->body_in->str, r->body_in->len);
 		req.body_len = r->body_in->len;
 	} else if (call->body != NULL) {
-		body = json_dumps(call->body, JSON_COMPACT);
-		req.body_len = body != NULL ? strlen(body) : 0;
+		body = nw_json_dumps(call->body, JSON_COMPACT, &req.body_len);
 	}
 	json_decref(call->body);
 	call->body = NULL;

@@ -187,7 +187,7 @@ tokenize_done(struct nw_request *r, const struct nw_upstream_result *res)
 
 	r->phase = NW_PT_NONE;
 	if (res->code == NW_UPSTREAM_OK && r->leg.status == 200)
-		doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
+		doc = nw_json_read(r->leg.collected->str, r->leg.collected->len, 0, NULL);
 	if (doc != NULL && (rc = d->ops->parse_tokenize(d->ctx, doc, &count)) == 0) {
 		json_decref(doc);
 		nw_leg_release(r);
@@ -731,7 +731,7 @@ prefill_done(struct nw_request *r, const struct nw_upstream_result *res)
 		nw_phase_fail_by_status(r, d, r->leg.status, r->leg.collected);
 		return;
 	}
-	doc = json_loadb(r->leg.collected->str, r->leg.collected->len, 0, NULL);
+	doc = nw_json_read(r->leg.collected->str, r->leg.collected->len, 0, NULL);
 	rc = doc != NULL ? d->ops->parse_prefill(d->ctx, doc, &r->handoff) : -EPROTO;
 	json_decref(doc);
 	if (rc != 0) {

@@ -228,16 +228,17 @@ nw_relay_error(struct nw_request *r, const char *type, const char *code, const c
 	struct nw_relay *rl = &r->relay;
 	json_t *body;
 	char *text;
+	size_t len;
 
 	if (rl->finished)
 		return;
 	g_byte_array_set_size(rl->buf, (guint)rl->committed);
 	body = nw_http_error_body(type, code, NULL, message);
-	text = json_dumps(body, JSON_COMPACT);
+	text = nw_json_dumps(body, JSON_COMPACT, &len);
 	json_decref(body);
 	if (text != NULL) {
 		g_byte_array_append(rl->buf, (const guint8 *)"data: ", 6);
-		g_byte_array_append(rl->buf, (const guint8 *)text, (guint)strlen(text));
+		g_byte_array_append(rl->buf, (const guint8 *)text, (guint)len);
 		g_byte_array_append(rl->buf, (const guint8 *)"\n\n", 2);
 		free(text);
 	}

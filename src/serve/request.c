@@ -434,10 +434,11 @@ nw_request_answer_error(struct nw_request *r, unsigned status, const char *type,
                         const char *code, const char *param, const char *message)
 {
 	json_t *body = nw_http_error_body(type, code, param, message);
-	char *text = json_dumps(body, JSON_COMPACT);
+	size_t len;
+	char *text = nw_json_dumps(body, JSON_COMPACT, &len);
 
 	r->answer_code = nw_outcome_code_index(code);
-	answer(r, status, text, text ? strlen(text) : 0);
+	answer(r, status, text, len);
 	json_decref(body);
 }
 
@@ -482,8 +483,7 @@ queue_answer(struct nw_request *r)
 		if (r->resp_body == NULL) {
 			json_t *b = nw_http_error_body("server_error", "internal_error", NULL,
 			                               "the request ended without an answer");
-			r->resp_body = json_dumps(b, JSON_COMPACT);
-			r->resp_len = strlen(r->resp_body);
+			r->resp_body = nw_json_dumps(b, JSON_COMPACT, &r->resp_len);
 			r->resp_status = 500;
 			r->answer_code = nw_outcome_code_index("internal_error");
 			json_decref(b);

@@ -16,6 +16,8 @@
 #include "core/demand.h"
 #include "core/dialect.h"
 #include "core/host.h"
+#include "core/json-read.h"
+#include "core/json-write.h"
 #include "core/plugin-loader.h"
 #include "net/http-server.h"
 #include "net/timers.h"
