@@ -25,7 +25,7 @@ test_descriptor(void)
 		return;
 	g_assert_cmpstr(h->plugin->desc->name, ==, "reactive");
 	g_assert_cmpuint(h->plugin->desc->abi_major, ==, NARWHAL_ABI_MAJOR);
-	g_assert_cmpuint(h->plugin->desc->abi_minor, ==, 2);
+	g_assert_cmpuint(h->plugin->desc->abi_minor, ==, NARWHAL_ABI_MINOR);
 	nw_harness_free(h);
 }
 
