@@ -14,6 +14,7 @@
 #include <glib-unix.h>
 
 #include "core/log.h"
+#include "core/process.h"
 #include "net/http-framing.h"
 #include "net/loop.h"
 
@@ -431,6 +432,7 @@ on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
 		if (info != NULL && epoll_ctl(srv->hangup_epfd, EPOLL_CTL_ADD, info->connect_fd, &ev) == 0)
 			w->fd = info->connect_fd;
 		*socket_context = w;
+		nw_process_load_up(NW_LOAD_CONNECTIONS);
 		slow_join(srv, w, &srv->heads_new);
 		evict_if_full(srv);
 		return;
@@ -438,6 +440,7 @@ on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
 	w = *socket_context;
 	if (w == NULL)
 		return;
+	nw_process_load_down(NW_LOAD_CONNECTIONS);
 	/* MHD closes the socket after this notice. */
 	unwatch(srv, w);
 	if (w->suspended)
