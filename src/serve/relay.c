@@ -328,36 +328,42 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 	if (n > 0) {
+		bool resumed = false;
+
 		memcpy(buf, rl->buf + rl->sent, n);
 		rl->sent += n;
 		r->serve->metrics->client_bytes_out[nw_request_metric_route(r)] += n;
+		if (unsent(rl) == 0) {
+			/* The client has caught up: let the engine go on (the
+			 * held bytes come back from the loop, or right here:
+			 * net/upstream.h, on_data). Waiting until it has taken
+			 * everything makes each pause worth a whole backlog. */
+			rl->absorbing = false;
+			if (rl->paused) {
+				rl->paused = rl->refused = false;
+				resumed = true;
+				r->stall_until_us = -1;
+				/* A paused engine is silent through no fault of its own. */
+				if (r->last_chunk_us >= 0)
+					r->last_chunk_us = g_get_monotonic_time();
+				if (r->leg.call != NULL)
+					nw_upstream_unpause(r->leg.call);
+			}
+		} else if (rl->paused) {
+			/* A client that takes bytes is not stuck, however slowly
+			 * it drains: the stall clock starts again (the timer
+			 * checks it lazily). */
+			r->stall_until_us = g_get_monotonic_time() + RELAY_STALL_US;
+		}
 		if (rl->sent == rl->len) {
-			/* Everything went out: start over at the front, and give
-			 * back what a backlog grew. */
+			/* Everything went out: start over at the front. What a
+			 * backlog grew goes back, unless the engine was just let
+			 * go on and is about to fill it again. */
 			rl->len = rl->sent = rl->committed = 0;
-			if (rl->cap > RELAY_REST) {
+			if (rl->cap > RELAY_REST && !resumed) {
 				rl->cap = RELAY_REST;
 				rl->buf = g_realloc(rl->buf, rl->cap);
 			}
-		}
-		/* A client that takes bytes is not stuck, however slowly it
-		 * drains: the stall clock starts again (the timer checks
-		 * it lazily). */
-		if (rl->paused)
-			r->stall_until_us = g_get_monotonic_time() + RELAY_STALL_US;
-		if (unsent(rl) <= RELAY_BACKLOG_MAX / 2)
-			rl->absorbing = false;
-		if (rl->paused && unsent(rl) <= RELAY_BACKLOG_MAX / 2) {
-			/* The client drains: let the engine go on (the held
-			 * bytes come back from the loop, or right here:
-			 * net/upstream.h, on_data). */
-			rl->paused = rl->refused = false;
-			r->stall_until_us = -1;
-			/* A paused engine is silent through no fault of its own. */
-			if (r->last_chunk_us >= 0)
-				r->last_chunk_us = g_get_monotonic_time();
-			if (r->leg.call != NULL)
-				nw_upstream_unpause(r->leg.call);
 		}
 		return (ssize_t)n;
 	}
