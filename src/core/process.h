@@ -16,15 +16,18 @@ unsigned long nw_process_raise_fd_limit(void);
 void nw_process_tune_malloc(void);
 
 /*
- * Giving the heap back after a burst (docs/deployment.md, "Memory"). A
- * load that rose to at least NW_TRIM_BURST and then fell to a quarter of
- * its peak has left freed memory behind, resident but unused; the heap is
- * trimmed then, once, from the main loop when it is next idle. A trim
- * costs about 1.7 ms after 512 streams and 50 µs on a heap that has just
- * been trimmed, so it waits for a burst to pass and never runs per
- * request.
+ * Giving the heap back after a burst (docs/deployment.md, "CPU and
+ * memory"). A load that rose to at least NW_TRIM_BURST and then fell to a
+ * quarter of its peak has left freed memory behind, resident but unused;
+ * the heap is trimmed then, once, from the main loop when it is next idle.
+ * A trim costs about 2 ms after 512 streams and 40 µs on a heap that has
+ * just been trimmed. The burst is large so that a steady load whose
+ * requests come in batches (64 alive, then none, a few times a second)
+ * does not trim after every batch: with 64 that happened 35 times a
+ * second in bench/router's c=64 cells, for nothing, since each batch
+ * takes the memory back.
  */
-#define NW_TRIM_BURST 64u
+#define NW_TRIM_BURST 256u
 
 /* One kind of load: requests alive, or client connections open. */
 struct nw_trim_rule {

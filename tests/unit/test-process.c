@@ -25,39 +25,42 @@ walk(struct nw_trim_rule *t, unsigned to)
 static void
 test_after_a_burst(void)
 {
+	const unsigned b = NW_TRIM_BURST;
 	struct nw_trim_rule t = { 0 };
 
 	/* Issue 15: memory comes back once many open streams have ended. */
 	g_test_summary("A load that rose to NW_TRIM_BURST or more asks for a trim when it falls "
 	               "to a quarter of its peak, once, and again only after a new burst");
-	g_assert_cmpuint(walk(&t, 512), ==, 0);
-	g_assert_cmpuint(walk(&t, 129), ==, 0);
-	g_assert_true(nw_trim_rule_step(&t, false)); /* 128: a quarter of 512 */
-	g_assert_cmpuint(t.peak, ==, 128);
-	/* Falling on: a quarter of 128 is a burst's end too, a quarter of 32
-	 * is not (32 is below a burst). */
+	g_assert_cmpuint(walk(&t, 8 * b), ==, 0);
+	g_assert_cmpuint(walk(&t, 2 * b + 1), ==, 0);
+	g_assert_true(nw_trim_rule_step(&t, false)); /* 2b: a quarter of 8b */
+	g_assert_cmpuint(t.peak, ==, 2 * b);
+	/* Falling on: a quarter of 2b is the end of a burst too, a quarter of
+	 * b / 2 is not (b / 2 is below a burst). */
 	g_assert_cmpuint(walk(&t, 0), ==, 1);
-	g_assert_cmpuint(walk(&t, 600), ==, 0);
-	g_assert_cmpuint(walk(&t, 0), ==, 2); /* at 150, then at 37 */
+	g_assert_cmpuint(t.peak, ==, b / 2);
+	g_assert_cmpuint(walk(&t, 4 * b), ==, 0);
+	g_assert_cmpuint(walk(&t, 0), ==, 2); /* at b, then at b / 4 */
 }
 
 static void
 test_not_per_request(void)
 {
+	const unsigned b = NW_TRIM_BURST;
 	struct nw_trim_rule t = { 0 };
 	unsigned trims = 0;
 
-	g_test_summary("A light load that comes and goes, or a steady one, never asks for a "
-	               "trim; a load of exactly NW_TRIM_BURST does once");
+	g_test_summary("A load below NW_TRIM_BURST that comes and goes, or a steady one, never "
+	               "asks for a trim; a load of exactly NW_TRIM_BURST does once");
 	for (int i = 0; i < 10000; i++)
-		trims += walk(&t, (unsigned)(i % 2 ? NW_TRIM_BURST - 1 : 0));
+		trims += walk(&t, i % 2 ? b - 1 : 0);
 	g_assert_cmpuint(trims, ==, 0);
-	g_assert_cmpuint(walk(&t, 300), ==, 0);
+	g_assert_cmpuint(walk(&t, 3 * b), ==, 0);
 	for (int i = 0; i < 10000; i++)
-		trims += walk(&t, (unsigned)(i % 2 ? 300 : 200));
+		trims += walk(&t, i % 2 ? 3 * b : 2 * b);
 	g_assert_cmpuint(trims, ==, 0);
-	g_assert_cmpuint(walk(&t, 0), ==, 2); /* at 75, then at 18 */
-	g_assert_cmpuint(walk(&t, NW_TRIM_BURST), ==, 0);
+	g_assert_cmpuint(walk(&t, 0), ==, 1); /* at 3b / 4, below a burst after it */
+	g_assert_cmpuint(walk(&t, b), ==, 0);
 	g_assert_cmpuint(walk(&t, 0), ==, 1);
 	/* Ending more than began is counted as nothing. */
 	g_assert_false(nw_trim_rule_step(&t, false));
