@@ -104,7 +104,7 @@ nw_relay_begin(struct nw_request *r)
 	nw_sse_reset(&rl->sse);
 	rl->len = rl->sent = rl->committed = rl->chunk_base = 0;
 	rl->first_token = rl->engine_error = rl->done = rl->finished = false;
-	rl->abort = rl->paused = false;
+	rl->abort = rl->paused = rl->refused = rl->absorbing = false;
 }
 
 void

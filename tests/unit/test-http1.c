@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -420,6 +422,7 @@ struct result {
 	bool started;         /* nw_upstream_start has returned */
 	bool early;           /* on_done ran before that */
 	bool pause_next;      /* refuse the next body bytes (pausing) */
+	bool stop_reading;    /* take the next body bytes, then nw_upstream_pause */
 	bool cancel_in_data;  /* cancel the call from inside on_data */
 	unsigned data_calls;
 };
@@ -437,6 +440,10 @@ on_body(void *data, const char *bytes, size_t len)
 	if (r->pause_next) {
 		r->pause_next = false;
 		return false;
+	}
+	if (r->stop_reading) {
+		r->stop_reading = false;
+		nw_upstream_pause(r->call);
 	}
 	g_string_append_len(r->body, bytes, (gssize)len);
 	return true;
@@ -1178,6 +1185,63 @@ test_read_buffer_follows_bytes(void)
 	env_stop(&e);
 }
 
+/* Bytes sent on fd that the peer has not acknowledged yet. */
+static int
+unacked(int fd)
+{
+	int n = -1;
+
+	g_assert_cmpint(ioctl(fd, SIOCOUTQ, &n), ==, 0);
+	return n;
+}
+
+static void
+test_stop_reading(void)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n", 0, false },
+	};
+	static const char rest[] = "3\r\ntwo\r\n0\r\n\r\n";
+	struct env e;
+	struct result r = { 0 };
+	struct peer *p;
+	gint64 deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+
+	/* Issue 15: a stream's backlog waits in the engine's socket, not in
+	 * the router's memory. */
+	g_test_summary("After nw_upstream_pause no more is read from the socket and no read "
+	               "buffer is held; nw_upstream_unpause reads on");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	r.body = g_string_new(NULL);
+	r.stop_reading = true;
+	call_get(e.up, e.url, &r);
+	while (r.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	/* The rest of the answer, sent once the call has stopped reading. */
+	g_assert_cmpuint(e.srv.peers->len, ==, 1);
+	p = e.srv.peers->pdata[0];
+	g_assert_cmpint(write(p->fd, rest, sizeof rest - 1), ==, (ssize_t)(sizeof rest - 1));
+	/* Until the client's side has them (acknowledged), then until the
+	 * loop has nothing left to do. */
+	while (unacked(p->fd) > 0 && g_get_monotonic_time() < deadline)
+		g_usleep(200);
+	g_assert_cmpint(unacked(p->fd), ==, 0);
+	while (g_main_context_iteration(NULL, FALSE))
+		;
+	g_assert_cmpuint(r.data_calls, ==, 1);
+	g_assert_false(r.done);
+	g_assert_cmpstr(r.body->str, ==, "one");
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 0);
+	nw_upstream_unpause(r.call);
+	r.call = NULL; /* not looked at in on_done */
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_OK);
+	g_assert_cmpstr(r.body->str, ==, "onetwo");
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 0);
+	result_clear(&r);
+	env_stop(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1207,5 +1271,6 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/client/resolve-errors", test_resolve_errors);
 	g_test_add_func("/http1/client/pause-cancel-big-head", test_pause_cancel_and_big_heads);
 	g_test_add_func("/http1/client/read-buffer-follows-bytes", test_read_buffer_follows_bytes);
+	g_test_add_func("/http1/client/stop-reading", test_stop_reading);
 	return g_test_run();
 }
