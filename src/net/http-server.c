@@ -15,6 +15,7 @@
 
 #include "core/json-write.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "net/http-framing.h"
 #include "net/loop.h"
 
@@ -433,6 +434,7 @@ on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
 		if (info != NULL && epoll_ctl(srv->hangup_epfd, EPOLL_CTL_ADD, info->connect_fd, &ev) == 0)
 			w->fd = info->connect_fd;
 		*socket_context = w;
+		nw_process_load_up(NW_LOAD_CONNECTIONS);
 		slow_join(srv, w, &srv->heads_new);
 		evict_if_full(srv);
 		return;
@@ -440,6 +442,7 @@ on_connection(void *data, struct MHD_Connection *conn, void **socket_context,
 	w = *socket_context;
 	if (w == NULL)
 		return;
+	nw_process_load_down(NW_LOAD_CONNECTIONS);
 	/* MHD closes the socket after this notice. */
 	unwatch(srv, w);
 	if (w->suspended)

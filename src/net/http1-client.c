@@ -174,7 +174,6 @@ nw_h1_call_begin_exchange(struct h1_call *call)
 {
 	call->phase = CALL_SENDING;
 	call->sent = 0;
-	nw_h1_conn_take_buffer(call->conn);
 	nw_h1_call_update_deadline(call);
 	call_send(call);
 }
@@ -250,6 +249,8 @@ call_consume(struct h1_call *call)
 {
 	struct h1_conn *c = call->conn;
 
+	if (c->in == NULL)
+		return NEED_BYTES; /* nothing has come since the last read */
 	while (!call->have_head) {
 		ssize_t n = nw_h1_parse_head(c->in + c->in_off, c->in_len - c->in_off,
 		                             call->head_request, &call->head);
@@ -336,6 +337,15 @@ call_eof(struct h1_call *call)
 	}
 }
 
+/* Waiting for the engine with nothing unread: the read buffer goes back
+ * (an open stream spends most of its time here). */
+static void
+call_wait(struct h1_conn *c)
+{
+	if (c->in != NULL && c->in_off == c->in_len)
+		nw_h1_conn_drop_buffer(c);
+}
+
 /* Hands on buffered bytes, then reads while the socket may hold more.
  * try_read: read at least once. until_empty: read until EOF or EAGAIN,
  * because the engine has closed its side and no further edge will come. */
@@ -351,8 +361,11 @@ call_pump(struct h1_call *call, bool try_read, bool until_empty)
 
 		if (call_consume(call) == STOPPED)
 			return;
-		if (!more)
+		if (!more || call->paused) {
+			call_wait(c);
 			return;
+		}
+		nw_h1_conn_take_buffer(c);
 		room = nw_h1_conn_room(c, !call->have_head);
 		if (room == 0) {
 			nw_h1_call_fail(call, NW_UPSTREAM_MALFORMED,
@@ -376,6 +389,7 @@ call_pump(struct h1_call *call, bool try_read, bool until_empty)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK) {
 			c->drained = true;
+			call_wait(c);
 			return;
 		}
 		if (!call_retry_fresh(call))
@@ -606,6 +620,17 @@ nw_h1_cancel(struct nw_upstream_call *base)
 }
 
 void
+nw_h1_pause(struct nw_upstream_call *base)
+{
+	struct h1_call *call = (struct h1_call *)base;
+
+	/* What the buffer holds is still handed on (call_consume); the socket
+	 * is not read again until nw_h1_unpause. */
+	if (!call->cancelled)
+		call->paused = true;
+}
+
+void
 nw_h1_unpause(struct nw_upstream_call *base)
 {
 	struct h1_call *call = (struct h1_call *)base;
@@ -642,6 +667,12 @@ unsigned
 nw_h1_active(const struct nw_h1_pool *pool)
 {
 	return pool->live.length;
+}
+
+unsigned
+nw_h1_read_buffers(const struct nw_h1_pool *pool)
+{
+	return pool->buffers_out;
 }
 
 struct nw_h1_pool *

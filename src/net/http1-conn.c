@@ -23,7 +23,10 @@ nw_h1_conn_free(struct h1_conn *c)
 	if (c->ticket != NULL)
 		c->ticket->conn = NULL;
 	g_list_free_full(c->addrs, g_object_unref);
-	g_free(c->in);
+	if (c->in != NULL) {
+		g_free(c->in);
+		c->pool->buffers_out--;
+	}
 	g_free(c);
 }
 
@@ -55,15 +58,7 @@ nw_h1_conn_make_idle(struct h1_conn *c)
 	c->state = CONN_IDLE;
 	c->call = NULL;
 	c->reused = true;
-	c->in_off = c->in_len = 0;
-	/* Kept for the next busy connection, unless grown for a long head or
-	 * enough are kept already. */
-	if (c->in_cap == NW_H1_READ_BUFFER && c->pool->spare_buffers->len < NW_H1_SPARE_BUFFERS)
-		g_ptr_array_add(c->pool->spare_buffers, c->in);
-	else
-		g_free(c->in);
-	c->in = NULL;
-	c->in_cap = 0;
+	nw_h1_conn_drop_buffer(c);
 	g_queue_push_head_link(&c->origin->idle, &c->idle_link);
 }
 
@@ -75,8 +70,28 @@ nw_h1_conn_take_buffer(struct h1_conn *c)
 	if (c->in != NULL)
 		return;
 	c->in_cap = NW_H1_READ_BUFFER;
+	c->in_off = c->in_len = 0;
 	c->in = spares->len > 0 ? g_ptr_array_steal_index_fast(spares, spares->len - 1)
 	                        : g_malloc(c->in_cap);
+	c->pool->buffers_out++;
+}
+
+void
+nw_h1_conn_drop_buffer(struct h1_conn *c)
+{
+	GPtrArray *spares = c->pool->spare_buffers;
+
+	if (c->in == NULL)
+		return;
+	/* Kept for the next read, unless grown for a long head or enough
+	 * are kept already. */
+	if (c->in_cap == NW_H1_READ_BUFFER && spares->len < NW_H1_SPARE_BUFFERS)
+		g_ptr_array_add(spares, c->in);
+	else
+		g_free(c->in);
+	c->in = NULL;
+	c->in_off = c->in_len = c->in_cap = 0;
+	c->pool->buffers_out--;
 }
 
 /* Room to read into: the unread bytes move to the front, and the buffer

@@ -20,8 +20,10 @@
 #include "net/upstream-backend.h"
 
 #define NW_H1_READ_BUFFER (16u * 1024u)
-/* Read buffers kept for reuse once their connections are parked. */
-#define NW_H1_SPARE_BUFFERS 64u
+/* Read buffers kept for reuse. A call holds one only while bytes wait in
+ * it (a partial chunk line, a paused transfer), so few are ever out at
+ * once; the spares let the next read skip a malloc. */
+#define NW_H1_SPARE_BUFFERS 16u
 
 enum conn_state { CONN_RESOLVING, CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_DEAD };
 
@@ -39,7 +41,7 @@ struct h1_conn {
 	bool reused;            /* has carried a request before this one */
 	bool peer_closed;       /* the engine has closed its side */
 	bool drained;           /* the last read emptied the socket */
-	char *in;               /* read buffer, only while busy (NULL when idle) */
+	char *in;               /* read buffer, only while bytes wait in it */
 	size_t in_off, in_len, in_cap;
 	struct resolve_ticket *ticket;
 	GList *addrs;           /* resolved addresses (GInetAddress), owned */
@@ -100,7 +102,8 @@ struct nw_h1_pool {
 	GQueue live;            /* calls not yet ended */
 	GPtrArray *dead_calls;  /* ended calls and closed connections, freed */
 	GPtrArray *dead_conns;  /* when the outermost entry point is left */
-	GPtrArray *spare_buffers; /* read buffers of parked connections, for reuse */
+	GPtrArray *spare_buffers; /* read buffers not in use, for reuse */
+	unsigned buffers_out;   /* read buffers held by connections */
 	unsigned depth;         /* nesting of entry points */
 	unsigned defer;         /* >0: failures are reported from the timer */
 	bool dispatching;
@@ -134,10 +137,14 @@ void nw_h1_conn_connecting_event(struct h1_conn *c, uint32_t events);
 /* The call's connect deadline passed while opening c: the next address,
  * or a timeout. */
 void nw_h1_conn_connect_expired(struct h1_conn *c, int64_t now);
-/* Gives a connection about to carry a call its read buffer. */
+/* Gives a connection about to read its read buffer, if it has none. */
 void nw_h1_conn_take_buffer(struct h1_conn *c);
-/* Parks a connection that finished an exchange cleanly; its read buffer
- * goes back to the pool, so parked connections cost no buffer. */
+/* Gives an emptied read buffer back to the pool: a connection holds one
+ * only while unread bytes wait in it, so memory follows the bytes in
+ * flight rather than the calls (an open stream mostly waits for its next
+ * event). */
+void nw_h1_conn_drop_buffer(struct h1_conn *c);
+/* Parks a connection that finished an exchange cleanly (without buffer). */
 void nw_h1_conn_make_idle(struct h1_conn *c);
 /* Closes at once; the memory is freed on leaving. */
 void nw_h1_conn_close(struct h1_conn *c);

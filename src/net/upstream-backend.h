@@ -23,9 +23,11 @@ void nw_h1_pool_free(struct nw_h1_pool *pool);
 struct nw_upstream_call *nw_h1_start(struct nw_h1_pool *pool, const struct nw_upstream_request *req,
                                      const struct nw_upstream_handlers *handlers, void *data);
 void nw_h1_cancel(struct nw_upstream_call *call);
+void nw_h1_pause(struct nw_upstream_call *call);
 void nw_h1_unpause(struct nw_upstream_call *call);
 const char *nw_h1_header(struct nw_upstream_call *call, const char *name);
 unsigned nw_h1_active(const struct nw_h1_pool *pool);
+unsigned nw_h1_read_buffers(const struct nw_h1_pool *pool);
 
 struct nw_curl_pool *nw_curl_pool_new(const struct nw_upstream_options *opts);
 void nw_curl_pool_free(struct nw_curl_pool *pool);

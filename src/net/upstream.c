@@ -58,6 +58,13 @@ nw_upstream_cancel(struct nw_upstream_call *call)
 }
 
 void
+nw_upstream_pause(struct nw_upstream_call *call)
+{
+	if (call != NULL && !call->tls)
+		nw_h1_pause(call);
+}
+
+void
 nw_upstream_unpause(struct nw_upstream_call *call)
 {
 	if (call == NULL)
@@ -80,4 +87,10 @@ unsigned
 nw_upstream_active(const struct nw_upstream *up)
 {
 	return (up->h1 ? nw_h1_active(up->h1) : 0) + (up->tls ? nw_curl_active(up->tls) : 0);
+}
+
+unsigned
+nw_upstream_read_buffers(const struct nw_upstream *up)
+{
+	return up->h1 ? nw_h1_read_buffers(up->h1) : 0;
 }

@@ -91,12 +91,24 @@ struct nw_upstream_call *nw_upstream_start(struct nw_upstream *up,
  * Safe from any callback, including the call's own. */
 void nw_upstream_cancel(struct nw_upstream_call *call);
 
-/* Continue a call paused by on_data returning false. The held bytes reach
- * on_data again from the loop (with libcurl, possibly before this returns,
- * and on_data may cancel the call then). */
+/* Read no more from the engine for now: bytes already received still reach
+ * on_data, the rest waits in the socket (the kernel's memory, not ours)
+ * until nw_upstream_unpause. Safe from on_data. The libcurl client cannot
+ * stop between reads and ignores this: its consumer refuses bytes instead
+ * (on_data returning false). */
+void nw_upstream_pause(struct nw_upstream_call *call);
+
+/* Continue a call paused by nw_upstream_pause or by on_data returning
+ * false. Held bytes reach on_data again from the loop (with libcurl,
+ * possibly before this returns, and on_data may cancel the call then). */
 void nw_upstream_unpause(struct nw_upstream_call *call);
 
 unsigned nw_upstream_active(const struct nw_upstream *up);
+
+/* Read buffers the plain-http client's connections hold now: one per
+ * connection with unread bytes (a paused transfer, a partial chunk line),
+ * none for a call that waits on an empty socket. */
+unsigned nw_upstream_read_buffers(const struct nw_upstream *up);
 
 /* A header of the call's final response (e.g. "Retry-After"), or NULL.
  * Valid from on_response until on_done returns. */

@@ -12,12 +12,20 @@
  * engine's error event nothing more is relayed (its [DONE] included): a
  * failed stream ends with an error event and without the terminator.
  *
- * The buffer is bounded (RELAY_BACKLOG_MAX unsent bytes). When it is full
- * and MHD is not asking for more, the engine transfer pauses; a client
- * that then takes nothing for RELAY_STALL_US is closed at once, and the
- * engine leg cancelled (spec 4.3: backpressure closes). The short grace
- * tells a stuck client from an engine burst that arrived within one loop
- * iteration, before MHD could write.
+ * The buffer is bounded, in two steps. Past RELAY_BACKLOG_MAX unsent
+ * bytes, while MHD is not asking for more, the engine is read no more:
+ * what it sends waits in the socket (kernel memory, as with nginx's
+ * unbuffered proxying), and the buffer stays small. A client that then
+ * takes nothing for RELAY_STALL_US gets the engine read again, up to
+ * RELAY_BACKLOG_HARD: the room a stream always had. Past that bound the
+ * engine transfer pauses for good (the libcurl client, which cannot stop
+ * between reads, gets only this step); a client that then takes nothing
+ * for RELAY_STALL_US is closed at once, and the engine leg cancelled (spec
+ * 4.3: backpressure closes). The short grace tells a stuck client from an
+ * engine burst that arrived within one loop iteration, before MHD could
+ * write. The buffer grows only as far as the backlog needs and shrinks
+ * back once drained, so an open stream waiting for its next token holds a
+ * few KiB.
  */
 #include "build-config.h"
 
@@ -28,10 +36,21 @@
 #include "serve/phases.h"
 #include "serve/serve-internal.h"
 
-#define RELAY_BACKLOG_MAX (64u << 10)
+/* Unsent bytes past which the engine is read no more for now. The bytes
+ * its client had already read still come in: one read buffer (16 KiB)
+ * more. */
+#define RELAY_BACKLOG_MAX (8u << 10)
+/* Unsent bytes past which bytes are refused and the stall ends in a
+ * close. */
+#define RELAY_BACKLOG_HARD (64u << 10)
 #define RELAY_STALL_US (200 * 1000)
-/* Move the unsent bytes to the front once this much was sent. */
-#define RELAY_COMPACT_AT (32u << 10)
+/* The buffer's size at rest, and the step it grows by. */
+#define RELAY_REST (4u << 10)
+/* The block libmicrohttpd allocates (and zeroes) with each response. A
+ * chunked answer never uses it: the reader fills the connection's own
+ * write buffer. Only an HTTP/1.0 client, whose stream ends with the
+ * connection, is sent from it, a block per send. */
+#define RELAY_BLOCK 1024u
 
 static bool on_event(void *data, const char *payload, size_t len);
 
@@ -67,7 +86,8 @@ void
 nw_relay_init(struct nw_relay *rl, size_t max_event)
 {
 	memset(rl, 0, sizeof *rl);
-	rl->buf = g_byte_array_sized_new(4096);
+	rl->cap = RELAY_REST;
+	rl->buf = g_malloc(rl->cap);
 	nw_sse_init(&rl->sse, on_event, NULL);
 	nw_sse_set_max_event(&rl->sse, max_event);
 	nw_chunk_shape_init(&rl->shape);
@@ -81,18 +101,16 @@ nw_relay_begin(struct nw_request *r)
 	if (nw_request_streaming(r))
 		return;
 	/* Whatever an earlier attempt left before the 200 was never sent. */
-	g_byte_array_set_size(rl->buf, 0);
 	nw_sse_reset(&rl->sse);
-	rl->sent = rl->committed = rl->chunk_base = 0;
+	rl->len = rl->sent = rl->committed = rl->chunk_base = 0;
 	rl->first_token = rl->engine_error = rl->done = rl->finished = false;
-	rl->abort = rl->paused = false;
+	rl->abort = rl->paused = rl->refused = rl->absorbing = false;
 }
 
 void
 nw_relay_clear(struct nw_relay *rl)
 {
-	if (rl->buf != NULL)
-		g_byte_array_free(rl->buf, TRUE);
+	g_free(rl->buf);
 	nw_sse_clear(&rl->sse);
 	nw_chunk_shape_clear(&rl->shape);
 	memset(rl, 0, sizeof *rl);
@@ -102,6 +120,51 @@ static size_t
 unsent(const struct nw_relay *rl)
 {
 	return rl->committed - rl->sent;
+}
+
+/* Appends bytes. The bytes already sent make room first; the buffer grows
+ * only when that is not enough, in RELAY_REST steps. */
+static void
+append(struct nw_relay *rl, const void *bytes, size_t n)
+{
+	if (rl->len + n > rl->cap && rl->sent > 0) {
+		memmove(rl->buf, rl->buf + rl->sent, rl->len - rl->sent);
+		rl->len -= rl->sent;
+		rl->committed -= rl->sent;
+		rl->sent = 0;
+	}
+	if (rl->len + n > rl->cap) {
+		rl->cap = (rl->len + n + RELAY_REST - 1) / RELAY_REST * RELAY_REST;
+		rl->buf = g_realloc(rl->buf, rl->cap);
+	}
+	memcpy(rl->buf + rl->len, bytes, n);
+	rl->len += n;
+}
+
+/* The engine waits for the client: the stall clock starts. */
+static void
+pause_engine(struct nw_request *r)
+{
+	r->relay.paused = true;
+	r->stall_until_us = g_get_monotonic_time() + RELAY_STALL_US;
+	nw_request_rearm(r);
+}
+
+bool
+nw_relay_stalled(struct nw_request *r)
+{
+	struct nw_relay *rl = &r->relay;
+
+	if (rl->refused || rl->absorbing)
+		return true;
+	/* Stopped before the hard bound: the engine is read again up to it,
+	 * so a client that pauses briefly is treated as it always was. */
+	rl->absorbing = true;
+	rl->paused = false;
+	r->stall_until_us = -1;
+	if (r->leg.call != NULL)
+		nw_upstream_unpause(r->leg.call);
+	return false;
 }
 
 /*
@@ -177,21 +240,14 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 
 	if (rl->finished || rl->done)
 		return true; /* after the terminator or an error: ignore */
-	if (unsent(rl) > RELAY_BACKLOG_MAX && !r->suspended) {
-		if (!rl->paused) {
-			rl->paused = true;
-			r->stall_until_us = g_get_monotonic_time() + RELAY_STALL_US;
-			nw_request_rearm(r);
-		}
+	if (unsent(rl) > RELAY_BACKLOG_HARD && !r->suspended) {
+		if (!rl->paused)
+			pause_engine(r);
+		rl->refused = true;
 		return false;
 	}
-	if (rl->sent >= RELAY_COMPACT_AT) {
-		g_byte_array_remove_range(rl->buf, 0, (guint)rl->sent);
-		rl->committed -= rl->sent;
-		rl->sent = 0;
-	}
-	rl->chunk_base = rl->buf->len;
-	g_byte_array_append(rl->buf, (const guint8 *)bytes, (guint)len);
+	append(rl, bytes, len);
+	rl->chunk_base = rl->len - len;
 	rl->sse.fn_data = r;
 	go_on = nw_sse_feed(&rl->sse, bytes, len);
 	/* Comment-only events (keep-alives) end on a boundary too. */
@@ -199,7 +255,7 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 		rl->committed = MAX(rl->committed, rl->chunk_base + rl->sse.boundary);
 	if (!go_on) {
 		/* Drop whatever followed the last event taken. */
-		g_byte_array_set_size(rl->buf, (guint)rl->committed);
+		rl->len = rl->committed;
 		if (rl->bad_event) {
 			nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
 			                "the engine's stream has an event that is not valid JSON");
@@ -217,6 +273,11 @@ nw_relay_feed(struct nw_request *r, const char *bytes, size_t len)
 		 * deadline bound an engine that never ends it. After an error
 		 * event the request has failed already (on_event). */
 	}
+	if (unsent(rl) > RELAY_BACKLOG_MAX && !r->suspended && !rl->paused && !rl->absorbing &&
+	    go_on) {
+		pause_engine(r);
+		nw_upstream_pause(r->leg.call);
+	}
 	if (unsent(rl) > 0 && nw_request_streaming(r))
 		nw_request_wake_client(r);
 	return true;
@@ -232,17 +293,17 @@ nw_relay_error(struct nw_request *r, const char *type, const char *code, const c
 
 	if (rl->finished)
 		return;
-	g_byte_array_set_size(rl->buf, (guint)rl->committed);
+	rl->len = rl->committed;
 	body = nw_http_error_body(type, code, NULL, message);
 	text = nw_json_dumps(body, JSON_COMPACT, &len);
 	json_decref(body);
 	if (text != NULL) {
-		g_byte_array_append(rl->buf, (const guint8 *)"data: ", 6);
-		g_byte_array_append(rl->buf, (const guint8 *)text, (guint)len);
-		g_byte_array_append(rl->buf, (const guint8 *)"\n\n", 2);
+		append(rl, "data: ", 6);
+		append(rl, text, len);
+		append(rl, "\n\n", 2);
 		free(text);
 	}
-	rl->committed = rl->buf->len;
+	rl->committed = rl->len;
 	rl->finished = true;
 	r->serve->metrics->counters.stream_errors++;
 	nw_request_wake_client(r);
@@ -269,25 +330,42 @@ read_relay(void *cls, uint64_t pos, char *buf, size_t max)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 	if (n > 0) {
-		memcpy(buf, rl->buf->data + rl->sent, n);
+		bool resumed = false;
+
+		memcpy(buf, rl->buf + rl->sent, n);
 		rl->sent += n;
 		r->serve->metrics->client_bytes_out[nw_request_metric_route(r)] += n;
-		if (rl->sent == rl->buf->len) {
-			/* Everything went out: start over at the front. */
-			g_byte_array_set_size(rl->buf, 0);
-			rl->sent = rl->committed = 0;
+		if (unsent(rl) == 0) {
+			/* The client has caught up: let the engine go on (the
+			 * held bytes come back from the loop, or right here:
+			 * net/upstream.h, on_data). Waiting until it has taken
+			 * everything makes each pause worth a whole backlog. */
+			rl->absorbing = false;
+			if (rl->paused) {
+				rl->paused = rl->refused = false;
+				resumed = true;
+				r->stall_until_us = -1;
+				/* A paused engine is silent through no fault of its own. */
+				if (r->last_chunk_us >= 0)
+					r->last_chunk_us = g_get_monotonic_time();
+				if (r->leg.call != NULL)
+					nw_upstream_unpause(r->leg.call);
+			}
+		} else if (rl->paused) {
+			/* A client that takes bytes is not stuck, however slowly
+			 * it drains: the stall clock starts again (the timer
+			 * checks it lazily). */
+			r->stall_until_us = g_get_monotonic_time() + RELAY_STALL_US;
 		}
-		if (rl->paused && unsent(rl) <= RELAY_BACKLOG_MAX / 2) {
-			/* The client drains: let the engine go on (the held
-			 * bytes come back from the loop, or right here:
-			 * net/upstream.h, on_data). */
-			rl->paused = false;
-			r->stall_until_us = -1;
-			/* A paused engine is silent through no fault of its own. */
-			if (r->last_chunk_us >= 0)
-				r->last_chunk_us = g_get_monotonic_time();
-			if (r->leg.call != NULL)
-				nw_upstream_unpause(r->leg.call);
+		if (rl->sent == rl->len) {
+			/* Everything went out: start over at the front. What a
+			 * backlog grew goes back, unless the engine was just let
+			 * go on and is about to fill it again. */
+			rl->len = rl->sent = rl->committed = 0;
+			if (rl->cap > RELAY_REST && !resumed) {
+				rl->cap = RELAY_REST;
+				rl->buf = g_realloc(rl->buf, rl->cap);
+			}
 		}
 		return (ssize_t)n;
 	}
@@ -310,7 +388,7 @@ nw_relay_response(struct nw_request *r)
 {
 	struct MHD_Response *resp;
 
-	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_relay, r,
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RELAY_BLOCK, read_relay, r,
 	                                         free_relay_ref);
 	if (resp == NULL)
 		return NULL;

@@ -20,7 +20,8 @@ struct nw_request;
 
 /* The client side of a streamed answer. */
 struct nw_relay {
-	GByteArray *buf;        /* bytes for the client */
+	char *buf;              /* bytes for the client */
+	size_t len, cap;        /* buf[0, len) filled of cap allocated */
 	size_t sent;            /* buf[0, sent) already handed to MHD */
 	size_t committed;       /* buf[sent, committed): whole events to send */
 	struct nw_sse sse;
@@ -31,6 +32,8 @@ struct nw_relay {
 	bool finished;          /* nothing more will be added */
 	bool abort;             /* close without the final chunk */
 	bool paused;            /* the engine leg waits for the client to drain */
+	bool refused;           /* ... past the hard bound: a stall closes */
+	bool absorbing;         /* the client stalled: read up to the hard bound */
 	bool bad_event;         /* an event the dialect could not read: fail the leg */
 	struct nw_chunk_shape shape; /* of the token events: valid without a parse */
 };
@@ -65,6 +68,10 @@ void nw_relay_error(struct nw_request *r, const char *type, const char *code,
                     const char *message);
 /* The MHD response that reads the relay (the request gets a ref). */
 struct MHD_Response *nw_relay_response(struct nw_request *r);
+/* The stall clock ran out (the client took nothing meanwhile): true when
+ * the client is to be closed; false when the engine is read again, up to
+ * the hard bound, first. */
+bool nw_relay_stalled(struct nw_request *r);
 /* Close a client that stopped reading, at once. */
 void nw_relay_close_client(struct nw_request *r);
 

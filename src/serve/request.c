@@ -11,6 +11,7 @@
 
 #include "core/access-log.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "serve/request.h"
 #include "serve/phases.h"
 #include "serve/serve-internal.h"
@@ -130,6 +131,7 @@ nw_request_new(struct nw_serve *s, struct MHD_Connection *conn, narwhal_route ro
 	g_queue_push_tail_link(&s->requests, &r->link);
 	s->retained++;
 	s->allocated++;
+	nw_process_load_up(NW_LOAD_REQUESTS);
 	/* The body read is bounded by the request deadline too. */
 	nw_request_rearm(r);
 	nw_log(NARWHAL_LOG_DEBUG, "request_arrived", "request_id", r->id, NULL);
@@ -153,6 +155,7 @@ request_free(struct nw_request *r)
 	g_free(r->excluded);
 	r->serve->allocated--; /* the last use of the serve */
 	g_free(r);
+	nw_process_load_down(NW_LOAD_REQUESTS);
 }
 
 void
@@ -359,7 +362,7 @@ on_timer(void *data)
 		if (nw_request_decided(r))
 			return;
 	}
-	if (r->stall_until_us >= 0 && now >= r->stall_until_us) {
+	if (r->stall_until_us >= 0 && now >= r->stall_until_us && nw_relay_stalled(r)) {
 		s->metrics->counters.backpressure_closes++;
 		nw_log(NARWHAL_LOG_WARNING, "client_backpressure", "request_id", r->id, NULL);
 		r->client_gone = true;

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -420,6 +422,7 @@ struct result {
 	bool started;         /* nw_upstream_start has returned */
 	bool early;           /* on_done ran before that */
 	bool pause_next;      /* refuse the next body bytes (pausing) */
+	bool stop_reading;    /* take the next body bytes, then nw_upstream_pause */
 	bool cancel_in_data;  /* cancel the call from inside on_data */
 	unsigned data_calls;
 };
@@ -437,6 +440,10 @@ on_body(void *data, const char *bytes, size_t len)
 	if (r->pause_next) {
 		r->pause_next = false;
 		return false;
+	}
+	if (r->stop_reading) {
+		r->stop_reading = false;
+		nw_upstream_pause(r->call);
 	}
 	g_string_append_len(r->body, bytes, (gssize)len);
 	return true;
@@ -1107,6 +1114,134 @@ test_pause_cancel_and_big_heads(void)
 	g_string_free(big, TRUE);
 }
 
+/* Polls (bounded) until the client holds `want` read buffers. */
+static void
+wait_read_buffers(struct nw_upstream *up, unsigned want)
+{
+	gint64 deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+
+	while (nw_upstream_read_buffers(up) != want && g_get_monotonic_time() < deadline)
+		g_main_context_iteration(NULL, FALSE), g_usleep(500);
+	g_assert_cmpuint(nw_upstream_read_buffers(up), ==, want);
+}
+
+static void
+test_read_buffer_follows_bytes(void)
+{
+	static const struct action script[] = {
+		/* An open stream: one event, then the engine thinks. */
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		  "6\r\ndata: \r\n", 0, false },
+		/* The next chunk's size line cut short: those bytes wait. */
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		  "3\r\none\r\n1", 0, false },
+		/* Paused by its reader: the bytes wait too. */
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		  "3\r\none\r\n0\r\n\r\n", 0, false },
+	};
+	struct env e;
+	struct result open = { 0 }, cut = { 0 }, paused = { 0 };
+
+	/* Issue 15 (memory under many open streams): a call holds a read
+	 * buffer only while unread bytes wait in it. */
+	g_test_summary("A call waiting on an empty socket holds no read buffer; one with unread "
+	               "bytes (a partial chunk line, a paused transfer) holds one until they are "
+	               "taken");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+
+	open.body = g_string_new(NULL);
+	call_get(e.up, e.url, &open);
+	while (open.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	g_assert_false(open.done);
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 0);
+
+	cut.body = g_string_new(NULL);
+	call_get(e.up, e.url, &cut);
+	while (cut.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	wait_read_buffers(e.up, 1);
+
+	paused.body = g_string_new(NULL);
+	paused.pause_next = true;
+	call_get(e.up, e.url, &paused);
+	while (paused.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 2);
+	nw_upstream_unpause(paused.call);
+	paused.call = NULL; /* not looked at in on_done */
+	wait_done(&paused);
+	g_assert_cmpstr(paused.body->str, ==, "one");
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 1);
+
+	g_assert_cmpstr(open.body->str, ==, "data: ");
+	g_assert_false(open.done || cut.done);
+	nw_upstream_cancel(open.call);
+	nw_upstream_cancel(cut.call);
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 0);
+	result_clear(&open);
+	result_clear(&cut);
+	result_clear(&paused);
+	env_stop(&e);
+}
+
+/* Bytes sent on fd that the peer has not acknowledged yet. */
+static int
+unacked(int fd)
+{
+	int n = -1;
+
+	g_assert_cmpint(ioctl(fd, SIOCOUTQ, &n), ==, 0);
+	return n;
+}
+
+static void
+test_stop_reading(void)
+{
+	static const struct action script[] = {
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n", 0, false },
+	};
+	static const char rest[] = "3\r\ntwo\r\n0\r\n\r\n";
+	struct env e;
+	struct result r = { 0 };
+	struct peer *p;
+	gint64 deadline = g_get_monotonic_time() + 5 * G_USEC_PER_SEC;
+
+	/* Issue 15: a stream's backlog waits in the engine's socket, not in
+	 * the router's memory. */
+	g_test_summary("After nw_upstream_pause no more is read from the socket and no read "
+	               "buffer is held; nw_upstream_unpause reads on");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	r.body = g_string_new(NULL);
+	r.stop_reading = true;
+	call_get(e.up, e.url, &r);
+	while (r.data_calls == 0)
+		g_main_context_iteration(NULL, TRUE);
+	/* The rest of the answer, sent once the call has stopped reading. */
+	g_assert_cmpuint(e.srv.peers->len, ==, 1);
+	p = e.srv.peers->pdata[0];
+	g_assert_cmpint(write(p->fd, rest, sizeof rest - 1), ==, (ssize_t)(sizeof rest - 1));
+	/* Until the client's side has them (acknowledged), then until the
+	 * loop has nothing left to do. */
+	while (unacked(p->fd) > 0 && g_get_monotonic_time() < deadline)
+		g_usleep(200);
+	g_assert_cmpint(unacked(p->fd), ==, 0);
+	while (g_main_context_iteration(NULL, FALSE))
+		;
+	g_assert_cmpuint(r.data_calls, ==, 1);
+	g_assert_false(r.done);
+	g_assert_cmpstr(r.body->str, ==, "one");
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 0);
+	nw_upstream_unpause(r.call);
+	r.call = NULL; /* not looked at in on_done */
+	wait_done(&r);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_OK);
+	g_assert_cmpstr(r.body->str, ==, "onetwo");
+	g_assert_cmpuint(nw_upstream_read_buffers(e.up), ==, 0);
+	result_clear(&r);
+	env_stop(&e);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1135,5 +1270,7 @@ main(int argc, char **argv)
 	g_test_add_func("/http1/client/connect-slices-and-cache", test_connect_slices_and_cache);
 	g_test_add_func("/http1/client/resolve-errors", test_resolve_errors);
 	g_test_add_func("/http1/client/pause-cancel-big-head", test_pause_cancel_and_big_heads);
+	g_test_add_func("/http1/client/read-buffer-follows-bytes", test_read_buffer_follows_bytes);
+	g_test_add_func("/http1/client/stop-reading", test_stop_reading);
 	return g_test_run();
 }
