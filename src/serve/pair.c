@@ -83,12 +83,6 @@ prefill_failure(nw_fail_kind kind)
 	}
 }
 
-static int64_t
-ft_timeout_us(const struct nw_request *r)
-{
-	return (int64_t)(r->serve->cfg->engine.first_token_timeout_s * 1e6);
-}
-
 /* Decide with the held decode failure, as it would have been decided had
  * the prefill leg not been out (its engine blamed, retried or answered). */
 static void
@@ -146,7 +140,7 @@ on_done(void *data, const struct nw_upstream_result *res)
 		/* The decode leg's first-token clock starts now, unless its
 		 * first token came first (phases.c). */
 		if (r->ft_until_us == NW_FT_AFTER_PREFILL) {
-			r->ft_until_us = now + ft_timeout_us(r);
+			r->ft_until_us = nw_phase_first_token_due(r, now);
 			nw_request_rearm(r);
 		}
 		/* The decode leg failed first, and not for want of this prefill. */
@@ -267,7 +261,7 @@ nw_pair_on_failure(struct nw_request *r, nw_fail_kind kind, long engine_status,
 	p->held_fault_engine = r->fault_engine;
 	set_state(p, NW_PAIR_HOLDING);
 	nw_leg_cancel(r);
-	r->ft_until_us = g_get_monotonic_time() + ft_timeout_us(r);
+	r->ft_until_us = nw_phase_first_token_due(r, g_get_monotonic_time());
 	r->last_chunk_us = -1;
 	r->stall_until_us = -1;
 	r->serve->metrics->counters.pair_decode_held++;

@@ -118,6 +118,12 @@ nw_phase_pair_concurrent(const struct nw_request *r)
 	       nw_dialect_concurrent(&r->serve->dialects[r->prefill_pair]);
 }
 
+int64_t
+nw_phase_first_token_due(const struct nw_request *r, int64_t now)
+{
+	return now + (int64_t)(r->serve->cfg->engine.first_token_timeout_s * 1e6);
+}
+
 /* A dialect slot failed: logged and counted, never silent. */
 static void
 dialect_failed(struct nw_request *r, const struct nw_dialect *d, const char *slot, int rc)
@@ -592,7 +598,7 @@ nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine)
 	if (kind != NW_LEG_PREFILL && nw_phase_streams(r))
 		r->ft_until_us = kind == NW_LEG_DECODE && nw_phase_pair_concurrent(r) ?
 		                 NW_FT_AFTER_PREFILL :
-		                 now + (int64_t)(s->cfg->engine.first_token_timeout_s * 1e6);
+		                 nw_phase_first_token_due(r, now);
 	note_placed(s, engine);
 	nw_leg_start(r, kind, engine, &call);
 }

@@ -44,6 +44,9 @@ void nw_phase_unqueue(struct nw_request *r);
 /* Whether this attempt's pair sends both legs at once (its prefill
  * engine's dialect says so). */
 bool nw_phase_pair_concurrent(const struct nw_request *r);
+/* The first-token deadline of a decode stream whose clock starts at now
+ * (engine.first_token_timeout_s, spec 6). */
+int64_t nw_phase_first_token_due(const struct nw_request *r, int64_t now);
 /* Build and send the leg of phase on engine (placed). */
 void nw_phase_start_leg(struct nw_request *r, narwhal_phase phase, uint32_t engine);
 

@@ -435,11 +435,7 @@ struct engine {
 static json_int_t
 work_of(const struct engine *en)
 {
-	json_t *stats = sim_engine_stats(en->sim, en->index);
-	json_int_t n = json_integer_value(json_object_get(stats, "work_requests_total"));
-
-	json_decref(stats);
-	return n;
+	return sim_engine_stat(en->sim, en->index, "work_requests_total");
 }
 
 static void

@@ -531,11 +531,7 @@ serve_wait_stat(struct serve_env *e, unsigned engine, const char *field, json_in
 	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
 
 	do {
-		json_t *stats = sim_engine_stats(&e->sim, engine);
-		json_int_t v = json_integer_value(json_object_get(stats, field));
-
-		json_decref(stats);
-		if (v == value)
+		if (sim_engine_stat(&e->sim, engine, field) == value)
 			return TRUE;
 		g_usleep(2000);
 	} while (g_get_monotonic_time() < deadline);

@@ -92,11 +92,7 @@ set_faults(struct serve_env *e, unsigned engine, const char *faults)
 static json_int_t
 stat_of(struct serve_env *e, unsigned engine, const char *key)
 {
-	json_t *stats = sim_engine_stats(&e->sim, engine);
-	json_int_t n = json_integer_value(json_object_get(stats, key));
-
-	json_decref(stats);
-	return n;
+	return sim_engine_stat(&e->sim, engine, key);
 }
 
 /* Every request decided and every engine call closed on both engines,

@@ -107,11 +107,7 @@ engine_field(struct serve_env *e, const char *id, const char *key)
 static json_int_t
 engine_stat(struct serve_env *e, unsigned engine, const char *key)
 {
-	json_t *stats = sim_engine_stats(&e->sim, engine);
-	json_int_t n = json_integer_value(json_object_get(stats, key));
-
-	json_decref(stats);
-	return n;
+	return sim_engine_stat(&e->sim, engine, key);
 }
 
 /* No dialect call failed and no monitor stage failed: the llama.cpp

@@ -41,12 +41,8 @@ start_mixed(struct serve_env *e, const char *roles, const char *dialects, unsign
 static json_int_t
 engine_requests(struct serve_env *e, unsigned engine)
 {
-	json_t *stats = sim_engine_stats(&e->sim, engine);
 	/* Work only: the monitor's health, model and metrics calls do not count. */
-	json_int_t n = json_integer_value(json_object_get(stats, "work_requests_total"));
-
-	json_decref(stats);
-	return n;
+	return sim_engine_stat(&e->sim, engine, "work_requests_total");
 }
 
 static void
