@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/json-read.h"
+
 /* ---- requests ----------------------------------------------------------- */
 
 const char *
@@ -504,14 +506,13 @@ oai_parse_error(const struct oai_answers *a, int32_t http_status, const char *bo
 {
 	bool status = http_status >= 400 && http_status <= 599;
 	struct oai_error ef;
-	json_error_t jerr;
 	json_t *doc = NULL;
 	bool found;
 
 	if (out == NULL)
 		return -EINVAL;
 	if (body != NULL && len > 0)
-		doc = json_loadb(body, len, 0, &jerr);
+		doc = nw_json_read(body, len, 0, NULL);
 	found = find_error(a, doc, &ef);
 	/* Where errors may be flat, an object without a known error shape may
 	 * still be one: its fields are read, and it is one when it has a
@@ -651,14 +652,15 @@ has_escaped_ascii(const char *p, size_t len)
 	return false;
 }
 
-/* After the first token only a terminator or an error changes what the
- * host does, and a token event holds neither text outside its strings
- * (inside them a quote is escaped, so "\"error\"" cannot match there). A
- * key or value spelt with escapes of plain letters is parsed too. */
+/* After the first token only the terminator (an event of its own) or an
+ * error changes what the host does, and a token event holds no error key
+ * outside its strings (inside them a quote is escaped, so "\"error\""
+ * cannot match there). A key or value spelt with escapes of plain letters
+ * is parsed too. */
 bool
 oai_sniff_sse(const char *data, size_t len)
 {
-	return contains(data, len, "[DONE]", 6) || contains(data, len, "\"error\"", 7) ||
+	return oai_is_done(data, len) || contains(data, len, "\"error\"", 7) ||
 	       has_escaped_ascii(data, len);
 }
 
@@ -676,7 +678,6 @@ oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
 {
 	const json_t *choices, *usage;
 	struct oai_error ef;
-	json_error_t jerr;
 	json_t *doc;
 	size_t i;
 	json_t *choice;
@@ -690,7 +691,7 @@ oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
 		out->kind = NARWHAL_SSE_DONE;
 		return 0;
 	}
-	doc = json_loadb(data, len, 0, &jerr);
+	doc = nw_json_read(data, len, 0, NULL);
 	if (!json_is_object(doc)) {
 		json_decref(doc);
 		return -EPROTO;

@@ -336,9 +336,11 @@ vllm_parse_prefill(void *instance, const json_t *response, json_t **handoff)
 		return 0;
 	if (!json_is_object(params))
 		return -EPROTO;
-	/* Opaque: copied whole, inner fields neither read nor checked. */
-	*handoff = json_deep_copy(params);
-	return *handoff != NULL ? 0 : -ENOMEM;
+	/* Opaque: kept whole, inner fields neither read nor checked. A new
+	 * reference rather than a copy: the response is the host's to free,
+	 * and nothing changes it (build_decode copies what it sends). */
+	*handoff = json_incref((json_t *)params);
+	return 0;
 }
 
 /* ---- errors and SSE events (openai.c) ----------------------------------- */
