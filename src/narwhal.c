@@ -19,6 +19,7 @@
 
 #include "core/access-log.h"
 #include "core/config.h"
+#include "core/json-alloc.h"
 #include "core/log.h"
 #include "core/process.h"
 #include "daemon.h"
@@ -190,6 +191,8 @@ main(int argc, char **argv)
 	GError *error = NULL;
 	int status;
 
+	/* Before any JSON value exists (json-alloc.h). */
+	nw_json_alloc_install();
 	/* Messages in the operator's locale (GLib's quotation marks would
 	 * print as '?' in "C"); numbers in JSON and configuration always in C. */
 	setlocale(LC_ALL, "");

