@@ -428,10 +428,12 @@ output_body(struct nw_request *r)
 	if (r->parsed.stream || !nw_phase_streams(r))
 		return r->parsed.body;
 	if (r->stream_body == NULL) {
+		json_t *options = json_object();
+
 		r->stream_body = json_copy(r->parsed.body);
 		json_object_set_new(r->stream_body, "stream", json_true());
-		json_object_set_new(r->stream_body, "stream_options",
-		                    json_pack("{s:b}", "include_usage", 1));
+		json_object_set_new(options, "include_usage", json_true());
+		json_object_set_new(r->stream_body, "stream_options", options);
 	}
 	return r->stream_body;
 }
