@@ -168,9 +168,12 @@ nwb_wrk_us() {
 }
 
 # The wrk script and max_tokens of a mode: sets script and tokens. Reads
-# ns_tokens and sse_tokens.
+# ns_tokens and sse_tokens. "paced" is non-streaming at a fixed rate.
 nwb_mode_load() {
-	if [ "$1" = ns ]; then script=completions.lua tokens=$ns_tokens; else script=stream.lua tokens=$sse_tokens; fi
+	case $1 in
+	ns | paced) script=completions.lua tokens=$ns_tokens ;;
+	*) script=stream.lua tokens=$sse_tokens ;;
+	esac
 }
 
 # Warm every target up, not recorded: each mode for $warmup seconds at

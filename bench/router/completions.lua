@@ -1,6 +1,6 @@
 -- wrk script: non-streaming completions, through a proxy or straight to
 -- one narwhal-sim engine (bench/router/run.sh).
--- MAX_TOKENS (environment) sets max_tokens; default 16.
+-- MAX_TOKENS (environment) sets max_tokens; default 16. PACE_MS: below.
 --
 -- Every response is checked, and nothing aborts the run: non-2xx answers
 -- and 2xx answers that are not a finished completion are counted, and done()
@@ -9,6 +9,15 @@
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local max_tokens = tonumber(os.getenv("MAX_TOKENS") or "16")
+-- PACE_MS (environment): each connection waits this long before each
+-- request, which holds the rate near connections * 1000 / PACE_MS req/s
+-- whatever the proxy's speed (the "paced" mode of run.sh).
+local pace_ms = tonumber(os.getenv("PACE_MS") or "0")
+if pace_ms > 0 then
+  function delay()
+    return pace_ms
+  end
+end
 wrk.body = string.format(
   '{"model":"opt-13b-a100","prompt":"Summarise the history of the lighthouse in two lines.",' ..
   '"max_tokens":%d,"stream":false}', max_tokens)

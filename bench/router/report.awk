@@ -9,15 +9,18 @@
 # target's percentile minus direct's in the same run.
 BEGIN {
 	FS = "\t"
-	hz = 100; tok["ns"] = 16; tok["sse"] = 200
+	hz = 100; tok["ns"] = 16; tok["sse"] = 200; tok["paced"] = 16; paced_rps = 2000
 	T1_US = 200; T2_RATIO = 0.7; T3_EVENTS = 100000
+	# issue 15
+	T4_BODY_RATIO = 1.5; T5_DISAGG_RATIO = 2.5; T6_DISAGG_US = 250; T7_STREAMS_MB = 40
 }
 
 /^#/ {
 	for (i = 1; i <= split(substr($0, 2), kv, " "); i++) {
 		split(kv[i], p, "=")
 		if (p[1] == "hz") hz = p[2]
-		if (p[1] == "ns_tokens") tok["ns"] = p[2]
+		if (p[1] == "ns_tokens") tok["ns"] = tok["paced"] = p[2]
+		if (p[1] == "paced_rps") paced_rps = p[2]
 		if (p[1] == "sse_tokens") tok["sse"] = p[2]
 	}
 	next
@@ -87,7 +90,7 @@ function nvalid(m, c, t,   r, n) {
 
 # One value of one run; the derived ones need direct and/or nginx of the
 # same run to be valid too.
-function val(what, m, c, t, r,   k, kd, kn, a, b, lim) {
+function val(what, m, c, t, r,   k, kd, kn, kb, a, b, lim) {
 	k = m SUBSEP c SUBSEP t SUBSEP r
 	kd = m SUBSEP c SUBSEP "direct" SUBSEP r
 	kn = m SUBSEP c SUBSEP "nginx" SUBSEP r
@@ -106,6 +109,11 @@ function val(what, m, c, t, r,   k, kd, kn, a, b, lim) {
 	if (what == "add50" || what == "add99") {
 		if (t == "direct" || !(kd in ok)) return ""
 		return what == "add50" ? p50[k] - p50[kd] : p99[k] - p99[kd]
+	}
+	# CPU per request against narwhal-body of the same run
+	if (what == "x_body_cpu1k") {
+		kb = m SUBSEP c SUBSEP "narwhal-body" SUBSEP r
+		return (t == "direct" || !(kb in ok) || cpu1k[kb] == 0) ? "" : cpu1k[k] / cpu1k[kb]
 	}
 	# ratios against nginx of the same run
 	if (t == "direct" || !(kn in ok)) return ""
@@ -140,6 +148,7 @@ END {
 	for (i = 1; i <= nm; i++) {
 		m = modes[i]
 		if (m == "ns") print "### Non-streaming (`max_tokens` " tok[m] ", `stream: false`)\n"
+		else if (m == "paced") print "### Non-streaming, paced (`max_tokens` " tok[m] ", `stream: false`, each connection waiting c × 1000 / " paced_rps " ms before each request, so every target serves about the same rate)\n"
 		else print "### Streaming (`max_tokens` " tok[m] ", `stream: true`: " tok[m] " token events + `[DONE]` per response)\n"
 		print "Throughput and latency (medians over valid runs; ×nginx = median of per-run ratios):\n"
 		if (m == "sse") {
@@ -225,6 +234,7 @@ END {
 		print "| ≥ 100,000 relayed SSE events/s on one core | narwhal, best concurrency (c=" bestc "), proxy CPU " sprintf("%.0f%%", pct) ", direct " fmt_k(d) " events/s; events per proxy CPU-second " fmt_k(cap) " | " fmt_k(best) " events/s | " v " |"
 	} else print "| ≥ 100,000 relayed SSE events/s on one core | | no data | no data |"
 	print ""
+	targets_issue_15()
 
 	# --- individual runs
 	print "### Individual runs\n"
@@ -249,4 +259,44 @@ END {
 			}
 		}
 	}
+}
+
+# The figures issue 15 sets: the default (assembled) path against the
+# like-for-like one, the two-leg path against nginx, and memory with many
+# streams (the soak, bench/soak, has memory over time).
+function targets_issue_15(   j, c, m, x, a, k) {
+	print "### Targets (issue 15)\n"
+	print "| target | figure | measured (median) | verdict |"
+	print "|---|---|---|---|"
+	for (k = 1; k <= 2; k++) {
+		m = k == 1 ? "ns" : "paced"
+		if (!("narwhal" in seen_t) || !("narwhal-body" in seen_t)) break
+		for (j = 1; j <= nc[m]; j++) {
+			c = cs[m, j]
+			if (c < 64) continue
+			x = med("x_body_cpu1k", m, c, "narwhal")
+			print "| assembled decode stream ≤ 1.5× like-for-like CPU | narwhal ÷ narwhal-body, CPU per request, " (m == "paced" ? "paced, " : "") "non-streaming c=" c " | " fmt_x(x) " | " (x == "" ? "no data" : x <= T4_BODY_RATIO ? "**met**" : "**missed**") " |"
+		}
+	}
+	if ("narwhal-disagg" in seen_t) {
+		for (k = 1; k <= 2; k++) {
+			m = k == 1 ? "ns" : "paced"
+			for (j = 1; j <= nc[m]; j++) {
+				c = cs[m, j]
+				if (c < 64) continue
+				x = med("x_cpu1k", m, c, "narwhal-disagg")
+				print "| two-leg request ≤ 2.5× nginx's CPU per request | narwhal-disagg, CPU per request ×nginx, " (m == "paced" ? "paced, " : "") "non-streaming c=" c " | " fmt_x(x) " | " (x == "" ? "no data" : x <= T5_DISAGG_RATIO ? "**met**" : "**missed**") " |"
+			}
+		}
+		a = med("add50", "ns", 1, "narwhal-disagg")
+		if (("ns", 1) in seen_c)
+			print "| two-leg added p50 at c=1 ≤ 250 µs | narwhal-disagg, non-streaming, c=1, p50 − direct p50 (nginx: " fmt_add(med("add50", "ns", 1, "nginx")) ") | " fmt_add(a) " | " (a == "" ? "no data" : a <= T6_DISAGG_US ? "**met**" : "**missed**") " |"
+	}
+	for (j = 1; j <= nc["sse"]; j++) {
+		c = cs["sse", j]
+		if (c < 512 || !("narwhal" in seen_t)) continue
+		x = med("hwm", "sse", c, "narwhal")
+		print "| ≤ 40 MB RSS with 512 open streams | narwhal, peak RSS over the streaming c=" c " cell (nginx: " fmt_n(med("hwm", "sse", c, "nginx")) " MB; after the streams end and over 30 minutes: bench/soak) | " (x == "" ? "—" : fmt_n(x) " MB") " | " (x == "" ? "no data" : x <= T7_STREAMS_MB ? "**met**" : "**missed**") " |"
+	}
+	print ""
 }

@@ -13,7 +13,10 @@
 #   RUNS [3]            runs; every figure is the median over runs
 #   DURATION [10]       seconds of load per cell
 #   CONCS ["1 64 512"]  wrk connections
-#   MODES ["ns sse"]    ns = non-streaming, sse = streaming
+#   MODES ["ns sse"]    ns = non-streaming, sse = streaming, paced =
+#                       non-streaming held near PACED_RPS requests/s
+#   PACED_RPS [2000]    the rate of the paced mode (wrk's delay(): each
+#                       connection waits c * 1000 / PACED_RPS ms per request)
 #   TARGETS ["direct nginx narwhal narwhal-body narwhal-disagg"]; also narwhal-tok
 #   MAX_TOKENS_NS [16]  max_tokens of non-streaming requests
 #   MAX_TOKENS_SSE [200] max_tokens of streamed requests
@@ -45,6 +48,7 @@ modes=${MODES:-ns sse}
 targets=${TARGETS:-direct nginx narwhal narwhal-body narwhal-disagg}
 ns_tokens=${MAX_TOKENS_NS:-16}
 sse_tokens=${MAX_TOKENS_SSE:-200}
+paced_rps=${PACED_RPS:-2000}
 proxy_cpu=${PROXY_CPU:-1}
 load_cpu=${LOAD_CPU:-0}
 pause=${PAUSE:-1}
@@ -54,11 +58,12 @@ perf=${PERF:-0}
 plugin_dir=${NARWHAL_PLUGIN_DIR:-$(dirname "$narwhal")/plugins/.libs}
 
 nwb_need wrk jq curl taskset awk
-case $runs$duration$pause$warmup$wrk_timeout$ns_tokens$sse_tokens in
-*[!0-9]*) nwb_die "RUNS, DURATION, PAUSE, WARMUP, WRK_TIMEOUT, MAX_TOKENS_*: integers" ;;
+case $runs$duration$pause$warmup$wrk_timeout$ns_tokens$sse_tokens$paced_rps in
+*[!0-9]*) nwb_die "RUNS, DURATION, PAUSE, WARMUP, WRK_TIMEOUT, MAX_TOKENS_*, PACED_RPS: integers" ;;
 esac
 for c in $concs; do case $c in '' | *[!0-9]*) nwb_die "CONCS: integers" ;; esac; done
-for m in $modes; do case $m in ns | sse) ;; *) nwb_die "MODES: ns and/or sse" ;; esac; done
+for m in $modes; do case $m in ns | sse | paced) ;; *) nwb_die "MODES: ns, sse and/or paced" ;; esac; done
+[ "$paced_rps" -gt 0 ] || nwb_die "PACED_RPS: more than 0"
 need_nginx=0
 need_narwhal=0
 for t in $targets; do
@@ -211,7 +216,7 @@ done
 
 # --- one cell: wrk against one target, CPU and memory of its process(es).
 hz=$(getconf CLK_TCK)
-printf '#hz=%s ns_tokens=%s sse_tokens=%s duration=%s\n' "$hz" "$ns_tokens" "$sse_tokens" "$duration" >"$out/raw.tsv"
+printf '#hz=%s ns_tokens=%s sse_tokens=%s duration=%s paced_rps=%s\n' "$hz" "$ns_tokens" "$sse_tokens" "$duration" "$paced_rps" >"$out/raw.tsv"
 printf 'run\tmode\tc\ttarget\trps\trequests\tseconds\tp50_us\tp99_us\terrors\tnon2xx\tbad\tproxy_ticks\tsim_ticks\trss_kb\thwm_kb\tvalid\tnote\n' \
 	>>"$out/raw.tsv"
 cell_no=0
@@ -236,7 +241,9 @@ cell() { # run mode c target
 			-- sleep $((duration > 3 ? duration - 2 : 1)) >/dev/null 2>&1) &
 		perf_pid=$!
 	fi
-	MAX_TOKENS=$tokens timeout $((duration + 30)) taskset -c "$load_cpu" \
+	pace=0
+	[ "$mode" = paced ] && pace=$((c * 1000 / paced_rps))
+	MAX_TOKENS=$tokens PACE_MS=$pace timeout $((duration + 30)) taskset -c "$load_cpu" \
 		wrk -t1 -c"$c" -d"${duration}s" --latency --timeout "${wrk_timeout}s" \
 		-s "$here/$script" "$u/v1/completions" >"$out/wrk-$tag.out" 2>"$out/wrk-$tag.err" ||
 		note="${note:+$note; }wrk exit $?"
