@@ -70,8 +70,10 @@ test_plain_blocks(void)
 		f(big);
 		f(malloc(24));
 		f(NULL);
-		g_assert_nonnull(m(0));
-		f(m(0));
+		void *empty = m(0);
+
+		g_assert_nonnull(empty);
+		f(empty);
 	}
 }
 
