@@ -264,30 +264,16 @@ END {
 # The figures issue 15 sets: the default (assembled) path against the
 # like-for-like one, the two-leg path against nginx, and memory with many
 # streams (the soak, bench/soak, has memory over time).
-function targets_issue_15(   j, c, m, x, a, k) {
+function targets_issue_15(   j, c, x, a) {
 	print "### Targets (issue 15)\n"
 	print "| target | figure | measured (median) | verdict |"
 	print "|---|---|---|---|"
-	for (k = 1; k <= 2; k++) {
-		m = k == 1 ? "ns" : "paced"
-		if (!("narwhal" in seen_t) || !("narwhal-body" in seen_t)) break
-		for (j = 1; j <= nc[m]; j++) {
-			c = cs[m, j]
-			if (c < 64) continue
-			x = med("x_body_cpu1k", m, c, "narwhal")
-			print "| assembled decode stream ≤ 1.5× like-for-like CPU | narwhal ÷ narwhal-body, CPU per request, " (m == "paced" ? "paced, " : "") "non-streaming c=" c " | " fmt_x(x) " | " (x == "" ? "no data" : x <= T4_BODY_RATIO ? "**met**" : "**missed**") " |"
-		}
-	}
+	if (("narwhal" in seen_t) && ("narwhal-body" in seen_t))
+		cpu_ratio_rows("assembled decode stream ≤ 1.5× like-for-like CPU", "narwhal ÷ narwhal-body, CPU per request",
+		               "x_body_cpu1k", "narwhal", T4_BODY_RATIO)
 	if ("narwhal-disagg" in seen_t) {
-		for (k = 1; k <= 2; k++) {
-			m = k == 1 ? "ns" : "paced"
-			for (j = 1; j <= nc[m]; j++) {
-				c = cs[m, j]
-				if (c < 64) continue
-				x = med("x_cpu1k", m, c, "narwhal-disagg")
-				print "| two-leg request ≤ 2.5× nginx's CPU per request | narwhal-disagg, CPU per request ×nginx, " (m == "paced" ? "paced, " : "") "non-streaming c=" c " | " fmt_x(x) " | " (x == "" ? "no data" : x <= T5_DISAGG_RATIO ? "**met**" : "**missed**") " |"
-			}
-		}
+		cpu_ratio_rows("two-leg request ≤ 2.5× nginx's CPU per request", "narwhal-disagg, CPU per request ×nginx",
+		               "x_cpu1k", "narwhal-disagg", T5_DISAGG_RATIO)
 		a = med("add50", "ns", 1, "narwhal-disagg")
 		if (("ns", 1) in seen_c)
 			print "| two-leg added p50 at c=1 ≤ 250 µs | narwhal-disagg, non-streaming, c=1, p50 − direct p50 (nginx: " fmt_add(med("add50", "ns", 1, "nginx")) ") | " fmt_add(a) " | " (a == "" ? "no data" : a <= T6_DISAGG_US ? "**met**" : "**missed**") " |"
@@ -299,4 +285,18 @@ function targets_issue_15(   j, c, m, x, a, k) {
 		print "| ≤ 40 MB RSS with 512 open streams | narwhal, peak RSS over the streaming c=" c " cell (nginx: " fmt_n(med("hwm", "sse", c, "nginx")) " MB; after the streams end and over 30 minutes: bench/soak) | " (x == "" ? "—" : fmt_n(x) " MB") " | " (x == "" ? "no data" : x <= T7_STREAMS_MB ? "**met**" : "**missed**") " |"
 	}
 	print ""
+}
+
+# One row per non-streaming cell (plain, then paced) at c ≥ 64: the median
+# of ratio `what` of target t against limit.
+function cpu_ratio_rows(goal, figure, what, t, limit,   k, m, j, c, x) {
+	for (k = 1; k <= 2; k++) {
+		m = k == 1 ? "ns" : "paced"
+		for (j = 1; j <= nc[m]; j++) {
+			c = cs[m, j]
+			if (c < 64) continue
+			x = med(what, m, c, t)
+			print "| " goal " | " figure ", " (m == "paced" ? "paced, " : "") "non-streaming c=" c " | " fmt_x(x) " | " (x == "" ? "no data" : x <= limit ? "**met**" : "**missed**") " |"
+		}
+	}
 }

@@ -27,17 +27,6 @@
 
 #include <jansson.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define NW_JSON_ALLOC_LISTS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NW_JSON_ALLOC_LISTS 0
-#endif
-#endif
-#ifndef NW_JSON_ALLOC_LISTS
-#define NW_JSON_ALLOC_LISTS 1
-#endif
-
 /* Sizes in steps of 16 bytes up to 512: jansson's values, hash table
  * pairs and short strings. Larger blocks go straight to malloc. */
 #define STEP 16u

@@ -16,17 +16,6 @@
 
 #include "core/json-alloc.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LISTS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LISTS 0
-#endif
-#endif
-#ifndef LISTS
-#define LISTS 1
-#endif
-
 static void
 test_reuse(void)
 {
@@ -35,7 +24,7 @@ test_reuse(void)
 
 	g_test_summary("/json-alloc/reuse: a value freed whole gives its block to the next "
 	               "value of that size");
-	if (!LISTS) {
+	if (!NW_JSON_ALLOC_LISTS) {
 		g_test_skip("the lists are left out under AddressSanitizer");
 		return;
 	}
@@ -87,7 +76,7 @@ test_bounded(void)
 	unsigned again = 0;
 
 	g_test_summary("/json-alloc/bounded: at most a fixed number of blocks a size wait");
-	if (!LISTS) {
+	if (!NW_JSON_ALLOC_LISTS) {
 		g_test_skip("the lists are left out under AddressSanitizer");
 		return;
 	}
