@@ -483,6 +483,11 @@ queue_answer(struct nw_request *r)
 	if (nw_request_streaming(r)) {
 		resp = nw_relay_response(r);
 	} else {
+		/* A client that left before its answer has nobody to tell: the
+		 * connection closes and the request is recorded as gone (499),
+		 * not as a failure of Narwhal's. */
+		if (r->resp_body == NULL && r->client_gone)
+			return MHD_NO;
 		if (r->resp_body == NULL) {
 			json_t *b = nw_http_error_body("server_error", "internal_error", NULL,
 			                               "the request ended without an answer");

@@ -529,6 +529,36 @@ test_client_disconnect(void)
 	g_assert_cmpint(serve_counter(&e, "retained"), ==, 0);
 	g_string_free(got, TRUE);
 	serve_clear(&e);
+
+}
+
+static void
+test_client_disconnect_whole(void)
+{
+	const char *const args[] = { "--engines", "2", "--time-scale", "1", NULL };
+	struct serve_env e;
+	g_autofree char *body = NULL;
+	g_autofree char *log = NULL;
+	int fd;
+
+	g_test_summary("/serve/spec-4.3/client-disconnect-before-answer: a client that leaves "
+	               "before its non-streamed answer is recorded as gone (499, "
+	               "client_disconnected), never as a 500 of Narwhal's");
+	if (!serve_start(&e, args, "pd", NULL))
+		return;
+	body = serve_completion_body(&e, 1000, FALSE);
+	fd = serve_raw_post(e.port, "/v1/completions", body, 0);
+	g_assert_cmpint(fd, >=, 0);
+	g_assert_true(serve_wait_stat(&e, 1, "running", 1, 5000));
+	close(fd);
+	g_assert_true(serve_wait_stat(&e, 1, "running", 0, 2000));
+	g_assert_true(serve_wait_log(&e, "\"status\":499,\"error_code\":\"client_disconnected\"",
+	                             2000));
+	log = serve_log(&e);
+	g_assert_null(strstr(log, "\"status\":500"));
+	g_assert_cmpint(serve_counter(&e, "client_disconnects"), ==, 1);
+	g_assert_cmpint(serve_counter(&e, "retained"), ==, 0);
+	serve_clear(&e);
 }
 
 static void
@@ -612,6 +642,8 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.3/death-mid-stream", test_death_mid_stream);
 	g_test_add_func("/serve/spec-4.3/deadline-expired-mid-stream", test_deadline_mid_stream);
 	g_test_add_func("/serve/spec-4.3/client-disconnect-mid-stream", test_client_disconnect);
+	g_test_add_func("/serve/spec-4.3/client-disconnect-before-answer",
+	                test_client_disconnect_whole);
 	g_test_add_func("/serve/spec-4.3/backpressure-close", test_backpressure);
 	g_test_add_func("/serve/spec-6/prefill-timeout-retry", test_hung_prefill);
 	g_test_add_func("/serve/spec-6/first-token-timeout", test_first_token_timeout);
