@@ -111,6 +111,11 @@
  *        and NARWHAL_ENGINE_PAIR_ONLY (it hands off in a fixed role and
  *        never runs a whole request: SGLang in PD mode), so that policies
  *        see which engines the host gives which requests.
+ *   2.4  Dialect: the optional slot parse_sse_json, parse_sse for an event
+ *        the host has already read as JSON, so that an event the host
+ *        needs as a tree (an assembled answer's first chunk) is read once
+ *        for both. A 2.3 dialect loads with it absent and keeps getting
+ *        parse_sse.
  */
 #ifndef NARWHAL_PLUGIN_ABI_H
 #define NARWHAL_PLUGIN_ABI_H
@@ -127,7 +132,7 @@ extern "C" {
 
 #define NARWHAL_PLUGIN_MAGIC 0x4e57504cu /* "NWPL" */
 #define NARWHAL_ABI_MAJOR 2
-#define NARWHAL_ABI_MINOR 3
+#define NARWHAL_ABI_MINOR 4
 
 /* The one symbol a plugin exports. */
 #define NARWHAL_PLUGIN_ENTRY_SYMBOL "narwhal_plugin_entry"
@@ -737,6 +742,15 @@ struct narwhal_dialect_ops {
 	                     struct narwhal_http_call *out);
 	int (*parse_metrics)(void *instance, const char *body, size_t len,
 	                     struct narwhal_engine_metrics *out);
+
+	/* Optional (ABI 2.4). parse_sse for a payload the host has read as
+	 * JSON itself: doc is that value (borrowed; an object or an array,
+	 * read as json_loadb reads with no flags), data and len the payload's
+	 * bytes. The same results and return values as parse_sse, which the
+	 * host calls instead for a payload that is not such JSON (the
+	 * terminator) and whenever this slot is absent. */
+	int (*parse_sse_json)(void *instance, const json_t *doc, const char *data, size_t len,
+	                      struct narwhal_sse_event *out);
 };
 
 /* ------------------------------------------------------------------------

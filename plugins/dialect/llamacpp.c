@@ -309,6 +309,16 @@ llamacpp_parse_sse(void *instance, const char *data, size_t len,
 	return oai_parse_sse(&llamacpp_answers, data, len, out);
 }
 
+static int
+llamacpp_parse_sse_json(void *instance, const json_t *doc, const char *data, size_t len,
+                         struct narwhal_sse_event *out)
+{
+	llamacpp_cast(instance);
+	(void)data;
+	(void)len;
+	return oai_parse_sse_json(&llamacpp_answers, doc, out);
+}
+
 static const struct narwhal_dialect_ops llamacpp_ops = {
 	.struct_size = sizeof(struct narwhal_dialect_ops),
 	.create = llamacpp_create,
@@ -325,6 +335,7 @@ static const struct narwhal_dialect_ops llamacpp_ops = {
 	.parse_models = llamacpp_parse_models,
 	.build_metrics = llamacpp_build_metrics,
 	.parse_metrics = llamacpp_parse_metrics,
+	.parse_sse_json = llamacpp_parse_sse_json,
 };
 
 NARWHAL_DIALECT_PLUGIN("llamacpp", "2.1.0", &llamacpp_ops)

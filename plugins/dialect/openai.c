@@ -683,37 +683,28 @@ oai_sniff_sse(const char *data, size_t len)
 }
 
 /*
- * One data payload. tokens counts the choices that carry output in this
- * event; the engines send one token per choice per event unless they batch,
- * so it is an event count, and exact totals come from usage. Usage is read
- * from any event that has it (vLLM's continuous_usage_stats puts it on
- * every chunk; llama.cpp's last chunk carries it beside its finish
- * reason).
+ * One data payload read as JSON. tokens counts the choices that carry
+ * output in this event; the engines send one token per choice per event
+ * unless they batch, so it is an event count, and exact totals come from
+ * usage. Usage is read from any event that has it (vLLM's
+ * continuous_usage_stats puts it on every chunk; llama.cpp's last chunk
+ * carries it beside its finish reason).
  */
 int
-oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
-              struct narwhal_sse_event *out)
+oai_parse_sse_json(const struct oai_answers *a, const json_t *doc, struct narwhal_sse_event *out)
 {
 	const json_t *choices, *usage;
 	struct oai_error ef;
-	json_t *doc;
 	size_t i;
 	json_t *choice;
 
-	if (data == NULL || out == NULL)
+	if (out == NULL)
 		return -EINVAL;
 	out->tokens = 0;
 	out->prompt_tokens = -1;
 	out->completion_tokens = -1;
-	if (oai_is_done(data, len)) {
-		out->kind = NARWHAL_SSE_DONE;
-		return 0;
-	}
-	doc = nw_json_read(data, len, 0, NULL);
-	if (!json_is_object(doc)) {
-		json_decref(doc);
+	if (!json_is_object(doc))
 		return -EPROTO;
-	}
 	usage = json_object_get(doc, "usage");
 	if (json_is_object(usage)) {
 		out->prompt_tokens = oai_usage_count(usage, "prompt_tokens");
@@ -737,6 +728,28 @@ oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
 	} else {
 		out->kind = usage != NULL ? NARWHAL_SSE_USAGE : NARWHAL_SSE_OTHER;
 	}
-	json_decref(doc);
 	return 0;
+}
+
+/* One data payload: the terminator, or an event read as JSON. */
+int
+oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
+              struct narwhal_sse_event *out)
+{
+	json_t *doc;
+	int rc;
+
+	if (data == NULL || out == NULL)
+		return -EINVAL;
+	if (oai_is_done(data, len)) {
+		out->tokens = 0;
+		out->prompt_tokens = -1;
+		out->completion_tokens = -1;
+		out->kind = NARWHAL_SSE_DONE;
+		return 0;
+	}
+	doc = nw_json_read(data, len, 0, NULL);
+	rc = oai_parse_sse_json(a, doc, out);
+	json_decref(doc);
+	return rc;
 }

@@ -97,10 +97,12 @@ int64_t oai_count(const json_t *v);
 /* usage[key] when a count; -1 otherwise. */
 int64_t oai_usage_count(const json_t *usage, const char *key);
 
-/* sniff_sse and parse_sse for OpenAI-style chunks, usage and in-band
- * errors. */
+/* sniff_sse, parse_sse and parse_sse_json for OpenAI-style chunks, usage
+ * and in-band errors. */
 bool oai_sniff_sse(const char *data, size_t len);
 int oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
                   struct narwhal_sse_event *out);
+int oai_parse_sse_json(const struct oai_answers *a, const json_t *doc,
+                       struct narwhal_sse_event *out);
 
 #endif /* NW_PLUGIN_OPENAI_H */

@@ -502,6 +502,16 @@ sglang_parse_sse(void *instance, const char *data, size_t len, struct narwhal_ss
 	return oai_parse_sse(&sglang_answers, data, len, out);
 }
 
+static int
+sglang_parse_sse_json(void *instance, const json_t *doc, const char *data, size_t len,
+                       struct narwhal_sse_event *out)
+{
+	sglang_cast(instance);
+	(void)data;
+	(void)len;
+	return oai_parse_sse_json(&sglang_answers, doc, out);
+}
+
 static const char *const *
 sglang_router_keys(void *instance)
 {
@@ -558,6 +568,7 @@ static const struct narwhal_dialect_ops sglang_ops = {
 	.router_keys = sglang_router_keys,
 	.build_metrics = sglang_build_metrics,
 	.parse_metrics = sglang_parse_metrics,
+	.parse_sse_json = sglang_parse_sse_json,
 };
 
 NARWHAL_DIALECT_PLUGIN("sglang", "1.0.0", &sglang_ops)

@@ -393,6 +393,16 @@ vllm_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_
 	return oai_parse_sse(&vllm_answers, data, len, out);
 }
 
+static int
+vllm_parse_sse_json(void *instance, const json_t *doc, const char *data, size_t len,
+                     struct narwhal_sse_event *out)
+{
+	vllm_cast(instance);
+	(void)data;
+	(void)len;
+	return oai_parse_sse_json(&vllm_answers, doc, out);
+}
+
 /* ---- models ------------------------------------------------------------- */
 
 static int
@@ -486,6 +496,7 @@ static const struct narwhal_dialect_ops vllm_ops = {
 	.whole_body_only = vllm_whole_body_only,
 	.build_metrics = vllm_build_metrics,
 	.parse_metrics = vllm_parse_metrics,
+	.parse_sse_json = vllm_parse_sse_json,
 };
 
 NARWHAL_DIALECT_PLUGIN("vllm", "2.1.0", &vllm_ops)

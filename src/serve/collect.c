@@ -92,8 +92,7 @@ on_event(void *data, const char *payload, size_t len)
 		                "serving.max_response_bytes");
 		return false;
 	}
-	switch (nw_event_read(r, c->first_token, payload, len, &ev)) {
-	case NW_EVENT_SKIPPED:
+	if (nw_event_skipped(r, c->first_token, payload, len, &ev)) {
 		/* A token chunk: merged without a parse when it has the shape
 		 * (which checks it is valid JSON); else parsed below. */
 		g_string_truncate(c->text, 0);
@@ -103,19 +102,24 @@ on_event(void *data, const char *payload, size_t len)
 			set_reasons(c, &set);
 			return true;
 		}
-		break;
-	case NW_EVENT_BAD:
-		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
-		                "the engine's stream has an event that is not valid JSON");
-		return false;
-	case NW_EVENT_PARSED:
-		break;
+		chunk = nw_json_read(payload, len, 0, NULL);
+	} else {
+		/* Read once, for the dialect and the assembly. */
+		chunk = nw_json_read(payload, len, 0, NULL);
+		if (nw_event_parse(r, payload, len, chunk, &ev) == NW_EVENT_BAD) {
+			json_decref(chunk);
+			nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
+			                "the engine's stream has an event that is not valid JSON");
+			return false;
+		}
 	}
 	switch (ev.kind) {
 	case NARWHAL_SSE_DONE:
+		json_decref(chunk);
 		c->done = true;
 		return false; /* nothing after the terminator matters */
 	case NARWHAL_SSE_ERROR:
+		json_decref(chunk);
 		nw_phase_fail_in_band(r, &ev, payload, len);
 		return false;
 	case NARWHAL_SSE_TOKENS:
@@ -123,7 +127,6 @@ on_event(void *data, const char *payload, size_t len)
 	case NARWHAL_SSE_OTHER:
 		break;
 	}
-	chunk = nw_json_read(payload, len, 0, NULL);
 	if (chunk == NULL || nw_assembly_add(c->assembly, chunk) != 0) {
 		json_decref(chunk);
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
@@ -180,6 +183,7 @@ nw_collect_answer(struct nw_request *r)
 	const json_t *usage = nw_assembly_usage(r->collect.assembly);
 	json_t *count;
 	GString *body;
+	char *text;
 	size_t len;
 
 	/* The engine's usage, for the access log. */
@@ -189,11 +193,21 @@ nw_collect_answer(struct nw_request *r)
 	count = json_object_get(usage, "prompt_tokens");
 	if (json_is_integer(count))
 		r->usage_prompt = json_integer_value(count);
-	body = g_string_sized_new(512);
+	/* Written in the serve's buffer and handed over at its size: a
+	 * buffer grown per answer passes 1 KiB, and glibc serves such a
+	 * request by first sweeping its fast bins (bench/router/README.md). */
+	body = r->serve->scratch;
+	g_string_truncate(body, 0);
 	nw_assembly_write(r->collect.assembly, body);
+	len = body->len;
+	/* The answer takes the text; g_memdup2 allocates with malloc (the
+	 * answer free()s it). */
+	text = g_memdup2(body->str, len + 1);
+	if (body->allocated_len > NW_SERVE_SCRATCH_KEEP) {
+		g_string_free(body, TRUE);
+		r->serve->scratch = g_string_sized_new(NW_SERVE_SCRATCH_KEEP);
+	}
 	nw_leg_release(r);
 	nw_request_finish(r, true);
-	len = body->len;
-	/* The answer takes the text; GLib allocates with malloc (free()s it). */
-	nw_request_answer_text(r, g_string_free(body, FALSE), len);
+	nw_request_answer_text(r, text, len);
 }

@@ -54,9 +54,9 @@
 
 static bool on_event(void *data, const char *payload, size_t len);
 
-nw_event_reading
-nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
-              struct narwhal_sse_event *ev)
+bool
+nw_event_skipped(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
+                 struct narwhal_sse_event *ev)
 {
 	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
 
@@ -66,13 +66,24 @@ nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
 	};
 	/* The dialect says which events may matter; without sniff_sse every
 	 * event is parsed. */
-	if (after_first_token && d->ops->sniff_sse != NULL &&
-	    !d->ops->sniff_sse(d->ctx, payload, len))
-		return NW_EVENT_SKIPPED;
+	return after_first_token && d->ops->sniff_sse != NULL &&
+	       !d->ops->sniff_sse(d->ctx, payload, len);
+}
+
+nw_event_reading
+nw_event_parse(struct nw_request *r, const char *payload, size_t len, const json_t *doc,
+               struct narwhal_sse_event *ev)
+{
+	const struct nw_dialect *d = nw_serve_dialect(r->serve, r->leg.engine);
+	int rc;
+
 	ev->kind = NARWHAL_SSE_OTHER;
+	rc = doc != NULL && d->ops->parse_sse_json != NULL ?
+	     d->ops->parse_sse_json(d->ctx, doc, payload, len, ev) :
+	     d->ops->parse_sse(d->ctx, payload, len, ev);
 	/* Decode event data that the dialect cannot read (not JSON, not
 	 * UTF-8) is never passed on as a success (docs/api.md). */
-	if (d->ops->parse_sse(d->ctx, payload, len, ev) != 0)
+	if (rc != 0)
 		return NW_EVENT_BAD;
 	/* The engine's usage, for the access log (the last one wins). */
 	if (ev->completion_tokens >= 0)
@@ -80,6 +91,15 @@ nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
 	if (ev->prompt_tokens >= 0)
 		r->usage_prompt = ev->prompt_tokens;
 	return NW_EVENT_PARSED;
+}
+
+nw_event_reading
+nw_event_read(struct nw_request *r, bool after_first_token, const char *payload, size_t len,
+              struct narwhal_sse_event *ev)
+{
+	if (nw_event_skipped(r, after_first_token, payload, len, ev))
+		return NW_EVENT_SKIPPED;
+	return nw_event_parse(r, payload, len, NULL, ev);
 }
 
 void

@@ -53,6 +53,16 @@ typedef enum nw_event_reading {
  * validity itself. */
 nw_event_reading nw_event_read(struct nw_request *r, bool after_first_token, const char *payload,
                                size_t len, struct narwhal_sse_event *ev);
+/* nw_event_read in two steps, for a caller that needs an event's JSON
+ * itself. nw_event_skipped presets *ev (a token event) and says whether
+ * the sniff lets the event pass unparsed; nw_event_parse has the dialect
+ * read it, from doc (the payload read by nw_json_read with no flags, or
+ * NULL) when the dialect takes a tree (ABI 2.4 parse_sse_json), so the
+ * payload is read once for both. */
+bool nw_event_skipped(struct nw_request *r, bool after_first_token, const char *payload,
+                      size_t len, struct narwhal_sse_event *ev);
+nw_event_reading nw_event_parse(struct nw_request *r, const char *payload, size_t len,
+                                const json_t *doc, struct narwhal_sse_event *ev);
 void nw_relay_clear(struct nw_relay *rl);
 /* A decode or aggregate leg answered 2xx: before the 200 is committed,
  * start the relay afresh (serving.stream_commit first_event retries). */

@@ -13,7 +13,8 @@
  * cut, the dialect's answer is one of its kinds with its counts in range,
  * an error class only on an error (and a handoff class only from a
  * dialect with a handoff), and never an error or a terminator that
- * sniff_sse would have let pass; both assemblies write the same bytes,
+ * sniff_sse would have let pass; parse_sse_json reads a JSON payload as
+ * parse_sse does; both assemblies write the same bytes,
  * and those are jansson's compact encoding of the body they write.
  */
 #include "build-config.h"
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json-read.h"
 #include "dialects.h"
 #include "net/sse.h"
 #include "serve/assemble.h"
@@ -86,6 +88,32 @@ fast_merge(struct run *run, const char *payload, size_t len)
 /* Usage counts the dialects pass on: -1 (absent) to 2^53. */
 #define MAX_COUNT INT64_C(9007199254740992)
 
+/* plugin-abi.h 2.4: parse_sse_json reads a payload that is JSON (to the
+ * host's reader, with no flags) as parse_sse reads its bytes. */
+static void
+check_event_json(const struct fuzz_dialect *d, const char *payload, size_t len, int rc,
+                 const struct narwhal_sse_event *want)
+{
+	struct narwhal_sse_event ev = {
+		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER, .tokens = 777,
+		.prompt_tokens = -7, .completion_tokens = -7, .error_class = 99,
+	};
+	json_t *doc = nw_json_read(payload, len, 0, NULL);
+
+	if (doc == NULL)
+		return;
+	if (d->ops->parse_sse_json(d->instance, doc, payload, len, &ev) != rc ||
+	    (rc == 0 && (ev.kind != want->kind || ev.tokens != want->tokens ||
+	                 ev.prompt_tokens != want->prompt_tokens ||
+	                 ev.completion_tokens != want->completion_tokens ||
+	                 ev.error_class != want->error_class))) {
+		fprintf(stderr, "%s: parse_sse_json reads a payload otherwise than parse_sse\n",
+		        d->name);
+		abort();
+	}
+	json_decref(doc);
+}
+
 /* One payload through the dialect, in an exact-size copy so that a read
  * past it is caught. */
 static void
@@ -97,11 +125,14 @@ check_event(const struct fuzz_dialect *d, const char *payload, size_t len)
 	};
 	char *copy = g_malloc(len > 0 ? len : 1);
 	bool sniffed;
+	int rc;
 
 	memcpy(copy, payload, len);
 	sniffed = d->ops->sniff_sse(d->instance, copy, len);
 
-	if (d->ops->parse_sse(d->instance, copy, len, &ev) == 0) {
+	rc = d->ops->parse_sse(d->instance, copy, len, &ev);
+	check_event_json(d, copy, len, rc, &ev);
+	if (rc == 0) {
 		if (ev.kind < NARWHAL_SSE_TOKENS || ev.kind > NARWHAL_SSE_OTHER)
 			abort();
 		if ((ev.kind == NARWHAL_SSE_TOKENS) != (ev.tokens > 0))

@@ -233,6 +233,52 @@ test_admission_failure_refuses(void)
 	serve_clear(&e);
 }
 
+/* A plugin metric of the mock dialect, from GET /metrics (0 when absent). */
+static double
+mock_metric(struct serve_env *e, const char *name)
+{
+	g_autofree char *want = g_strdup_printf("\nnarwhal_plugin_dialect_mock_%s ", name);
+	struct sim_reply r;
+	const char *at;
+	double v = 0;
+
+	sim_http(e->port, "GET", "/metrics", NULL, NULL, 5000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	at = strstr(r.body->str, want);
+	if (at != NULL)
+		v = g_ascii_strtod(at + strlen(want), NULL);
+	sim_reply_clear(&r);
+	return v;
+}
+
+/* plugin-abi.h 2.4: an assembled answer's events are read as JSON once,
+ * by the host, and a dialect with parse_sse_json classifies the tree; only
+ * the terminator, which is not JSON, goes to parse_sse. A relayed stream
+ * needs no tree and keeps parse_sse. */
+static void
+test_sse_read_once(void)
+{
+	struct serve_env e;
+	char *dir;
+	double json, bytes;
+
+	g_test_summary("/serve/plugins/sse-read-once: a 2.4 dialect gets the assembly's JSON "
+	               "events as trees, the terminator and a relayed stream as bytes");
+	if (!start_mixed(&e, "a", "m", 0, FALSE, &dir))
+		return;
+	serve_request_whole(&e, FALSE, 4);
+	json = mock_metric(&e, "sse_json_total");
+	bytes = mock_metric(&e, "sse_bytes_total");
+	g_assert_cmpfloat(json, >=, 4.0); /* the token events, the usage event */
+	g_assert_cmpfloat(bytes, ==, 1.0); /* [DONE] */
+	serve_request_whole(&e, TRUE, 4);
+	g_assert_cmpfloat(mock_metric(&e, "sse_json_total"), ==, json);
+	/* at least its first token event and its terminator */
+	g_assert_cmpfloat(mock_metric(&e, "sse_bytes_total"), >=, bytes + 2.0);
+	serve_clear(&e);
+	serve_plugin_dir_free(dir);
+}
+
 /* The fleet's dialects own their handoff keys: a client kv_transfer_params
  * is refused before any engine sees the request. */
 static void
@@ -269,5 +315,6 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/plugins/concurrent-prefill-failure", test_concurrent_prefill_failure);
 	g_test_add_func("/serve/plugins/admission-failure-refuses", test_admission_failure_refuses);
 	g_test_add_func("/serve/plugins/router-keys-refused", test_router_keys_refused);
+	g_test_add_func("/serve/plugins/sse-read-once", test_sse_read_once);
 	return g_test_run();
 }

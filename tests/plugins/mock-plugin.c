@@ -20,12 +20,15 @@
  *                     header newer than the version the plugin gives)
  *   MOCK_LONG_DESC    descriptor struct_size larger than the struct
  *   MOCK_DIALECT      a working minimal dialect; of the optional slots it
- *                     has only the engine-metrics pair (ABI 2.1)
+ *                     has only the engine-metrics pair (ABI 2.1) and
+ *                     parse_sse_json (2.4), and it counts its parse_sse and
+ *                     parse_sse_json calls (sse_bytes_total, sse_json_total)
  *   MOCK_HALF_PAIR    that dialect with build_tokenize but no parse_tokenize
  *   MOCK_HALF_METRICS that dialect with parse_metrics but no build_metrics
  *   MOCK_ABI_2_0      that dialect built for ABI 2.0: minor 0, its ops
  *                     struct_size ending at whole_body_only (the metrics
- *                     pair, present in memory, must read NULL)
+ *                     pair and parse_sse_json, present in memory, must read
+ *                     NULL)
  *   MOCK_WRONG_OPS    an admission descriptor given placement ops (must not
  *                     compile: tests/plugins/Makefile.inc checks that)
  */
@@ -271,10 +274,34 @@ mock_parse_prefill(void *instance, const json_t *response, json_t **handoff)
 static int
 mock_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
-	mock_cast(instance);
+	struct mock *m = mock_cast(instance);
+
+	/* What the host read itself and what it left to us (ABI 2.4). */
+	m->host->counter_add(m->host->host_ctx, "sse_bytes_total", 1.0);
 	if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
 		out->kind = NARWHAL_SSE_DONE;
 	} else if (len >= 9 && memcmp(data, "{\"error\"", 8) == 0) {
+		out->kind = NARWHAL_SSE_ERROR;
+		out->error_class = NARWHAL_ERROR_PERMANENT;
+	} else {
+		out->kind = NARWHAL_SSE_TOKENS;
+		out->tokens = 1;
+	}
+	return 0;
+}
+
+/* The same reading from the tree the host made (ABI 2.4): an object with
+ * an "error" key is an error, any other a token event. */
+static int
+mock_parse_sse_json(void *instance, const json_t *doc, const char *data, size_t len,
+                    struct narwhal_sse_event *out)
+{
+	struct mock *m = mock_cast(instance);
+
+	(void)data;
+	(void)len;
+	m->host->counter_add(m->host->host_ctx, "sse_json_total", 1.0);
+	if (json_object_get(doc, "error") != NULL) {
 		out->kind = NARWHAL_SSE_ERROR;
 		out->error_class = NARWHAL_ERROR_PERMANENT;
 	} else {
@@ -426,6 +453,7 @@ static const struct narwhal_dialect_ops mock_ops = {
 	.build_metrics = mock_build_metrics,
 #endif
 	.parse_metrics = mock_parse_metrics,
+	.parse_sse_json = mock_parse_sse_json,
 };
 #define MOCK_KIND DIALECT
 

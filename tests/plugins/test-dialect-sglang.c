@@ -218,6 +218,7 @@ test_descriptor(void)
 	g_assert_nonnull(nw_harness_dialect(h)->build_aggregate);
 	g_assert_nonnull(nw_harness_dialect(h)->build_health);
 	g_assert_nonnull(nw_harness_dialect(h)->parse_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_sse_json);
 	g_assert_nonnull(nw_harness_dialect(h)->sniff_sse);
 	g_assert_nonnull(nw_harness_dialect(h)->parse_error);
 	g_assert_nonnull(nw_harness_dialect(h)->build_models);

@@ -188,6 +188,7 @@ test_descriptor(void)
 	g_assert_nonnull(nw_harness_dialect(h)->build_health);
 	g_assert_nonnull(nw_harness_dialect(h)->parse_prefill);
 	g_assert_nonnull(nw_harness_dialect(h)->parse_sse);
+	g_assert_nonnull(nw_harness_dialect(h)->parse_sse_json);
 	g_assert_nonnull(nw_harness_dialect(h)->sniff_sse);
 	g_assert_nonnull(nw_harness_dialect(h)->parse_error);
 	g_assert_nonnull(nw_harness_dialect(h)->build_models);
@@ -834,6 +835,37 @@ test_parse_prefill(void)
 
 /* ----------------------------------------------------------------- SSE --- */
 
+/* plugin-abi.h 2.4: parse_sse_json reads a payload the host read as JSON
+ * (json_loadb, no flags) as parse_sse reads its bytes. */
+static void
+sse_json_agrees(struct nw_harness *h, const char *data, size_t len, int rc,
+                const struct narwhal_sse_event *want)
+{
+	struct narwhal_sse_event ev = {
+		.struct_size = sizeof ev,
+		.kind = (narwhal_sse_kind)99,
+		.tokens = 777,
+		.prompt_tokens = -777,
+		.completion_tokens = -777,
+		.error_class = (narwhal_error_class)99,
+	};
+	json_t *doc = json_loadb(data, len, 0, NULL);
+
+	if (doc == NULL)
+		return; /* the host calls parse_sse for it */
+	g_assert_cmpint(nw_harness_dialect(h)->parse_sse_json(nw_harness_ctx(h), doc, data, len, &ev),
+	                ==, rc);
+	json_decref(doc);
+	if (rc != 0)
+		return;
+	g_assert_cmpuint(ev.kind, ==, want->kind);
+	g_assert_cmpuint(ev.tokens, ==, want->tokens);
+	g_assert_cmpint(ev.prompt_tokens, ==, want->prompt_tokens);
+	g_assert_cmpint(ev.completion_tokens, ==, want->completion_tokens);
+	if (want->kind == NARWHAL_SSE_ERROR)
+		g_assert_cmpuint(ev.error_class, ==, want->error_class);
+}
+
 static struct narwhal_sse_event
 sse_len(struct nw_harness *h, const char *data, size_t len, int expected_rc)
 {
@@ -849,6 +881,7 @@ sse_len(struct nw_harness *h, const char *data, size_t len, int expected_rc)
 
 	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), data, len, &ev), ==, expected_rc);
 	g_assert_cmpuint(ev.struct_size, ==, sizeof ev);
+	sse_json_agrees(h, data, len, expected_rc, &ev);
 	return ev;
 }
 

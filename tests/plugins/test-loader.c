@@ -810,9 +810,10 @@ test_dialect_optional_slots(void)
 	narwhal_mock_host_free(mh);
 }
 
-/* Compatibility (plugin-abi.h): a dialect built for ABI 2.0 loads on a 2.2
- * host; its ops table ends before the metrics pair, which reads as absent
- * even though the mock's table has both slots in memory. */
+/* Compatibility (plugin-abi.h): a dialect built for ABI 2.0 loads on a
+ * newer host; its ops table ends before the metrics pair and
+ * parse_sse_json (2.4), which read as absent even though the mock's table
+ * has them in memory. */
 static void
 test_abi_2_0_dialect(void)
 {
@@ -824,6 +825,7 @@ test_abi_2_0_dialect(void)
 	                 offsetof(struct narwhal_dialect_ops, whole_body_only) + sizeof(void *));
 	g_assert_null(p->ops.dialect.build_metrics);
 	g_assert_null(p->ops.dialect.parse_metrics);
+	g_assert_null(p->ops.dialect.parse_sse_json);
 	g_assert_nonnull(p->ops.dialect.parse_error);
 	g_assert_nonnull(p->ops.dialect.build_health);
 	nw_plugin_free(p);

@@ -53,6 +53,35 @@ parse(const char *text)
 	return json_loads(text, 0, NULL);
 }
 
+/* parse_sse_json (ABI 2.4) must read a payload the host has read as JSON
+ * as parse_sse reads its bytes: the host calls one or the other. */
+static void
+sse_json(const struct narwhal_dialect_ops *ops, void *inst, const char *data, int rc,
+         const struct narwhal_sse_event *want, struct kit_seen *seen)
+{
+	struct narwhal_sse_event ev = {
+		.struct_size = sizeof ev,
+		.kind = NARWHAL_SSE_OTHER,
+		.prompt_tokens = -1,
+		.completion_tokens = -1,
+	};
+	json_t *doc;
+	int rc_json;
+
+	if (ops->parse_sse_json == NULL || (doc = parse(data)) == NULL)
+		return;
+	KIT_CALL("parse_sse_json", rc_json = ops->parse_sse_json(inst, doc, data, strlen(data), &ev));
+	json_decref(doc);
+	if ((rc_json == 0) != (rc == 0) ||
+	    (rc == 0 && (ev.kind != want->kind || ev.tokens != want->tokens ||
+	                 ev.prompt_tokens != want->prompt_tokens ||
+	                 ev.completion_tokens != want->completion_tokens ||
+	                 (ev.kind == NARWHAL_SSE_ERROR && ev.error_class != want->error_class))))
+		kit_problem(seen->range, "parse_sse_json reads %s otherwise than parse_sse (%d kind %u "
+		            "tokens %u, against %d kind %u tokens %u)", data, rc_json, ev.kind,
+		            ev.tokens, rc, want->kind, want->tokens);
+}
+
 static void
 sse(const struct narwhal_dialect_ops *ops, void *inst, const char *data, struct kit_seen *seen)
 {
@@ -79,6 +108,8 @@ sse(const struct narwhal_dialect_ops *ops, void *inst, const char *data, struct 
 	else if (rc == 0 && (ev.kind == NARWHAL_SSE_DONE || ev.kind == NARWHAL_SSE_ERROR) && !sniff)
 		kit_problem(seen->range, "sniff_sse said %s cannot matter, but parse_sse reads a "
 		            "terminator or an error in it", data);
+	else
+		sse_json(ops, inst, data, rc, &ev, seen);
 }
 
 static void
