@@ -271,6 +271,19 @@ mock_parse_prefill(void *instance, const json_t *response, json_t **handoff)
 	return 0;
 }
 
+/* An error event or a token event (one token). */
+static void
+mock_event(bool error, struct narwhal_sse_event *out)
+{
+	if (error) {
+		out->kind = NARWHAL_SSE_ERROR;
+		out->error_class = NARWHAL_ERROR_PERMANENT;
+	} else {
+		out->kind = NARWHAL_SSE_TOKENS;
+		out->tokens = 1;
+	}
+}
+
 static int
 mock_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_event *out)
 {
@@ -278,15 +291,10 @@ mock_parse_sse(void *instance, const char *data, size_t len, struct narwhal_sse_
 
 	/* What the host read itself and what it left to us (ABI 2.4). */
 	m->host->counter_add(m->host->host_ctx, "sse_bytes_total", 1.0);
-	if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
+	if (len == 6 && memcmp(data, "[DONE]", 6) == 0)
 		out->kind = NARWHAL_SSE_DONE;
-	} else if (len >= 9 && memcmp(data, "{\"error\"", 8) == 0) {
-		out->kind = NARWHAL_SSE_ERROR;
-		out->error_class = NARWHAL_ERROR_PERMANENT;
-	} else {
-		out->kind = NARWHAL_SSE_TOKENS;
-		out->tokens = 1;
-	}
+	else
+		mock_event(len >= 9 && memcmp(data, "{\"error\"", 8) == 0, out);
 	return 0;
 }
 
@@ -301,13 +309,7 @@ mock_parse_sse_json(void *instance, const json_t *doc, const char *data, size_t 
 	(void)data;
 	(void)len;
 	m->host->counter_add(m->host->host_ctx, "sse_json_total", 1.0);
-	if (json_object_get(doc, "error") != NULL) {
-		out->kind = NARWHAL_SSE_ERROR;
-		out->error_class = NARWHAL_ERROR_PERMANENT;
-	} else {
-		out->kind = NARWHAL_SSE_TOKENS;
-		out->tokens = 1;
-	}
+	mock_event(json_object_get(doc, "error") != NULL, out);
 	return 0;
 }
 

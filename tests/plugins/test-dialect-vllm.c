@@ -835,20 +835,27 @@ test_parse_prefill(void)
 
 /* ----------------------------------------------------------------- SSE --- */
 
-/* plugin-abi.h 2.4: parse_sse_json reads a payload the host read as JSON
- * (json_loadb, no flags) as parse_sse reads its bytes. */
-static void
-sse_json_agrees(struct nw_harness *h, const char *data, size_t len, int rc,
-                const struct narwhal_sse_event *want)
+/* Poisoned, so a field the plugin forgets shows up. */
+static struct narwhal_sse_event
+poisoned_event(void)
 {
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev,
+	return (struct narwhal_sse_event){
+		.struct_size = sizeof(struct narwhal_sse_event),
 		.kind = (narwhal_sse_kind)99,
 		.tokens = 777,
 		.prompt_tokens = -777,
 		.completion_tokens = -777,
 		.error_class = (narwhal_error_class)99,
 	};
+}
+
+/* plugin-abi.h 2.4: parse_sse_json reads a payload the host read as JSON
+ * (json_loadb, no flags) as parse_sse reads its bytes. */
+static void
+sse_json_agrees(struct nw_harness *h, const char *data, size_t len, int rc,
+                const struct narwhal_sse_event *want)
+{
+	struct narwhal_sse_event ev = poisoned_event();
 	json_t *doc = json_loadb(data, len, 0, NULL);
 
 	if (doc == NULL)
@@ -869,15 +876,7 @@ sse_json_agrees(struct nw_harness *h, const char *data, size_t len, int rc,
 static struct narwhal_sse_event
 sse_len(struct nw_harness *h, const char *data, size_t len, int expected_rc)
 {
-	/* Poisoned, so a field the plugin forgets shows up. */
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev,
-		.kind = (narwhal_sse_kind)99,
-		.tokens = 777,
-		.prompt_tokens = -777,
-		.completion_tokens = -777,
-		.error_class = (narwhal_error_class)99,
-	};
+	struct narwhal_sse_event ev = poisoned_event();
 
 	g_assert_cmpint(nw_harness_dialect(h)->parse_sse(nw_harness_ctx(h), data, len, &ev), ==, expected_rc);
 	g_assert_cmpuint(ev.struct_size, ==, sizeof ev);
