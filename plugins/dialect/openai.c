@@ -682,6 +682,15 @@ oai_sniff_sse(const char *data, size_t len)
 	       has_escaped_ascii(data, len);
 }
 
+/* What every reading of a payload fills: no output, no usage. */
+static void
+event_clear(struct narwhal_sse_event *out)
+{
+	out->tokens = 0;
+	out->prompt_tokens = -1;
+	out->completion_tokens = -1;
+}
+
 /*
  * One data payload read as JSON. tokens counts the choices that carry
  * output in this event; the engines send one token per choice per event
@@ -700,9 +709,7 @@ oai_parse_sse_json(const struct oai_answers *a, const json_t *doc, struct narwha
 
 	if (out == NULL)
 		return -EINVAL;
-	out->tokens = 0;
-	out->prompt_tokens = -1;
-	out->completion_tokens = -1;
+	event_clear(out);
 	if (!json_is_object(doc))
 		return -EPROTO;
 	usage = json_object_get(doc, "usage");
@@ -742,9 +749,7 @@ oai_parse_sse(const struct oai_answers *a, const char *data, size_t len,
 	if (data == NULL || out == NULL)
 		return -EINVAL;
 	if (oai_is_done(data, len)) {
-		out->tokens = 0;
-		out->prompt_tokens = -1;
-		out->completion_tokens = -1;
+		event_clear(out);
 		out->kind = NARWHAL_SSE_DONE;
 		return 0;
 	}

@@ -85,6 +85,7 @@ on_event(void *data, const char *payload, size_t len)
 	struct narwhal_sse_event ev;
 	struct nw_chunk_match set;
 	json_t *chunk;
+	bool skipped;
 
 	c->taken += len;
 	if (c->taken > c->max_bytes) {
@@ -92,7 +93,8 @@ on_event(void *data, const char *payload, size_t len)
 		                "serving.max_response_bytes");
 		return false;
 	}
-	if (nw_event_skipped(r, c->first_token, payload, len, &ev)) {
+	skipped = nw_event_skipped(r, c->first_token, payload, len, &ev);
+	if (skipped) {
 		/* A token chunk: merged without a parse when it has the shape
 		 * (which checks it is valid JSON); else parsed below. */
 		g_string_truncate(c->text, 0);
@@ -102,16 +104,14 @@ on_event(void *data, const char *payload, size_t len)
 			set_reasons(c, &set);
 			return true;
 		}
-		chunk = nw_json_read(payload, len, 0, NULL);
-	} else {
-		/* Read once, for the dialect and the assembly. */
-		chunk = nw_json_read(payload, len, 0, NULL);
-		if (nw_event_parse(r, payload, len, chunk, &ev) == NW_EVENT_BAD) {
-			json_decref(chunk);
-			nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
-			                "the engine's stream has an event that is not valid JSON");
-			return false;
-		}
+	}
+	/* Read once, for the dialect and the assembly. */
+	chunk = nw_json_read(payload, len, 0, NULL);
+	if (!skipped && nw_event_parse(r, payload, len, chunk, &ev) == NW_EVENT_BAD) {
+		json_decref(chunk);
+		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
+		                "the engine's stream has an event that is not valid JSON");
+		return false;
 	}
 	switch (ev.kind) {
 	case NARWHAL_SSE_DONE:
@@ -183,7 +183,6 @@ nw_collect_answer(struct nw_request *r)
 	const json_t *usage = nw_assembly_usage(r->collect.assembly);
 	json_t *count;
 	GString *body;
-	char *text;
 	size_t len;
 
 	/* The engine's usage, for the access log. */
@@ -193,21 +192,11 @@ nw_collect_answer(struct nw_request *r)
 	count = json_object_get(usage, "prompt_tokens");
 	if (json_is_integer(count))
 		r->usage_prompt = json_integer_value(count);
-	/* Written in the serve's buffer and handed over at its size: a
-	 * buffer grown per answer passes 1 KiB, and glibc serves such a
-	 * request by first sweeping its fast bins (bench/router/README.md). */
-	body = r->serve->scratch;
-	g_string_truncate(body, 0);
+	body = g_string_sized_new(512);
 	nw_assembly_write(r->collect.assembly, body);
-	len = body->len;
-	/* The answer takes the text; g_memdup2 allocates with malloc (the
-	 * answer free()s it). */
-	text = g_memdup2(body->str, len + 1);
-	if (body->allocated_len > NW_SERVE_SCRATCH_KEEP) {
-		g_string_free(body, TRUE);
-		r->serve->scratch = g_string_sized_new(NW_SERVE_SCRATCH_KEEP);
-	}
 	nw_leg_release(r);
 	nw_request_finish(r, true);
-	nw_request_answer_text(r, text, len);
+	len = body->len;
+	/* The answer takes the text; GLib allocates with malloc (free()s it). */
+	nw_request_answer_text(r, g_string_free(body, FALSE), len);
 }

@@ -28,10 +28,6 @@
 #include "serve/slots.h"
 
 
-/* The answer buffer a serve keeps between requests (struct nw_serve,
- * scratch): a larger one is given back after use. */
-#define NW_SERVE_SCRATCH_KEEP (64u << 10)
-
 struct nw_serve {
 	const struct nw_config *cfg;
 	struct nw_fleet *fleet;
@@ -62,8 +58,6 @@ struct nw_serve {
 	struct nw_wait_line decode_line; /* waiting for a decode slot */
 	uint32_t *eligible;              /* placement scratch, one per engine */
 	uint32_t next_tokenize;          /* round robin over engines */
-	GString *scratch;                /* answers are written here and copied
-	                                  * out at their size (collect.c) */
 	GQueue requests;                 /* every live request */
 	uint32_t allocated;              /* requests not freed yet (a streamed
 	                                  * answer may outlive MHD's completion) */

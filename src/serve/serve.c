@@ -63,7 +63,6 @@ nw_serve_new(const struct nw_serve_options *o, GError **error)
 	nw_wait_line_init(&s->prefill_line);
 	nw_wait_line_init(&s->decode_line);
 	s->eligible = g_new0(uint32_t, MAX(n, 1));
-	s->scratch = g_string_sized_new(NW_SERVE_SCRATCH_KEEP);
 	g_queue_init(&s->requests);
 	s->created = g_get_real_time() / G_USEC_PER_SEC;
 	return s;
@@ -83,7 +82,6 @@ nw_serve_free(struct nw_serve *s)
 	nw_timers_free(s->timers);
 	g_rand_free(s->rng);
 	g_free(s->eligible);
-	g_string_free(s->scratch, TRUE);
 	g_free(s->router_keys);
 	g_strfreev(s->api_keys);
 	g_free(s->own_metrics);

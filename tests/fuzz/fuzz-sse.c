@@ -88,16 +88,23 @@ fast_merge(struct run *run, const char *payload, size_t len)
 /* Usage counts the dialects pass on: -1 (absent) to 2^53. */
 #define MAX_COUNT INT64_C(9007199254740992)
 
+/* The host's presets, with the fields a dialect must set poisoned. */
+static struct narwhal_sse_event
+poisoned_event(void)
+{
+	return (struct narwhal_sse_event){
+		.struct_size = sizeof(struct narwhal_sse_event), .kind = NARWHAL_SSE_OTHER,
+		.tokens = 777, .prompt_tokens = -7, .completion_tokens = -7, .error_class = 99,
+	};
+}
+
 /* plugin-abi.h 2.4: parse_sse_json reads a payload that is JSON (to the
  * host's reader, with no flags) as parse_sse reads its bytes. */
 static void
 check_event_json(const struct fuzz_dialect *d, const char *payload, size_t len, int rc,
                  const struct narwhal_sse_event *want)
 {
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER, .tokens = 777,
-		.prompt_tokens = -7, .completion_tokens = -7, .error_class = 99,
-	};
+	struct narwhal_sse_event ev = poisoned_event();
 	json_t *doc = nw_json_read(payload, len, 0, NULL);
 
 	if (doc == NULL)
@@ -119,10 +126,7 @@ check_event_json(const struct fuzz_dialect *d, const char *payload, size_t len, 
 static void
 check_event(const struct fuzz_dialect *d, const char *payload, size_t len)
 {
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev, .kind = NARWHAL_SSE_OTHER, .tokens = 777,
-		.prompt_tokens = -7, .completion_tokens = -7, .error_class = 99,
-	};
+	struct narwhal_sse_event ev = poisoned_event();
 	char *copy = g_malloc(len > 0 ? len : 1);
 	bool sniffed;
 	int rc;

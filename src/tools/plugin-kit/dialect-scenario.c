@@ -53,18 +53,25 @@ parse(const char *text)
 	return json_loads(text, 0, NULL);
 }
 
+/* An event as the host hands it over: its presets (plugin-abi.h). */
+static struct narwhal_sse_event
+preset_event(void)
+{
+	return (struct narwhal_sse_event){
+		.struct_size = sizeof(struct narwhal_sse_event),
+		.kind = NARWHAL_SSE_OTHER,
+		.prompt_tokens = -1,
+		.completion_tokens = -1,
+	};
+}
+
 /* parse_sse_json (ABI 2.4) must read a payload the host has read as JSON
  * as parse_sse reads its bytes: the host calls one or the other. */
 static void
 sse_json(const struct narwhal_dialect_ops *ops, void *inst, const char *data, int rc,
          const struct narwhal_sse_event *want, struct kit_seen *seen)
 {
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev,
-		.kind = NARWHAL_SSE_OTHER,
-		.prompt_tokens = -1,
-		.completion_tokens = -1,
-	};
+	struct narwhal_sse_event ev = preset_event();
 	json_t *doc;
 	int rc_json;
 
@@ -85,12 +92,7 @@ sse_json(const struct narwhal_dialect_ops *ops, void *inst, const char *data, in
 static void
 sse(const struct narwhal_dialect_ops *ops, void *inst, const char *data, struct kit_seen *seen)
 {
-	struct narwhal_sse_event ev = {
-		.struct_size = sizeof ev,
-		.kind = NARWHAL_SSE_OTHER,
-		.prompt_tokens = -1,
-		.completion_tokens = -1,
-	};
+	struct narwhal_sse_event ev = preset_event();
 	int rc;
 	bool sniff = true;
 
