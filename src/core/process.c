@@ -9,6 +9,7 @@
 
 #include "core/json-alloc.h"
 #include "core/log.h"
+#include "core/string-pool.h"
 
 unsigned long
 nw_process_raise_fd_limit(void)
@@ -73,6 +74,7 @@ trim_now(gpointer data)
 	(void)data;
 	heap.pending = 0;
 	nw_json_alloc_trim();
+	nw_string_pool_trim();
 #ifdef M_TRIM_THRESHOLD
 	/* Free pages anywhere in the heap go back, not only its top. */
 	malloc_trim(0);

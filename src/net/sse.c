@@ -4,12 +4,14 @@
 
 #include <string.h>
 
+#include "core/string-pool.h"
+
 void
 nw_sse_init(struct nw_sse *p, nw_sse_fn fn, void *data)
 {
 	memset(p, 0, sizeof *p);
-	p->line = g_string_new(NULL);
-	p->data = g_string_new(NULL);
+	p->line = nw_string_take();
+	p->data = nw_string_take();
 	p->max_event = NW_SSE_MAX_EVENT;
 	p->fn = fn;
 	p->fn_data = data;
@@ -18,10 +20,8 @@ nw_sse_init(struct nw_sse *p, nw_sse_fn fn, void *data)
 void
 nw_sse_clear(struct nw_sse *p)
 {
-	if (p->line)
-		g_string_free(p->line, TRUE);
-	if (p->data)
-		g_string_free(p->data, TRUE);
+	nw_string_give(p->line);
+	nw_string_give(p->data);
 	memset(p, 0, sizeof *p);
 }
 

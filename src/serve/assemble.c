@@ -6,6 +6,7 @@
 #include <glib.h>
 
 #include "core/json-write.h"
+#include "core/string-pool.h"
 #include "serve/assemble.h"
 
 /* How a field takes a new value (besides replacing it). */
@@ -16,13 +17,14 @@
  * One merged key; a "bag" is a GPtrArray of them in first-seen order (few
  * per object, so a linear search does). At most one of str and val is
  * set; neither means the key was only ever null. A val array is copied
- * before we first extend it (owned): it may still be the chunk's own.
+ * before we first extend it (owned): it may still be the chunk's own. The
+ * key lives in the same block (one allocation a field, not two).
  */
 struct field {
-	char *key;
 	GString *str;
 	json_t *val;
 	bool owned;
+	char key[];
 };
 
 struct call {
@@ -33,13 +35,14 @@ struct call {
 	GString *args;
 };
 
+/* Only what the route and the chunks need is allocated: text or msg by
+ * the route, logprobs and calls when a chunk has them. */
 struct choice {
 	json_int_t index;
 	GString *text;          /* completions */
 	GPtrArray *msg;         /* chat: the deltas */
 	GTree *calls;           /* chat: struct call by index */
-	bool have_logprobs;
-	GPtrArray *logprobs;
+	GPtrArray *logprobs;    /* NULL: no chunk had a logprobs object */
 	GPtrArray *rest;        /* finish_reason, stop_reason, ... */
 };
 
@@ -54,8 +57,7 @@ struct nw_assembly {
 static void
 field_drop(struct field *f)
 {
-	if (f->str)
-		g_string_free(f->str, TRUE);
+	nw_string_give(f->str);
 	f->str = NULL;
 	json_decref(f->val);
 	f->val = NULL;
@@ -68,7 +70,6 @@ field_free(void *p)
 	struct field *f = p;
 
 	field_drop(f);
-	g_free(f->key);
 	g_free(f);
 }
 
@@ -96,8 +97,10 @@ bag_merge(GPtrArray *b, const char *key, json_t *v, unsigned how)
 	struct field *f = bag_find(b, key);
 
 	if (!f) {
-		f = g_new0(struct field, 1);
-		f->key = g_strdup(key);
+		size_t size = strlen(key) + 1;
+
+		f = g_malloc0(sizeof *f + size);
+		memcpy(f->key, key, size);
 		g_ptr_array_add(b, f);
 	}
 	if (json_is_null(v))
@@ -105,7 +108,7 @@ bag_merge(GPtrArray *b, const char *key, json_t *v, unsigned how)
 	if ((how & CAT_STRINGS) && json_is_string(v)) {
 		if (!f->str) {
 			field_drop(f);
-			f->str = g_string_new(NULL);
+			f->str = nw_string_take();
 		}
 		g_string_append_len(f->str, json_string_value(v), json_string_length(v));
 		return;
@@ -163,11 +166,13 @@ choice_free(void *p)
 {
 	struct choice *c = p;
 
-	g_string_free(c->text, TRUE);
-	g_ptr_array_free(c->msg, TRUE);
+	nw_string_give(c->text);
+	if (c->msg)
+		g_ptr_array_free(c->msg, TRUE);
 	if (c->calls)
 		g_tree_destroy(c->calls);
-	g_ptr_array_free(c->logprobs, TRUE);
+	if (c->logprobs)
+		g_ptr_array_free(c->logprobs, TRUE);
 	g_ptr_array_free(c->rest, TRUE);
 	g_free(c);
 }
@@ -270,15 +275,17 @@ merge_choice(struct nw_assembly *a, json_t *ch, json_int_t index)
 	if (!c) {
 		c = g_new0(struct choice, 1);
 		c->index = index;
-		c->text = g_string_new(NULL);
-		c->msg = bag_new();
-		c->logprobs = bag_new();
+		if (chat)
+			c->msg = bag_new();
+		else
+			c->text = nw_string_take();
 		c->rest = bag_new();
 		g_tree_insert(a->choices, &c->index, c);
 	}
 	v = json_object_get(ch, "logprobs");
 	if (json_is_object(v)) {
-		c->have_logprobs = true;
+		if (!c->logprobs)
+			c->logprobs = bag_new();
 		bag_merge_object(c->logprobs, v, NULL, CAT_ARRAYS);
 	}
 	bag_merge_object(c->rest, ch, chat ? skip_chat : skip_compl, CAT_ARRAYS);
@@ -356,7 +363,7 @@ nw_assembly_add_text(struct nw_assembly *a, json_int_t index, const char *text, 
 	if (!f || f->val)
 		return -1; /* content that is not text: only a whole merge knows */
 	if (!f->str)
-		f->str = g_string_new(NULL);
+		f->str = nw_string_take();
 	g_string_append_len(f->str, text, (gssize)len);
 	a->chunks++;
 	return 0;
@@ -505,7 +512,7 @@ write_choice(GString *out, const struct choice *c, narwhal_route route)
 		nw_json_write_string(out, c->text->str, c->text->len);
 	}
 	g_string_append(out, ",\"logprobs\":");
-	if (c->have_logprobs) {
+	if (c->logprobs) {
 		g_string_append_c(out, '{');
 		write_bag_rest(out, c->logprobs, none);
 		g_string_append_c(out, '}');

@@ -4,18 +4,19 @@
 
 #include "serve/chunk-shape.h"
 
+#include "core/string-pool.h"
+
 void
 nw_chunk_shape_init(struct nw_chunk_shape *s)
 {
 	memset(s, 0, sizeof *s);
-	s->bytes = g_string_new(NULL);
+	s->bytes = nw_string_take();
 }
 
 void
 nw_chunk_shape_clear(struct nw_chunk_shape *s)
 {
-	if (s->bytes != NULL)
-		g_string_free(s->bytes, TRUE);
+	nw_string_give(s->bytes);
 	memset(s, 0, sizeof *s);
 }
 

@@ -20,6 +20,7 @@
 
 #include <string.h>
 
+#include "core/string-pool.h"
 #include "serve/request.h"
 #include "serve/phases.h"
 #include "serve/serve-internal.h"
@@ -47,7 +48,7 @@ nw_collect_init(struct nw_collect *c, size_t max_bytes)
 	nw_sse_init(&c->sse, on_event, NULL);
 	nw_sse_set_max_event(&c->sse, max_bytes);
 	nw_chunk_shape_init(&c->shape);
-	c->text = g_string_new(NULL);
+	c->text = nw_string_take();
 }
 
 void
@@ -58,7 +59,7 @@ nw_collect_clear(struct nw_collect *c)
 	nw_sse_clear(&c->sse);
 	nw_assembly_free(c->assembly);
 	nw_chunk_shape_clear(&c->shape);
-	g_string_free(c->text, TRUE);
+	nw_string_give(c->text);
 	memset(c, 0, sizeof *c);
 }
 
