@@ -10,14 +10,13 @@
  * The list is per thread and bounded in count and in each string's size,
  * so it holds at most KEEP * KEEP_BYTES (512 KiB); nw_string_pool_trim()
  * empties it with the heap trim. Under AddressSanitizer nothing is kept,
- * as with jansson's lists (json-alloc.h): a reused buffer would hide a use
- * after free.
+ * as with jansson's lists (sanitizer.h).
  */
 #include "build-config.h"
 
 #include "core/string-pool.h"
 
-#include "core/json-alloc.h" /* NW_JSON_ALLOC_LISTS: the sanitizer switch */
+#include "core/sanitizer.h"
 
 #define KEEP 128u
 #define KEEP_BYTES 4096u /* a string grown past this is freed, not kept */
@@ -40,7 +39,7 @@ nw_string_give(GString *s)
 {
 	if (s == NULL)
 		return;
-	if (NW_JSON_ALLOC_LISTS && s->allocated_len <= KEEP_BYTES && spare.n < KEEP) {
+	if (!NW_UNDER_ASAN && s->allocated_len <= KEEP_BYTES && spare.n < KEEP) {
 		g_string_truncate(s, 0);
 		spare.s[spare.n++] = s;
 		return;
