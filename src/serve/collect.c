@@ -9,7 +9,8 @@
  * The events are framed, classified by the dialect (first token, in-band
  * error, terminator) and merged by the assembler (assemble.c) into the
  * body the client asked for. Token chunks that differ from an earlier one
- * only in their text are merged without a parse (chunk-shape.h).
+ * only in their text are merged without a parse or the dialect, as a
+ * relayed stream passes them (chunk-shape.h, docs/plugins.md).
  *
  * Nothing is visible to the client before the answer, so an in-band error
  * is an attempt failure like an HTTP error, and may be retried (spec 4.2).
@@ -26,6 +27,8 @@
 #include "serve/serve-internal.h"
 
 static bool on_event(void *data, const char *payload, size_t len);
+static bool read_whole(struct nw_request *r, const char *payload, size_t len, bool skipped,
+                       struct narwhal_sse_event *ev);
 
 /* The reasons a chunk merged by its shape set (its finish). */
 static void
@@ -38,6 +41,18 @@ set_reasons(struct nw_collect *c, const struct nw_chunk_match *set)
 		nw_assembly_set_reason(c->assembly, c->shape_choice, set->set[i].key,
 		                       json_stringn_nocheck(c->text->str, c->text->len));
 	}
+}
+
+/* A chunk that matched the shape: its text appended, its reasons set.
+ * False when the assembly refuses the text (the chunk is then merged
+ * whole). */
+static bool
+merge_matched(struct nw_collect *c, const struct nw_chunk_match *set)
+{
+	if (nw_assembly_add_text(c->assembly, c->shape_choice, c->text->str, c->text->len) != 0)
+		return false;
+	set_reasons(c, set);
+	return true;
 }
 
 void
@@ -76,6 +91,7 @@ nw_collect_begin(struct nw_request *r)
 	c->taken = 0;
 	c->first_token = false;
 	c->done = false;
+	c->sniffs = nw_serve_dialect(r->serve, r->leg.engine)->ops->sniff_sse != NULL;
 }
 
 static bool
@@ -85,8 +101,7 @@ on_event(void *data, const char *payload, size_t len)
 	struct nw_collect *c = &r->collect;
 	struct narwhal_sse_event ev;
 	struct nw_chunk_match set;
-	json_t *chunk;
-	bool skipped;
+	bool matched = false, skipped;
 
 	c->taken += len;
 	if (c->taken > c->max_bytes) {
@@ -94,34 +109,46 @@ on_event(void *data, const char *payload, size_t len)
 		                "serving.max_response_bytes");
 		return false;
 	}
-	skipped = nw_event_skipped(r, c->first_token, payload, len, &ev);
-	if (skipped) {
-		/* A token chunk: merged without a parse when it has the shape
-		 * (which checks it is valid JSON); else parsed below. */
+	/* After the first token, with a dialect that sniffs, an event with
+	 * the bytes of the last token chunk parsed around another text (which
+	 * checks it is valid JSON) is a plain token chunk, as on a relayed
+	 * stream, and is merged without the sniff; one that also sets a reason
+	 * is when the sniff lets it pass (docs/plugins.md, sniff_sse). Anything
+	 * else is read whole. */
+	if (c->first_token && c->sniffs) {
 		g_string_truncate(c->text, 0);
-		if (nw_chunk_shape_match(&c->shape, payload, len, c->text, &set) &&
-		    nw_assembly_add_text(c->assembly, c->shape_choice, c->text->str,
-		                         c->text->len) == 0) {
-			set_reasons(c, &set);
+		matched = nw_chunk_shape_match(&c->shape, payload, len, c->text, &set);
+		if (matched && set.n == 0 && merge_matched(c, &set))
 			return true;
-		}
 	}
-	/* Read once, for the dialect and the assembly. */
-	chunk = nw_json_read(payload, len, 0, NULL);
-	if (!skipped && nw_event_parse(r, payload, len, chunk, &ev) == NW_EVENT_BAD) {
+	skipped = nw_event_skipped(r, c->first_token, payload, len, &ev);
+	if (skipped && matched && set.n > 0 && merge_matched(c, &set))
+		return true;
+	return read_whole(r, payload, len, skipped, &ev);
+}
+
+/* An event merged whole: read once as JSON for the dialect (unless the
+ * sniff let it pass) and the assembly. */
+static bool
+read_whole(struct nw_request *r, const char *payload, size_t len, bool skipped,
+           struct narwhal_sse_event *ev)
+{
+	struct nw_collect *c = &r->collect;
+	json_t *chunk = nw_json_read(payload, len, 0, NULL);
+	if (!skipped && nw_event_parse(r, payload, len, chunk, ev) == NW_EVENT_BAD) {
 		json_decref(chunk);
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,
 		                "the engine's stream has an event that is not valid JSON");
 		return false;
 	}
-	switch (ev.kind) {
+	switch (ev->kind) {
 	case NARWHAL_SSE_DONE:
 		json_decref(chunk);
 		c->done = true;
 		return false; /* nothing after the terminator matters */
 	case NARWHAL_SSE_ERROR:
 		json_decref(chunk);
-		nw_phase_fail_in_band(r, &ev, payload, len);
+		nw_phase_fail_in_band(r, ev, payload, len);
 		return false;
 	case NARWHAL_SSE_TOKENS:
 	case NARWHAL_SSE_USAGE:
@@ -138,7 +165,7 @@ on_event(void *data, const char *payload, size_t len)
 	 * may hold values this chunk replaced. */
 	{
 		const char *const *reasons = NULL;
-		const char *key = ev.kind == NARWHAL_SSE_TOKENS ?
+		const char *key = ev->kind == NARWHAL_SSE_TOKENS ?
 		                  nw_chunk_shape_key(r->route, chunk, &c->shape_choice, &reasons) :
 		                  NULL;
 
@@ -146,7 +173,7 @@ on_event(void *data, const char *payload, size_t len)
 			nw_chunk_shape_reset(&c->shape);
 	}
 	json_decref(chunk);
-	if (ev.kind == NARWHAL_SSE_TOKENS && !c->first_token) {
+	if (ev->kind == NARWHAL_SSE_TOKENS && !c->first_token) {
 		c->first_token = true;
 		nw_request_on_first_token(r);
 	}

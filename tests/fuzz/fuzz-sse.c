@@ -7,7 +7,8 @@
  * non-streamed answers (src/serve/assemble.c), whose body is then encoded.
  * A second assembly takes the collector's shortcut
  * (src/serve/chunk-shape.c: chunks of a learnt shape merged without a
- * parse) and must end equal to the first. Beyond "no crash, no leak": the
+ * parse) and must end equal to the first; the dialect never reads a chunk
+ * of a token chunk's shape as an error or a terminator. Beyond "no crash, no leak": the
  * boundary the framer reports never passes the chunk, a stopped framer
  * reads nothing more, framing does not depend on where the chunks were
  * cut, the dialect's answer is one of its kinds with its counts in range,
@@ -47,15 +48,26 @@ struct run {
 	unsigned events;
 };
 
-/* As src/serve/collect.c merges an event (without its dialect checks). */
+/* As src/serve/collect.c merges an event, given the dialect's reading of
+ * it (rc and ev from parse_sse): the shape is learnt from token events
+ * only, and a payload of the shape without a reason is taken for a token
+ * event without the dialect, so the dialect must never read one as an
+ * error or a terminator (docs/plugins.md, sniff_sse). */
 static void
-fast_merge(struct run *run, const char *payload, size_t len)
+fast_merge(struct run *run, const char *payload, size_t len, int rc,
+           const struct narwhal_sse_event *ev)
 {
 	GString *text = g_string_new(NULL);
 	struct nw_chunk_match set;
 	json_t *chunk;
 
 	if (nw_chunk_shape_match(&run->shape, payload, len, text, &set)) {
+		if (set.n == 0 &&
+		    (rc != 0 || ev->kind == NARWHAL_SSE_ERROR || ev->kind == NARWHAL_SSE_DONE)) {
+			fprintf(stderr, "%s: a token chunk's shape that parse_sse reads as rc %d kind %u\n",
+			        run->dialect->name, rc, ev->kind);
+			abort();
+		}
 		/* Whatever the shortcut takes, a whole parse must take too. */
 		chunk = json_loadb(payload, len, 0, NULL);
 		if (chunk == NULL)
@@ -77,7 +89,9 @@ fast_merge(struct run *run, const char *payload, size_t len)
 	chunk = json_loadb(payload, len, 0, NULL);
 	if (chunk != NULL && nw_assembly_add(run->fast, chunk) == 0) {
 		const char *const *reasons = NULL;
-		const char *key = nw_chunk_shape_key(run->route, chunk, &run->shape_choice, &reasons);
+		const char *key = rc == 0 && ev->kind == NARWHAL_SSE_TOKENS ?
+		                  nw_chunk_shape_key(run->route, chunk, &run->shape_choice, &reasons) :
+		                  NULL;
 
 		if (key == NULL || !nw_chunk_shape_learn(&run->shape, payload, len, key, reasons))
 			nw_chunk_shape_reset(&run->shape);
@@ -122,9 +136,10 @@ check_event_json(const struct fuzz_dialect *d, const char *payload, size_t len, 
 }
 
 /* One payload through the dialect, in an exact-size copy so that a read
- * past it is caught. */
-static void
-check_event(const struct fuzz_dialect *d, const char *payload, size_t len)
+ * past it is caught: parse_sse's return value, its reading in *ev. */
+static int
+check_event(const struct fuzz_dialect *d, const char *payload, size_t len,
+            struct narwhal_sse_event *out)
 {
 	struct narwhal_sse_event ev = poisoned_event();
 	char *copy = g_malloc(len > 0 ? len : 1);
@@ -159,17 +174,21 @@ check_event(const struct fuzz_dialect *d, const char *payload, size_t len)
 		}
 	}
 	g_free(copy);
+	*out = ev;
+	return rc;
 }
 
 static bool
 on_event(void *cls, const char *payload, size_t len)
 {
 	struct run *run = cls;
+	struct narwhal_sse_event ev;
 	json_t *chunk;
+	int rc;
 
 	g_string_append_len(run->joined, payload, (gssize)len);
 	g_string_append_c(run->joined, '\0');
-	check_event(run->dialect, payload, len);
+	rc = check_event(run->dialect, payload, len, &ev);
 	chunk = json_loadb(payload, len, 0, NULL);
 	if (chunk != NULL && run->assembly != NULL) {
 		unsigned before = nw_assembly_chunks(run->assembly);
@@ -180,7 +199,7 @@ on_event(void *cls, const char *payload, size_t len)
 			abort();
 	}
 	if (run->fast != NULL)
-		fast_merge(run, payload, len);
+		fast_merge(run, payload, len, rc, &ev);
 	json_decref(chunk);
 	run->events++;
 	return run->stop_after == 0 || run->events < run->stop_after;
