@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <glib.h>
+
 /* The length of the UTF-8 sequence at s (1 to 4 bytes, avail > 0), or 0
  * when it is not one: a stray continuation byte, an overlong form, a
  * surrogate, beyond U+10FFFF or cut short. */
@@ -47,27 +49,39 @@ nw_json_plain(unsigned char c)
 	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
 }
 
-/* Whether none of the 8 bytes in w needs a look: no control byte, quote,
- * backslash or byte above 0x7F. Each test is the classic "has a byte
- * below n" word trick, exact as a yes or no. */
-static inline bool
-nw_json_plain8(uint64_t w)
+/* The bytes of w that need a look (a control byte, a quote, a backslash
+ * or a byte above 0x7F), each as its high bit. Each test is the classic
+ * "has a byte below n" word trick: a borrow can only mark bytes above a
+ * marked one, so the lowest mark is exact. */
+static inline uint64_t
+nw_json_special8(uint64_t w)
 {
 	const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
 	uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\');
 
-	return ((((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) |
-	         ((bslash - ones) & ~bslash) | w) & highs) == 0;
+	return (((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) |
+	        ((bslash - ones) & ~bslash) | w) & highs;
 }
 
 /* The first byte of s[i, len) that is not plain, or len: eight at a time. */
 static inline size_t
 nw_json_skip_plain(const unsigned char *s, size_t i, size_t len)
 {
-	uint64_t w;
+	uint64_t w, m;
 
-	while (i + 8 <= len && (memcpy(&w, s + i, 8), nw_json_plain8(w)))
+	while (i + 8 <= len) {
+		memcpy(&w, s + i, 8);
+		m = nw_json_special8(w);
+		if (m != 0) {
+#if G_BYTE_ORDER == G_LITTLE_ENDIAN
+			/* the lowest mark is the first byte in memory */
+			return i + (size_t)(__builtin_ctzll(m) >> 3);
+#else
+			break;
+#endif
+		}
 		i += 8;
+	}
 	while (i < len && nw_json_plain(s[i]))
 		i++;
 	return i;

@@ -581,7 +581,7 @@ scan_number(struct rd *r)
 
 /* The next token. */
 static int
-next(struct rd *r)
+next_token(struct rd *r)
 {
 	const unsigned char *s = r->s;
 	size_t p = r->p;
@@ -644,6 +644,33 @@ next(struct rd *r)
 	if (c >= 0x80)
 		r->p = r->tok_at + nw_utf8_len(s + r->tok_at, r->len - r->tok_at);
 	return r->tok = TK_INVALID;
+}
+
+/* The next token, with compact JSON's common case inline: no whitespace
+ * before it, and a punctuation mark or a string, read as next_token reads
+ * them. */
+static inline int
+next(struct rd *r)
+{
+	size_t p = r->p;
+	int c;
+
+	if (G_UNLIKELY(r->nul_after || p >= r->len))
+		return next_token(r);
+	c = r->s[p];
+	switch (c) {
+	case '{': case '}': case '[': case ']': case ':': case ',':
+		r->tok_at = p;
+		r->p = p + 1;
+		return r->tok = c;
+	case '"':
+		r->tok_at = p;
+		r->p = p + 1;
+		scan_string(r);
+		return r->tok;
+	default:
+		return next_token(r);
+	}
 }
 
 /* ------------------------------------------------------------- parser --- */
