@@ -27,6 +27,7 @@
  */
 #include "build-config.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -127,6 +128,75 @@ write_integer(GString *out, json_int_t v)
 	put(out, p, (size_t)(buf + sizeof buf - p));
 }
 
+/*
+ * "%.17g" of v as glibc prints it, for 1 <= |v| < 2^53 (a timestamp with
+ * a fraction, say), without printf's arbitrary-precision arithmetic: v is
+ * m * 2^-s exactly (m < 2^53, 0 <= s <= 52), so its 17 significant digits
+ * are m * 10^k / 2^s rounded, which 128 bits hold (m * 10^16 < 2^107).
+ * Rounding is to nearest with ties to even, as glibc's in the default
+ * rounding mode. The notation is fixed ("%g" switches to an exponent only
+ * from 10^17 or below 10^-4), trailing zeros of the fraction dropped, and
+ * the point too when nothing follows it. The length written to buf (at
+ * least 24 bytes), or 0 for any other v, which printf then formats.
+ */
+static size_t
+format_real17(char *buf, double v)
+{
+	static const uint64_t pow10[] = {
+		1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+		100000000ull, 1000000000ull, 10000000000ull, 100000000000ull,
+		1000000000000ull, 10000000000000ull, 100000000000000ull,
+		1000000000000000ull, 10000000000000000ull, 100000000000000000ull,
+	};
+	double a = fabs(v);
+	unsigned __int128 scaled, q, rem, half;
+	uint64_t m, ipart, d;
+	char digits[17];
+	int exp2, ints = 1, frac, shift;
+	size_t n = 0;
+
+	if (!(a >= 1.0 && a < 9007199254740992.0))
+		return 0;
+	/* a = f * 2^exp2 with f in [0.5, 1): m = f * 2^53 is an integer */
+	m = (uint64_t)ldexp(frexp(a, &exp2), 53);
+	shift = 53 - exp2;
+	for (ipart = (uint64_t)a; ints < 16 && ipart >= pow10[ints]; ints++)
+		;
+	frac = 17 - ints;
+	scaled = (unsigned __int128)m * pow10[frac];
+	q = scaled >> shift;
+	if (shift > 0) {
+		rem = scaled & (((unsigned __int128)1 << shift) - 1);
+		half = (unsigned __int128)1 << (shift - 1);
+		if (rem > half || (rem == half && (q & 1) != 0))
+			q++;
+	}
+	if (q >= pow10[17]) {
+		/* rounded up to the next power of ten: one more integer digit */
+		q /= 10;
+		ints++;
+		frac--;
+	}
+	d = (uint64_t)q;
+	for (int i = 16; i >= 0; i--) {
+		digits[i] = (char)('0' + d % 10);
+		d /= 10;
+	}
+	while (frac > 0 && digits[ints + frac - 1] == '0')
+		frac--;
+	if (v < 0)
+		buf[n++] = '-';
+	memcpy(buf + n, digits, (size_t)ints);
+	n += (size_t)ints;
+	if (frac > 0) {
+		buf[n++] = '.';
+		memcpy(buf + n, digits + ints, (size_t)frac);
+		n += (size_t)frac;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
 /* jansson's jsonp_dtostr at its default precision. */
 static void
 write_real(GString *out, double v)
@@ -135,8 +205,11 @@ write_real(GString *out, double v)
 	size_t n;
 	char *e;
 
-	g_ascii_formatd(buf, sizeof buf - 3, "%.17g", v);
-	n = strlen(buf);
+	n = format_real17(buf, v);
+	if (n == 0) {
+		g_ascii_formatd(buf, sizeof buf - 3, "%.17g", v);
+		n = strlen(buf);
+	}
 	if (strchr(buf, '.') == NULL && strchr(buf, 'e') == NULL) {
 		memcpy(buf + n, ".0", 3);
 		n += 2;

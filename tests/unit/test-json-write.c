@@ -135,6 +135,70 @@ test_numbers(void)
 		expect_new(json_integer(ints[i].i), ANY, ints[i].want);
 }
 
+/* One real as json_dumps writes it. */
+static void
+expect_real_as_jansson(double d)
+{
+	json_t *v = json_real(d);
+	char *want = json_dumps(v, ANY);
+
+	expect(v, ANY, want);
+	free(want);
+	json_decref(v);
+}
+
+/* Reals from 1 to 2^53, which the writer formats without printf: the
+ * same bytes as jansson's "%.17g" for every binary exponent, for integers,
+ * on both sides of each power of ten (where rounding adds a digit), and
+ * for values whose 18th significant digit is an exact 5 (a tie, rounded
+ * to even). */
+static void
+test_reals_without_printf(void)
+{
+	GRand *rand = g_rand_new_with_seed(1517);
+
+	for (int exp2 = 0; exp2 < 53; exp2++) {
+		for (int i = 0; i < 400; i++) {
+			double d = ldexp(1.0 + g_rand_double(rand), exp2);
+
+			if (d < 9007199254740992.0) {
+				expect_real_as_jansson(d);
+				expect_real_as_jansson(-d);
+				expect_real_as_jansson(floor(d));
+			}
+		}
+	}
+	for (int k = 0; k <= 15; k++) {
+		double p = pow(10, k), below = p, above = p;
+
+		for (int i = 0; i < 8; i++) {
+			below = nextafter(below, 0);
+			above = nextafter(above, INFINITY);
+			if (below >= 1.0)
+				expect_real_as_jansson(below);
+			expect_real_as_jansson(above);
+		}
+		expect_real_as_jansson(p);
+	}
+	/* 13 integer digits and 5 fraction digits ending in 5: 18 digits */
+	expect_real_as_jansson(1234567890123.03125);
+	expect_real_as_jansson(1234567890123.09375);
+	expect_real_as_jansson(1234567890122.03125);
+	for (int i = 0; i < 4000; i++) {
+		/* an integer part of i digits and a fraction of a few bits */
+		uint64_t ipart = g_rand_int(rand) % 100000000u * 100000u + g_rand_int(rand) % 100000u;
+		int bits = g_rand_int_range(rand, 1, 12);
+		double d = (double)ipart + ldexp((double)g_rand_int_range(rand, 0, 1 << bits), -bits);
+
+		if (d >= 1.0)
+			expect_real_as_jansson(d);
+	}
+	expect_real_as_jansson(1796275447.066);
+	expect_real_as_jansson(9007199254740991.0);
+	expect_real_as_jansson(9007199254740992.0); /* printf's path from here */
+	g_rand_free(rand);
+}
+
 /* Containers, compact, keys in the object's order (a replaced key keeps
  * its place). */
 static void
@@ -288,6 +352,7 @@ main(int argc, char **argv)
 	g_test_init(&argc, &argv, NULL);
 	g_test_add_func("/json-write/strings", test_strings);
 	g_test_add_func("/json-write/numbers", test_numbers);
+	g_test_add_func("/json-write/reals-without-printf", test_reals_without_printf);
 	g_test_add_func("/json-write/containers", test_containers);
 	g_test_add_func("/json-write/refusals", test_refusals);
 	g_test_add_func("/json-write/deep", test_deep);
