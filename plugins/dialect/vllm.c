@@ -36,6 +36,7 @@
 struct vllm_dialect {
 	unsigned magic;
 	const struct narwhal_host *host;
+	json_t *prefill_params; /* the same for every prefill leg: shared */
 };
 
 static struct vllm_dialect *
@@ -46,6 +47,18 @@ vllm_cast(void *instance)
 	if (vd == NULL || vd->magic != VLLM_MAGIC)
 		abort(); /* the host passed something that is not ours */
 	return vd;
+}
+
+/* What the prefill side is told; only do_remote_decode matters to vLLM, the
+ * rest is the shape its reference proxy sends. Built once per instance and
+ * shared by every prefill body: nothing changes it, and the host only
+ * serialises a body and drops it. */
+static json_t *
+prefill_params(void)
+{
+	return json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}",
+	                 "do_remote_decode", 1, "do_remote_prefill", 0,
+	                 "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
 }
 
 static int
@@ -63,6 +76,12 @@ vllm_create(const struct narwhal_host *host, const json_t *config, void **instan
 	}
 	vd->magic = VLLM_MAGIC;
 	vd->host = host;
+	vd->prefill_params = prefill_params();
+	if (vd->prefill_params == NULL) {
+		free(vd);
+		snprintf(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
 	*instance = vd;
 	return 0;
 }
@@ -73,6 +92,7 @@ vllm_destroy(void *instance)
 	struct vllm_dialect *vd = vllm_cast(instance);
 
 	vd->magic = 0;
+	json_decref(vd->prefill_params);
 	free(vd);
 }
 
@@ -184,16 +204,6 @@ vllm_build_tokenize(void *instance, const struct narwhal_dialect_target *target,
 	return 0;
 }
 
-/* What the prefill side is told; only do_remote_decode matters to vLLM, the
- * rest is the shape its reference proxy sends. */
-static json_t *
-prefill_params(void)
-{
-	return json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}",
-	                 "do_remote_decode", 1, "do_remote_prefill", 0,
-	                 "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
-}
-
 static int
 vllm_build_prefill(void *instance, const struct narwhal_dialect_target *target,
                    struct narwhal_http_call *out)
@@ -212,7 +222,7 @@ vllm_build_prefill(void *instance, const struct narwhal_dialect_target *target,
 	json_object_del(body, "stream_options");
 	json_object_del(body, "min_tokens");
 	json_object_del(body, "min_completion_tokens");
-	rc |= json_object_set_new(body, KV_PARAMS, prefill_params());
+	rc |= json_object_set(body, KV_PARAMS, vllm_cast(instance)->prefill_params);
 	rc |= json_object_set_new(body, "stream", json_false());
 	rc |= json_object_set_new(body, "max_tokens", json_integer(1));
 	if (json_object_get(body, "max_completion_tokens") != NULL)

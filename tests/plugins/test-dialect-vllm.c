@@ -402,6 +402,31 @@ test_prefill_completions(void)
 	nw_harness_free(h);
 }
 
+/* The prefill kv_transfer_params are one value the instance shares with
+ * every prefill body (docs/plugins.md, "The host only serialises a call's
+ * body"): each body holds its own reference, so bodies outlive each other
+ * and the instance, and a body dropped does not change the next one. */
+static void
+test_prefill_params_shared(void)
+{
+	struct nw_harness *h = vllm_with(NULL);
+	struct narwhal_http_call first = poisoned_call(), second = poisoned_call();
+	json_t *client;
+
+	if (h == NULL)
+		return;
+	client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\"}");
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), TGT(C, client), &first), ==, 0);
+	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), TGT(C, client), &second), ==, 0);
+	json_decref(first.body);
+	nw_harness_free(h);
+	json_decref(client);
+	nw_harness_assert_json(second.body,
+	            "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": 1, \"stream\": false, "
+	            PREFILL_KV "}");
+	json_decref(second.body);
+}
+
 /* Reference 1.2 step 1, chat: max_completion_tokens is capped too when the
  * client used it, and min_completion_tokens goes. */
 static void
@@ -1719,6 +1744,7 @@ main(int argc, char **argv)
 	g_test_add_func("/dialect/vllm/ref-1.2/prefill/chat", test_prefill_chat);
 	g_test_add_func("/dialect/vllm/ref-1.2/decode/verbatim-handoff",
 	                test_decode_verbatim_handoff);
+	g_test_add_func("/dialect/vllm/ref-1.2/prefill/params-shared", test_prefill_params_shared);
 	g_test_add_func("/dialect/vllm/ref-1.2/decode/handoff-copied", test_decode_handoff_copied);
 	g_test_add_func("/dialect/vllm/ref-1.2/decode/null-handoff", test_decode_null_handoff);
 	g_test_add_func("/dialect/vllm/ref-1.4/aggregate", test_aggregate);
