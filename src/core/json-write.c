@@ -112,8 +112,8 @@ nw_json_write_string(GString *out, const char *str, size_t len)
 	return 0;
 }
 
-static void
-write_integer(GString *out, json_int_t v)
+void
+nw_json_write_integer(GString *out, json_int_t v)
 {
 	char buf[24];
 	char *p = buf + sizeof buf;
@@ -314,7 +314,7 @@ write_value(struct wr *w, const json_t *v)
 		put(w->out, "false", 5);
 		return 0;
 	case JSON_INTEGER:
-		write_integer(w->out, json_integer_value(v));
+		nw_json_write_integer(w->out, json_integer_value(v));
 		return 0;
 	case JSON_REAL:
 		write_real(w->out, json_real_value(v));

@@ -27,4 +27,7 @@ char *nw_json_dumps(const json_t *v, size_t flags, size_t *len);
  * it; -1 (out left as it was) when s is not UTF-8. */
 int nw_json_write_string(GString *out, const char *s, size_t len);
 
+/* Append v in decimal, as jansson writes an integer. */
+void nw_json_write_integer(GString *out, json_int_t v);
+
 #endif /* NW_CORE_JSON_WRITE_H */

@@ -503,7 +503,8 @@ write_choice(GString *out, const struct choice *c, narwhal_route route)
 	static const char *const none[] = { NULL };
 	bool chat = route == NARWHAL_ROUTE_CHAT_COMPLETIONS;
 
-	g_string_append_printf(out, "{\"index\":%" JSON_INTEGER_FORMAT, c->index);
+	g_string_append(out, "{\"index\":");
+	nw_json_write_integer(out, c->index);
 	if (chat) {
 		g_string_append(out, ",\"message\":");
 		write_message(out, c);
