@@ -696,9 +696,9 @@ struct narwhal_dialect_ops {
 	/* Required. One SSE data payload (without "data: " and the blank
 	 * line). Non-zero: the payload is not an event of this engine, and the
 	 * leg fails as a bad engine response. After the first token, a payload
-	 * with the bytes of the last token event read here around another text
-	 * is a token event: a relayed stream, and with sniff_sse a
-	 * non-streamed answer, do not ask (docs/plugins.md). */
+	 * with the bytes of an earlier token event around another text is a
+	 * token event: a relayed stream, and with sniff_sse a non-streamed
+	 * answer, do not ask (docs/plugins.md). */
 	int (*parse_sse)(void *instance, const char *data, size_t len,
 	                 struct narwhal_sse_event *out);
 	/* Optional. After a stream's first token the host parses only the

@@ -171,12 +171,9 @@ format_real17(char *buf, double v)
 		if (rem > half || (rem == half && (q & 1) != 0))
 			q++;
 	}
-	if (q >= pow10[17]) {
-		/* rounded up to the next power of ten: one more integer digit */
-		q /= 10;
-		ints++;
-		frac--;
-	}
+	/* q < 10^17: a below 10^ints rounds to at most 10^17 - 1 units, since
+	 * the double below a power of ten is more than half a unit of the
+	 * 17th digit away from it. */
 	d = (uint64_t)q;
 	for (int i = 16; i >= 0; i--) {
 		digits[i] = (char)('0' + d % 10);

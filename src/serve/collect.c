@@ -9,8 +9,9 @@
  * The events are framed, classified by the dialect (first token, in-band
  * error, terminator) and merged by the assembler (assemble.c) into the
  * body the client asked for. Token chunks that differ from an earlier one
- * only in their text are merged without a parse or the dialect, as a
- * relayed stream passes them (chunk-shape.h, docs/plugins.md).
+ * only in their text are merged without a parse (chunk-shape.h), and,
+ * when the dialect has sniff_sse, without the dialect, as a relayed stream
+ * passes them (docs/plugins.md).
  *
  * Nothing is visible to the client before the answer, so an in-band error
  * is an attempt failure like an HTTP error, and may be retried (spec 4.2).
@@ -110,11 +111,11 @@ on_event(void *data, const char *payload, size_t len)
 		return false;
 	}
 	/* After the first token, with a dialect that sniffs, an event with
-	 * the bytes of the last token chunk parsed around another text (which
-	 * checks it is valid JSON) is a plain token chunk, as on a relayed
-	 * stream, and is merged without the sniff; one that also sets a reason
-	 * is when the sniff lets it pass (docs/plugins.md, sniff_sse). Anything
-	 * else is read whole. */
+	 * the bytes of the last token chunk merged whole around another text
+	 * (which checks it is valid JSON) is a plain token chunk, as on a
+	 * relayed stream, and is merged without the sniff; one that also sets
+	 * a reason is merged so only if the sniff lets it pass (docs/plugins.md,
+	 * sniff_sse). Anything else is read whole. */
 	if (c->first_token && c->sniffs) {
 		g_string_truncate(c->text, 0);
 		matched = nw_chunk_shape_match(&c->shape, payload, len, c->text, &set);

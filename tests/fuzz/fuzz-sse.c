@@ -7,16 +7,16 @@
  * non-streamed answers (src/serve/assemble.c), whose body is then encoded.
  * A second assembly takes the collector's shortcut
  * (src/serve/chunk-shape.c: chunks of a learnt shape merged without a
- * parse) and must end equal to the first; the dialect never reads a chunk
- * of a token chunk's shape as an error or a terminator. Beyond "no crash, no leak": the
- * boundary the framer reports never passes the chunk, a stopped framer
- * reads nothing more, framing does not depend on where the chunks were
- * cut, the dialect's answer is one of its kinds with its counts in range,
- * an error class only on an error (and a handoff class only from a
- * dialect with a handoff), and never an error or a terminator that
- * sniff_sse would have let pass; parse_sse_json reads a JSON payload as
- * parse_sse does; both assemblies write the same bytes,
- * and those are jansson's compact encoding of the body they write.
+ * parse) and must end equal to the first; the dialect never reads a
+ * chunk of a token chunk's shape as an error or a terminator. Beyond "no
+ * crash, no leak": the boundary the framer reports never passes the
+ * chunk, a stopped framer reads nothing more, framing does not depend on
+ * where the chunks were cut, the dialect's answer is one of its kinds
+ * with its counts in range, an error class only on an error (and a
+ * handoff class only from a dialect with a handoff), and never an error
+ * or a terminator that sniff_sse would have let pass; parse_sse_json
+ * reads a JSON payload as parse_sse does; both assemblies write the same
+ * bytes, and those are jansson's compact encoding of the body they write.
  */
 #include "build-config.h"
 

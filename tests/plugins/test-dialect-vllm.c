@@ -418,6 +418,10 @@ test_prefill_params_shared(void)
 	client = nw_harness_json("{\"model\": \"m\", \"prompt\": \"x\"}");
 	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), TGT(C, client), &first), ==, 0);
 	g_assert_cmpint(nw_harness_dialect(h)->build_prefill(nw_harness_ctx(h), TGT(C, client), &second), ==, 0);
+	/* one value, held by the instance and by each body */
+	g_assert_true(json_object_get(first.body, "kv_transfer_params") ==
+	              json_object_get(second.body, "kv_transfer_params"));
+	g_assert_cmpuint(json_object_get(first.body, "kv_transfer_params")->refcount, ==, 3);
 	json_decref(first.body);
 	nw_harness_free(h);
 	json_decref(client);

@@ -149,7 +149,7 @@ expect_real_as_jansson(double d)
 
 /* Reals from 1 to 2^53, which the writer formats without printf: the
  * same bytes as jansson's "%.17g" for every binary exponent, for integers,
- * on both sides of each power of ten (where rounding adds a digit), and
+ * on both sides of each power of ten (where the digit count changes), and
  * for values whose 18th significant digit is an exact 5 (a tie, rounded
  * to even). */
 static void
@@ -185,8 +185,9 @@ test_reals_without_printf(void)
 	expect_real_as_jansson(1234567890123.09375);
 	expect_real_as_jansson(1234567890122.03125);
 	for (int i = 0; i < 4000; i++) {
-		/* an integer part of i digits and a fraction of a few bits */
-		uint64_t ipart = g_rand_int(rand) % 100000000u * 100000u + g_rand_int(rand) % 100000u;
+		/* an integer part of up to 13 digits and a fraction of a few bits */
+		uint64_t ipart = (uint64_t)(g_rand_int(rand) % 100000000u) * 100000u +
+		                 g_rand_int(rand) % 100000u;
 		int bits = g_rand_int_range(rand, 1, 12);
 		double d = (double)ipart + ldexp((double)g_rand_int_range(rand, 0, 1 << bits), -bits);
 
