@@ -184,11 +184,11 @@ on_event(void *cls, const char *payload, size_t len)
 	struct run *run = cls;
 	struct narwhal_sse_event ev;
 	json_t *chunk;
-	int rc;
+	int parsed;
 
 	g_string_append_len(run->joined, payload, (gssize)len);
 	g_string_append_c(run->joined, '\0');
-	rc = check_event(run->dialect, payload, len, &ev);
+	parsed = check_event(run->dialect, payload, len, &ev);
 	chunk = json_loadb(payload, len, 0, NULL);
 	if (chunk != NULL && run->assembly != NULL) {
 		unsigned before = nw_assembly_chunks(run->assembly);
@@ -199,7 +199,7 @@ on_event(void *cls, const char *payload, size_t len)
 			abort();
 	}
 	if (run->fast != NULL)
-		fast_merge(run, payload, len, rc, &ev);
+		fast_merge(run, payload, len, parsed, &ev);
 	json_decref(chunk);
 	run->events++;
 	return run->stop_after == 0 || run->events < run->stop_after;
