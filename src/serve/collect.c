@@ -92,7 +92,6 @@ nw_collect_begin(struct nw_request *r)
 	c->taken = 0;
 	c->first_token = false;
 	c->done = false;
-	c->sniffs = nw_serve_dialect(r->serve, r->leg.engine)->ops->sniff_sse != NULL;
 }
 
 static bool
@@ -116,7 +115,7 @@ on_event(void *data, const char *payload, size_t len)
 	 * relayed stream, and is merged without the sniff; one that also sets
 	 * a reason is merged so only if the sniff lets it pass (docs/plugins.md,
 	 * sniff_sse). Anything else is read whole. */
-	if (c->first_token && c->sniffs) {
+	if (c->first_token && nw_serve_dialect(r->serve, r->leg.engine)->ops->sniff_sse != NULL) {
 		g_string_truncate(c->text, 0);
 		matched = nw_chunk_shape_match(&c->shape, payload, len, c->text, &set);
 		if (matched && set.n == 0 && merge_matched(c, &set))
@@ -136,6 +135,7 @@ read_whole(struct nw_request *r, const char *payload, size_t len, bool skipped,
 {
 	struct nw_collect *c = &r->collect;
 	json_t *chunk = nw_json_read(payload, len, 0, NULL);
+
 	if (!skipped && nw_event_parse(r, payload, len, chunk, ev) == NW_EVENT_BAD) {
 		json_decref(chunk);
 		nw_request_fail(r, NW_FAIL_BAD_RESPONSE, 0,

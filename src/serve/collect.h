@@ -28,7 +28,6 @@ struct nw_collect {
 	size_t taken;           /* event payload bytes of this attempt */
 	bool first_token;
 	bool done;              /* the success terminator came */
-	bool sniffs;            /* the leg's dialect has sniff_sse */
 };
 
 void nw_collect_init(struct nw_collect *c, size_t max_bytes);
