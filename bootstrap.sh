@@ -3,7 +3,8 @@
 #
 #   ./bootstrap.sh demo   install dependencies, build, run Narwhal on conf/narwhal.json
 #   ./bootstrap.sh test   install dependencies, build with -Werror, run the whole
-#                         suite plain, then under ASan+UBSan, then make distcheck,
+#                         suite plain, then under ASan+UBSan, then make
+#                         distcheck-quick (the tarball; Makefile.am),
 #                         then, as root on Debian, build, install, start and purge
 #                         the Debian packages (tests/packaging/deb-check.sh), then
 #                         each libFuzzer target briefly (FUZZ_SECONDS, default 20,
@@ -78,6 +79,18 @@ build() { # dir, configure flags...
 # its counts to the totals printed at the end.
 passed=0
 failed=0
+
+# How long each step of a test run took, printed at its end: CI has 30
+# minutes on two cores.
+started=$(date +%s)
+mark=$started
+timings=""
+took() { # step
+	now=$(date +%s)
+	timings="${timings}bootstrap: $1 took $((now - mark)) s
+"
+	mark=$now
+}
 check() {
 	status=0
 	make -j"$jobs" check || status=$?
@@ -179,27 +192,43 @@ test)
 	# fails the test rather than skipping it.
 	NARWHAL_REQUIRE_PROMTOOL=1
 	export NARWHAL_REQUIRE_PROMTOOL
+	took "installing the dependencies"
 	build build/plain
+	took "the plain build"
 	check
+	took "the plain suite"
 	build build/sanitizers --enable-sanitizers
+	took "the sanitizer build"
 	check
+	took "the sanitizer suite"
+	# The tarball: built, its tests built, all but the integration tests
+	# run (they have just passed twice), installed and uninstalled
+	# (Makefile.am, distcheck-quick).
 	cd "$top/build/plain"
-	make -j"$jobs" distcheck || failed=$((failed + 1))
+	make -j"$jobs" distcheck-quick || failed=$((failed + 1))
+	took "make distcheck-quick"
 	steps="plain and sanitizer runs of the suite, distcheck"
 	if [ "$deb_check" = yes ]; then
 		"$top/tests/packaging/deb-check.sh" || failed=$((failed + 1))
+		took "the Debian packages"
 		steps="$steps, the Debian packages"
 	else
 		echo "bootstrap: skipped the Debian packages (tests/packaging/deb-check.sh): $why_not"
 	fi
 	# The fuzz targets need clang's libFuzzer; they run for a bounded time.
+	# The whole tree is built with clang here, under -Werror, as a second
+	# compiler's check.
 	configure_in build/fuzz CC=clang --enable-fuzzing
 	make -j"$jobs"
+	took "the clang build"
 	"$top/tests/fuzz/run-fuzzers.sh" "$top/build/fuzz" || failed=$((failed + 1))
+	took "fuzzing"
 	# The official OpenAI Node SDK through Narwhal (about 10 s); a registry
 	# that cannot be reached fails it (tests/clients/openai-node/README.md).
 	"$top/tests/clients/openai-node/run.sh" "$top/build/plain" || failed=$((failed + 1))
-	echo "bootstrap: $steps, fuzzing, the OpenAI SDK scenarios"
+	took "the OpenAI SDK scenarios"
+	printf '%s' "$timings"
+	echo "bootstrap: $steps, fuzzing, the OpenAI SDK scenarios in $(($(date +%s) - started)) s"
 	echo "tests: $passed passed, $failed failed"
 	[ "$failed" = 0 ]
 	;;

@@ -50,6 +50,10 @@ extract() { # name, destination[, page]
 	[ -s "$2" ]
 }
 
+# The projects are a plugin author's own, built as from a fresh shell:
+# nothing of the make that runs this script (its flags, or variables set on
+# its command line such as the TESTS of make distcheck-quick) reaches them.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export ACLOCAL_PATH="$prefix/share/aclocal${ACLOCAL_PATH:+:$ACLOCAL_PATH}"
 
