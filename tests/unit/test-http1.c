@@ -672,6 +672,55 @@ server_reset_peers(struct server *srv)
 	}
 }
 
+/* A POST of `size` bytes whose last byte is `mark`: answered, and the
+ * server saw it whole. A send that stalls ends with the call's own
+ * timeout, which wakes the loop (nothing else would). */
+static void
+exchange_large(struct env *e, size_t size, char mark)
+{
+	struct nw_upstream_request req = {
+		.method = "POST", .url = e->url, .request_id = "rid-1",
+		.owned_body = g_malloc(size), .body_len = size, .connect_timeout_ms = 2000,
+		.timeout_ms = 20000,
+	};
+	const GString *got = e->srv.last_request;
+	struct result r;
+
+	memset(req.owned_body, 'x', size);
+	req.owned_body[size - 1] = mark;
+	memset(&r, 0, sizeof r);
+	r.body = g_string_new(NULL);
+	g_assert_nonnull(nw_upstream_start(e->up, &req, &handlers, &r));
+	r.started = true;
+	while (!r.done)
+		g_main_context_iteration(NULL, TRUE);
+	g_assert_cmpint(r.code, ==, NW_UPSTREAM_OK);
+	g_assert_cmpstr(r.body->str, ==, "hello");
+	g_assert_cmpuint(got->len, >, size);
+	g_assert_cmpint(got->str[got->len - 1], ==, mark);
+	g_assert_cmpint(got->str[got->len - size], ==, 'x');
+	result_clear(&r);
+}
+
+static void
+test_large_body_waits_for_room(void)
+{
+	static const struct action script[] = { { OK_REPLY, 0, false } };
+	struct env e;
+
+	/* A send that meets a full socket waits for the edge saying there is
+	 * room again (net/http1-client.c), on a new connection and on a kept
+	 * one. */
+	g_test_summary("A request body larger than the socket's buffers is written whole as the "
+	               "engine reads it, and the connection then carries the next requests");
+	env_start(&e, script, G_N_ELEMENTS(script), 4, "127.0.0.1");
+	exchange_large(&e, 16u << 20, 'a');
+	g_assert_cmpint(exchange(&e, 0, NW_UPSTREAM_OK, "hello"), ==, 200);
+	exchange_large(&e, 16u << 20, 'b');
+	g_assert_cmpuint(e.srv.accepted, ==, 1);
+	env_stop(&e);
+}
+
 static void
 test_unsent_request_resent(void)
 {
@@ -1259,6 +1308,7 @@ main(int argc, char **argv)
 	g_test_add_data_func("/http1/libcurl/stale-reuse-not-resent", "libcurl",
 	                     test_stale_reuse_not_resent);
 	g_test_add_func("/http1/client/unsent-request-resent", test_unsent_request_resent);
+	g_test_add_func("/http1/client/large-body-waits-for-room", test_large_body_waits_for_room);
 	g_test_add_func("/http1/client/framings", test_framings_over_the_wire);
 	g_test_add_data_func("/http1/client/undecodable-coding", NULL, test_undecodable_coding);
 	g_test_add_data_func("/http1/libcurl/undecodable-coding", "libcurl",
