@@ -10,7 +10,10 @@
 # brackets):
 #   TARGETS ["narwhal-body narwhal narwhal-disagg"]
 #   DURATION [5]    seconds of counted load per target (after 2 s not counted)
-#   CONNS [16]      wrk connections
+#   CONNS [16]      wrk connections (the requests in flight at either end
+#                   of the window are worked on but not counted, so more
+#                   connections inflate the figure: README, "Why c=512
+#                   costs more than c=64")
 #   MAX_TOKENS [16] max_tokens of the non-streaming requests
 #   PROXY_CPU [1], LOAD_CPU [0]
 #   OUT             output directory [a new /tmp/narwhal-bench-instr.*]
