@@ -470,6 +470,17 @@ static const struct nw_upstream_handlers handlers = {
 	.on_data = on_body, .on_done = on_done,
 };
 
+/* Starts req with a fresh result; on_done must not run before this returns. */
+static void
+start_call(struct nw_upstream *up, const struct nw_upstream_request *req, struct result *r)
+{
+	memset(r, 0, sizeof *r);
+	r->body = g_string_new(NULL);
+	g_assert_nonnull(nw_upstream_start(up, req, &handlers, r));
+	r->started = true;
+	g_assert_false(r->early);
+}
+
 static void
 call(struct nw_upstream *up, const char *url, long timeout_ms, struct result *r)
 {
@@ -477,14 +488,8 @@ call(struct nw_upstream *up, const char *url, long timeout_ms, struct result *r)
 		.method = "POST", .url = url, .request_id = "rid-1",
 		.body = "{\"a\":1}", .body_len = 7, .connect_timeout_ms = 2000, .timeout_ms = timeout_ms,
 	};
-	struct nw_upstream_call *c;
 
-	memset(r, 0, sizeof *r);
-	r->body = g_string_new(NULL);
-	c = nw_upstream_start(up, &req, &handlers, r);
-	g_assert_nonnull(c);
-	r->started = true;
-	g_assert_false(r->early);
+	start_call(up, &req, r);
 }
 
 static void
@@ -688,10 +693,7 @@ exchange_large(struct env *e, size_t size, char mark)
 
 	memset(req.owned_body, 'x', size);
 	req.owned_body[size - 1] = mark;
-	memset(&r, 0, sizeof r);
-	r.body = g_string_new(NULL);
-	g_assert_nonnull(nw_upstream_start(e->up, &req, &handlers, &r));
-	r.started = true;
+	start_call(e->up, &req, &r);
 	while (!r.done)
 		g_main_context_iteration(NULL, TRUE);
 	g_assert_cmpint(r.code, ==, NW_UPSTREAM_OK);
