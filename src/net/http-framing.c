@@ -92,6 +92,11 @@ void
 nw_framing_add(struct nw_framing *f, const char *name, size_t name_len, const char *value,
                size_t value_len)
 {
+	/* RFC 9112 5.1: whitespace between a field name and its colon must be
+	 * refused; a hop that trims it would read a length or coding that
+	 * libmicrohttpd, which keeps it in the name, does not see. */
+	if (memchr(name, ' ', name_len) != NULL || memchr(name, '\t', name_len) != NULL)
+		f->name_bad = true;
 	if (name_is(name, name_len, "Content-Length"))
 		add_length(f, value, value_len);
 	else if (name_is(name, name_len, "Transfer-Encoding"))
@@ -101,6 +106,8 @@ nw_framing_add(struct nw_framing *f, const char *name, size_t name_len, const ch
 nw_framing_verdict
 nw_framing_verdict_of(const struct nw_framing *f)
 {
+	if (f->name_bad)
+		return NW_FRAMING_BAD_NAME;
 	if (f->te_seen && f->n_length > 0)
 		return NW_FRAMING_BOTH;
 	if (f->length_bad)
@@ -129,6 +136,7 @@ nw_framing_status(nw_framing_verdict v)
 	case NW_FRAMING_BOTH:
 	case NW_FRAMING_BAD_LENGTH:
 	case NW_FRAMING_BAD_CHUNKED:
+	case NW_FRAMING_BAD_NAME:
 	default:
 		return 400;
 	}
@@ -142,6 +150,7 @@ nw_framing_code(nw_framing_verdict v)
 	case NW_FRAMING_BAD_LENGTH: return "invalid_content_length";
 	case NW_FRAMING_BAD_CHUNKED: return "invalid_transfer_encoding";
 	case NW_FRAMING_UNKNOWN_CODING: return "unsupported_transfer_encoding";
+	case NW_FRAMING_BAD_NAME: return "invalid_header_name";
 	default: return NULL;
 	}
 }
@@ -160,6 +169,9 @@ nw_framing_message(nw_framing_verdict v)
 	case NW_FRAMING_UNKNOWN_CODING:
 		return "the request uses a transfer coding other than chunked: only chunked is "
 		       "supported";
+	case NW_FRAMING_BAD_NAME:
+		return "a header field name has a space or tab in it (as in \"Content-Length :\"): "
+		       "nothing may come between a field name and its colon";
 	default:
 		return NULL;
 	}

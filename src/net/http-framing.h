@@ -19,7 +19,9 @@ typedef enum {
 	NW_FRAMING_BOTH,          /* 400: Content-Length and Transfer-Encoding */
 	NW_FRAMING_BAD_LENGTH,    /* 400: malformed or conflicting Content-Length */
 	NW_FRAMING_BAD_CHUNKED,   /* 400: chunked not last, twice, or an empty coding */
-	NW_FRAMING_UNKNOWN_CODING /* 501: a transfer coding other than chunked */
+	NW_FRAMING_UNKNOWN_CODING, /* 501: a transfer coding other than chunked */
+	NW_FRAMING_BAD_NAME       /* 400: a field name with a space or tab (RFC 9112 5.1):
+	                           * "Content-Length :" is a length to another hop */
 } nw_framing_verdict;
 
 /* The framing fields seen so far; zero-initialise, then add every field. */
@@ -32,10 +34,12 @@ struct nw_framing {
 	bool chunked_early;    /* chunked seen before another coding */
 	bool coding_unknown;   /* a coding other than chunked */
 	bool te_seen;          /* a Transfer-Encoding field, even an empty one */
+	bool name_bad;         /* a field name with whitespace in it */
 };
 
 /* Add one header field; fields other than Content-Length and
- * Transfer-Encoding are ignored. Names compare case-insensitively. */
+ * Transfer-Encoding are ignored, except that any name with a space or tab
+ * in it is refused. Names compare case-insensitively. */
 void nw_framing_add(struct nw_framing *f, const char *name, size_t name_len,
                     const char *value, size_t value_len);
 

@@ -487,6 +487,18 @@ on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *m
 		slow_leave(w);
 		MHD_get_connection_values_n(conn, MHD_HEADER_KIND, framing_field, &f);
 		v = nw_framing_verdict_of(&f);
+		if (v == NW_FRAMING_BAD_NAME) {
+			/* libmicrohttpd saw no body where another hop may see one:
+			 * answer and close, so no byte after the head runs as a
+			 * request (docs/api.md, "Framing"). */
+			json_t *body = nw_http_error_body("invalid_request_error", nw_framing_code(v),
+			                                  NULL, nw_framing_message(v));
+
+			srv->counters.framing_refusals++;
+			ret = nw_http_server_refuse(conn, nw_framing_status(v), body, NULL);
+			json_decref(body);
+			return ret;
+		}
 		if (v == NW_FRAMING_NONE) {
 			w->deferred = true;
 			return MHD_YES;

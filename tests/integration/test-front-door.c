@@ -166,6 +166,31 @@ test_content_length_and_chunked(void)
 }
 
 static void
+test_space_before_colon(void)
+{
+	static const char *const requests[] = {
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length : 40\r\n\r\n"
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length\t: 40\r\n\r\n"
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n"
+		"26\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n\r\n0\r\n\r\n",
+	};
+	struct serve_env e;
+
+	g_test_summary("/front/framing/space-before-colon (issue 9, front door: framing; RFC 9112 "
+	               "5.1): a header name with whitespace before its colon is answered 400 and "
+	               "closed, so a body another hop would see is never run as a request");
+	if (!serve_start(&e, sim_fast, "pd", NULL))
+		return;
+	for (size_t i = 0; i < G_N_ELEMENTS(requests); i++)
+		assert_refused_and_closed(&e, requests[i], "HTTP/1.1 400", "invalid_header_name");
+	g_assert_cmpint(front_counter(&e, "framing_refusals"), ==, 3);
+	g_assert_cmpint(serve_counter(&e, "requests_models"), ==, 0);
+	serve_clear(&e);
+}
+
+static void
 test_two_lengths(void)
 {
 	struct serve_env e;
@@ -503,6 +528,7 @@ main(int argc, char **argv)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	g_test_add_func("/front/framing/length-and-chunked", test_content_length_and_chunked);
 	g_test_add_func("/front/framing/two-lengths", test_two_lengths);
+	g_test_add_func("/front/framing/space-before-colon", test_space_before_colon);
 	g_test_add_func("/front/framing/unknown-coding", test_unknown_coding);
 	g_test_add_func("/front/413/eager-client", test_413_read_by_eager_client);
 	g_test_add_func("/front/413/chunked-at-once", test_chunked_413_closes_at_once);

@@ -52,6 +52,11 @@ static const struct framing_case cases[] = {
 	{ "Transfer-Encoding: chunked, chunked", NW_FRAMING_BAD_CHUNKED, 0 },
 	{ "Transfer-Encoding: chunked|Transfer-Encoding: chunked", NW_FRAMING_BAD_CHUNKED, 0 },
 	{ "Transfer-Encoding: ", NW_FRAMING_BAD_CHUNKED, 0 },
+	/* RFC 9112 5.1: whitespace between a name and its colon, on any field */
+	{ "Content-Length : 5", NW_FRAMING_BAD_NAME, 0 },
+	{ "Content-Length\t: 5", NW_FRAMING_BAD_NAME, 0 },
+	{ "Transfer-Encoding : chunked", NW_FRAMING_BAD_NAME, 0 },
+	{ "Host : x|Content-Length: 5", NW_FRAMING_BAD_NAME, 0 },
 };
 
 static nw_framing_verdict

@@ -186,7 +186,7 @@ test_outcome_codes(void)
 	g_autoptr(GMatchInfo) rows = NULL;
 	static const char *const framing[] = {
 		"ambiguous_framing", "invalid_content_length", "unsupported_transfer_encoding",
-		"invalid_transfer_encoding", NULL,
+		"invalid_transfer_encoding", "invalid_header_name", NULL,
 	};
 	unsigned seen = 0;
 
