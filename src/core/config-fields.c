@@ -47,6 +47,20 @@ static const struct nw_enum_name log_level_names[] = {
 	{ NULL, 0 },
 };
 
+/* Whether [from, to) is a numeric address of the family. */
+static bool
+is_address(int family, const char *from, const char *to)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+	char text[INET6_ADDRSTRLEN];
+
+	if (to - from >= (ptrdiff_t)sizeof text)
+		return false;
+	memcpy(text, from, (size_t)(to - from));
+	text[to - from] = '\0';
+	return inet_pton(family, text, buf) == 1;
+}
+
 /* Engine URLs: exactly http://host:port or https://host:port, an optional
  * trailing slash dropped. Strict on purpose: a path or query here would
  * silently be ignored by the dialects, which append their own endpoints. */
@@ -64,17 +78,26 @@ check_engine_url(const char *s, char **normalized)
 	else
 		return g_strdup("does not start with http:// or https://");
 	host = p;
+	if (memchr(host, '@', strcspn(host, "/?#")) != NULL)
+		return g_strdup("has user information (user@ or user:password@), which is not allowed");
 	if (*p == '[') {
 		p += strspn(p + 1, "0123456789abcdefABCDEF:.") + 1;
-		if (*p != ']' || p == host + 1)
+		if (*p != ']' || p == host + 1 || !is_address(AF_INET6, host + 1, p))
 			return g_strdup("has a malformed [IPv6] host");
 		host_end = ++p;
 	} else {
 		p += strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 		               "0123456789.-_");
 		host_end = p;
+		if (*p == ':' && strchr(p + 1, ':') != NULL)
+			return g_strdup("has an IPv6 address without brackets: write it as "
+			                "[address]:port");
 		if (host_end == host)
 			return g_strdup("has no host");
+		/* All digits and dots is an IPv4 address, never a name. */
+		if (strspn(host, "0123456789.") == (size_t)(host_end - host) &&
+		    !is_address(AF_INET, host, host_end))
+			return g_strdup("has a malformed IPv4 address");
 	}
 	if (*p != ':')
 		return g_strdup(*p == '\0' || *p == '/' ? "has no port"
@@ -102,6 +125,19 @@ check_readable_file(const char *s, char **normalized)
 		return g_strdup("is not a file");
 	if (access(s, R_OK) != 0)
 		return g_strdup_printf("cannot be read (%s)", g_strerror(errno));
+	return NULL;
+}
+
+/* A directory searched for plugins (plugins.dir): one that is not there
+ * would be skipped without a word while the next place on the search path
+ * serves the plugin. */
+static char *
+check_directory(const char *s, char **normalized)
+{
+	(void)normalized;
+	if (!g_file_test(s, G_FILE_TEST_IS_DIR))
+		return g_strdup(g_file_test(s, G_FILE_TEST_EXISTS) ? "is not a directory"
+		                                                   : "does not exist");
 	return NULL;
 }
 
@@ -362,7 +398,9 @@ static const struct nw_field config_fields[] = {
 
 	/* plugins */
 	{ CFG("plugins.dir", NW_FT_STRING, plugins.dir), .flags = NW_FF_NULLABLE,
-	  .valid = "null (the installed plugin directory) or a directory" },
+	  .check = check_directory,
+	  .valid = "null (search $NARWHAL_PLUGIN_DIR, then the installed plugin directory) "
+	           "or an existing directory" },
 	{ CFG("plugins.admission.name", NW_FT_STRING, plugins.admission.name),
 	  .flags = NW_FF_NULLABLE, .charset = NW_CHARS_PLUGIN,
 	  .valid = "null (use serving.admission) or a plugin name of lowercase letters, "

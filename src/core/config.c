@@ -9,9 +9,12 @@
 #include "core/config-loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void
 error_free(gpointer p)
@@ -359,32 +362,72 @@ nw_config_load_string(const char *text, const char *name, GPtrArray **problems)
 	return loader_end(&ld, problems);
 }
 
+/* Reads a configuration file whole, at most NW_CONFIG_FILE_MAX_BYTES. Only a
+ * regular file: a FIFO without a writer would block the caller (a SIGHUP
+ * reload runs on the event loop), and a device such as /dev/zero never
+ * ends. Opened without blocking so a FIFO is seen before any read. */
+static GString *
+read_config_file(struct loader *ld, const char *file)
+{
+	GString *buf;
+	struct stat st;
+	char chunk[8192];
+	ssize_t n;
+	int fd;
+
+	fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		ERROR(ld, NULL, "cannot open the file: %s", g_strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0) {
+		ERROR(ld, NULL, "cannot read the file: %s", g_strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ERROR(ld, NULL, "is not a regular file (%s): a JSON file",
+		      S_ISDIR(st.st_mode) ? "a directory" : "a pipe, socket or device");
+		close(fd);
+		return NULL;
+	}
+	buf = g_string_new(NULL);
+	while ((n = read(fd, chunk, sizeof chunk)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ERROR(ld, NULL, "cannot read the file: %s", g_strerror(errno));
+			break;
+		}
+		if (buf->len + (size_t)n > NW_CONFIG_FILE_MAX_BYTES) {
+			ERROR(ld, NULL, "is larger than %u MiB: a configuration file of at most %u MiB",
+			      NW_CONFIG_FILE_MAX_BYTES >> 20, NW_CONFIG_FILE_MAX_BYTES >> 20);
+			break;
+		}
+		g_string_append_len(buf, chunk, n);
+	}
+	close(fd);
+	if (ld->n_errors) {
+		g_string_free(buf, TRUE);
+		return NULL;
+	}
+	return buf;
+}
+
 struct nw_config *
 nw_config_load_file(const char *file, GPtrArray **problems)
 {
 	struct loader ld;
 	struct nw_config *cfg;
 	GString *buf;
-	char chunk[8192];
-	size_t n;
-	FILE *fp;
 
 	g_return_val_if_fail(file != NULL, NULL);
 	loader_begin(&ld, problems);
-	fp = fopen(file, "rb");
-	if (!fp) {
-		ERROR(&ld, NULL, "cannot open the file: %s", g_strerror(errno));
-		return loader_end(&ld, problems);
-	}
-	buf = g_string_new(NULL);
-	while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0)
-		g_string_append_len(buf, chunk, (gssize)n);
-	if (ferror(fp))
-		ERROR(&ld, NULL, "cannot read the file: %s", g_strerror(errno));
-	else
+	buf = read_config_file(&ld, file);
+	if (buf != NULL) {
 		load_document(&ld, buf->str, buf->len, file);
-	fclose(fp);
-	g_string_free(buf, TRUE);
+		g_string_free(buf, TRUE);
+	}
 	cfg = loader_end(&ld, problems);
 	if (cfg != NULL)
 		cfg->loaded_unix_us = g_get_real_time(); /* docs/state.md, docs/metrics.md */

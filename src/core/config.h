@@ -20,6 +20,8 @@
 #define NW_CONFIG_SECONDS_MAX 1e9
 #define NW_CONFIG_COUNT_MAX 1000000u
 #define NW_CONFIG_BYTES_MAX 1099511627776ull /* 1 TiB */
+/* The largest configuration file read (docs/configuration.md). */
+#define NW_CONFIG_FILE_MAX_BYTES (16u << 20)
 
 typedef enum nw_admission_mode {
 	NW_ADMISSION_PREDICTIVE = 0,

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Two engines and nothing else: every other field takes its default. */
 static const char base_doc[] =
@@ -571,7 +572,9 @@ static const struct range_case range_cases[] = {
 	{ "narwhal", "fleet.engines[0].role", "\"prefil\"", false, "did you mean \"prefill\"?" },
 	{ "narwhal", "fleet.engines[0].pinned", "\"yes\"", false, "wrong type" },
 	{ "narwhal", "plugins.dir", "null", true, NULL },
-	{ "narwhal", "plugins.dir", "\"/opt/narwhal/plugins\"", true, NULL },
+	{ "narwhal", "plugins.dir", "\"/\"", true, NULL },
+	{ "narwhal", "plugins.dir", "\"/nonexistent/narwhal/plugins\"", false, "does not exist" },
+	{ "narwhal", "plugins.dir", "\"/dev/null\"", false, "is not a directory" },
 	{ "narwhal", "plugins.dir", "5", false, "wrong type, found integer 5" },
 	{ "narwhal", "plugins.admission.path", "\"/opt/x/admission-open.so\"", true, NULL },
 	{ "narwhal", "plugins.admission.path", "\"\"", false, "empty string" },
@@ -916,7 +919,39 @@ static const struct url_case url_cases[] = {
 	{ "http://h h:8000", NULL },
 	{ "http://:8000", NULL },
 	{ "http://[]:8000", NULL },
+	{ "http://10.0.0.7:8000", "http://10.0.0.7:8000" },
+	{ "http://[fe80::1]:8000", "http://[fe80::1]:8000" },
 };
+
+/* What a refused URL is told: the mistake itself, not a symptom of it. */
+static const struct {
+	const char *url, *problem;
+} url_problems[] = {
+	{ "http://u:p@127.0.0.1:9101", "has user information" },
+	{ "http://user@h:8000", "has user information" },
+	{ "http://::1:9101", "has an IPv6 address without brackets: write it as [address]:port" },
+	{ "http://[1.2.3.4]:9101", "has a malformed [IPv6] host" },
+	{ "http://[:::::]:9101", "has a malformed [IPv6] host" },
+	{ "http://999.1.1.1:9101", "has a malformed IPv4 address" },
+	{ "http://1.2.3:9101", "has a malformed IPv4 address" },
+};
+
+static void
+test_url_problems(void)
+{
+	for (size_t i = 0; i < G_N_ELEMENTS(url_problems); i++) {
+		char *value = g_strdup_printf("\"%s\"", url_problems[i].url);
+		char *doc = make_doc(NULL, "fleet.engines[0].url", value);
+		struct outcome o = load(doc);
+
+		g_assert_null(o.cfg);
+		g_assert_nonnull(find_problem(o.problems, "fleet.engines[0].url",
+		                              url_problems[i].problem));
+		outcome_clear(&o);
+		g_free(doc);
+		g_free(value);
+	}
+}
 
 static void
 test_url(gconstpointer data)
@@ -1162,6 +1197,40 @@ test_load_file(void)
 	cfg = nw_config_load_file(dir, &problems);
 	g_assert_null(cfg);
 	g_assert_cmpuint(problems->len, ==, 1);
+	g_assert_cmpstr(((struct nw_config_error *)problems->pdata[0])->message, ==,
+	                "is not a regular file (a directory): a JSON file");
+	g_ptr_array_unref(problems);
+	problems = NULL;
+
+	g_unlink(file);
+	g_free(file);
+	file = g_build_filename(dir, "fifo.json", NULL);
+	g_assert_cmpint(mkfifo(file, 0600), ==, 0);
+	/* a FIFO nobody writes to is refused at once, not waited on */
+	cfg = nw_config_load_file(file, &problems);
+	g_assert_null(cfg);
+	g_assert_cmpuint(problems->len, ==, 1);
+	g_assert_cmpstr(((struct nw_config_error *)problems->pdata[0])->message, ==,
+	                "is not a regular file (a pipe, socket or device): a JSON file");
+	g_ptr_array_unref(problems);
+	problems = NULL;
+	g_unlink(file);
+
+	/* a file past the cap is refused, not read whole */
+	{
+		GString *big = g_string_new("{\"x\": \"");
+
+		while (big->len <= NW_CONFIG_FILE_MAX_BYTES)
+			g_string_append_c(big, 'a');
+		g_string_append(big, "\"}");
+		g_assert_true(g_file_set_contents(file, big->str, (gssize)big->len, NULL));
+		g_string_free(big, TRUE);
+	}
+	cfg = nw_config_load_file(file, &problems);
+	g_assert_null(cfg);
+	g_assert_cmpuint(problems->len, ==, 1);
+	g_assert_cmpstr(((struct nw_config_error *)problems->pdata[0])->message, ==,
+	                "is larger than 16 MiB: a configuration file of at most 16 MiB");
 	g_ptr_array_unref(problems);
 
 	/* and may be ignored */
@@ -1290,7 +1359,7 @@ test_struct_members(void)
 		"  {\"id\": \"x\", \"url\": \"http://h:1\", \"dialect\": \"sglang\", \"role\": \"decode\","
 		"   \"pinned\": true, \"kv_lease_s\": 333},"
 		"  {\"id\": \"y\", \"url\": \"http://h:2\", \"role\": \"prefill\"}]},"
-		" \"plugins\": {\"dir\": \"/d\","
+		" \"plugins\": {\"dir\": \"/\","
 		"  \"admission\": {\"path\": \"/a.so\", \"config\": {\"a\": 1}, \"max_inflight\": 300},"
 		"  \"placement\": {\"name\": \"slo-cost\", \"path\": \"/p.so\", \"config\": {\"p\": 2}},"
 		"  \"controller\": {\"path\": \"/c.so\", \"config\": {\"c\": 3}},"
@@ -1379,7 +1448,7 @@ test_struct_members(void)
 	g_assert_true(e->pinned);
 	g_assert_cmpfloat(e->kv_lease_s, ==, 333);
 	g_assert_cmpstr(c->fleet.engines[1].dialect, ==, "vllm");
-	g_assert_cmpstr(c->plugins.dir, ==, "/d");
+	g_assert_cmpstr(c->plugins.dir, ==, "/");
 	g_assert_cmpstr(c->plugins.admission.name, ==, "open");
 	g_assert_cmpstr(c->plugins.admission.path, ==, "/a.so");
 	g_assert_cmpint(json_integer_value(json_object_get(c->plugins.admission.config, "a")), ==, 1);
@@ -1498,7 +1567,7 @@ test_to_json_round_trip(void)
 		NULL,
 		"{" THREE_ENGINES ", \"serving\": {\"admission\": \"open\"}}",
 		"{\"serving\": {\"max_attempts\": 2, \"handoff_timeout_s\": 5}, "
-		"\"plugins\": {\"dialects\": {\"vllm\": {\"x\": [1]}}, \"dir\": \"/p\"}}",
+		"\"plugins\": {\"dialects\": {\"vllm\": {\"x\": [1]}}, \"dir\": \"/\"}}",
 		"{\"plugins\": {\"dialects\": {\"vllm\": {\"path\": \"/src/dialect-vllm.so\"}}}}",
 	};
 
@@ -1559,6 +1628,7 @@ main(int argc, char **argv)
 		    &unknown_cases[i], test_unknown);
 	for (size_t i = 0; i < G_N_ELEMENTS(url_cases); i++)
 		ADD(g_strdup_printf("/config/fleet/url/%zu", i), &url_cases[i], test_url);
+	g_test_add_func("/config/fleet/url-problems", test_url_problems);
 	for (size_t i = 0; i < G_N_ELEMENTS(role_cases); i++)
 		ADD(g_strdup_printf("/config/spec-7.2/roles/%s", role_cases[i].name), &role_cases[i],
 		    test_roles);
