@@ -208,6 +208,16 @@ main(int argc, char **argv)
 		       NARWHAL_ABI_MINOR);
 		return 0;
 	}
+	if (argc > 1) {
+		fprintf(stderr, "narwhal: unexpected argument \"%s\": give the file with --config "
+		        "FILE or --check-config FILE (see --help)\n", argv[1]);
+		return EXIT_USAGE;
+	}
+	if (config_file != NULL && check_file != NULL) {
+		fprintf(stderr, "narwhal: --config runs and --check-config only checks: give one of "
+		        "them (see --help)\n");
+		return EXIT_USAGE;
+	}
 	if ((show_plugins && check_file == NULL) || (json && !show_plugins)) {
 		fprintf(stderr, "narwhal: --show-plugins goes with --check-config FILE, and --json "
 		        "with --show-plugins (see --help)\n");

@@ -180,6 +180,12 @@ check_options(struct sim_options *o, const char *policy, const char *dialect, ch
 		                         "got \"%s\"", o->id_prefix);
 	else if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL))
 		*error = g_strdup("--tls-cert and --tls-key: give both or neither");
+	else if (o->model_file == NULL && !g_strv_contains(sim_model_preset_names(), o->preset)) {
+		g_autofree char *names = g_strjoinv(", ", (char **)sim_model_preset_names());
+
+		*error = g_strdup_printf("--preset: unknown preset \"%s\"; presets are: %s",
+		                         o->preset, names);
+	}
 	else if (o->tls_cert_file != NULL && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
 		*error = g_strdup("--tls-cert: this libmicrohttpd is built without TLS");
 	else if (o->tls_cert_file != NULL &&
@@ -210,11 +216,8 @@ load_model(struct sim_fleet *fleet, char **error)
 			return false;
 		}
 	} else if (!sim_model_preset(o->preset, &fleet->model)) {
-		g_autofree char *names = g_strjoinv(", ", (char **)sim_model_preset_names());
-
-		*error = g_strdup_printf("--preset: unknown preset \"%s\"; presets are: %s",
-		                         o->preset, names);
-		return false;
+		*error = g_strdup_printf("--preset: unknown preset \"%s\"", o->preset);
+		return false; /* check_options refused it first, as a usage error */
 	}
 	if (o->no_delay)
 		sim_model_zero_delay(&fleet->model);

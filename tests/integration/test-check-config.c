@@ -218,6 +218,26 @@ test_usage(void)
 	g_free(err);
 }
 
+/* A stray argument or both --config and --check-config is a usage error
+ * (exit 2), not something to ignore: the operator meant something else. */
+static void
+test_usage_stray(void)
+{
+	const char *extra[] = { harness_narwhal_bin(), "--check-config", "a.json", "b.json", NULL };
+	const char *both[] = { harness_narwhal_bin(), "--config", "a.json", "--check-config",
+	                       "a.json", NULL };
+	char *out = NULL, *err = NULL;
+
+	g_assert_cmpint(harness_run(extra, &out, &err), ==, 2);
+	assert_has(err, "unexpected argument \"b.json\"");
+	g_free(out);
+	g_free(err);
+	g_assert_cmpint(harness_run(both, &out, &err), ==, 2);
+	assert_has(err, "give one of them");
+	g_free(out);
+	g_free(err);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -226,5 +246,6 @@ main(int argc, char **argv)
 	g_test_add_func("/check-config/dialect-path/missing", test_dialect_path_missing);
 	g_test_add_func("/check-config/plugins-dir/adds", test_plugins_dir_adds);
 	g_test_add_func("/check-config/show-plugins/usage", test_usage);
+	g_test_add_func("/check-config/usage/stray-arguments", test_usage_stray);
 	return g_test_run();
 }
