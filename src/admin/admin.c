@@ -321,8 +321,8 @@ engine_action(struct admin_call *c, uint32_t i, const char *action, const GStrin
 	 * (docs/recovery.md); the next pass starts it. */
 	switch (nw_monitor_engine_health(m, i)->state) {
 	case NW_HEALTH_EJECTED:
-		nw_monitor_readmit(m, i);
-		return reply_engine(c, i, action, true);
+		/* changed false: a readmit already waits for the next pass */
+		return reply_engine(c, i, action, nw_monitor_readmit(m, i));
 	case NW_HEALTH_VERIFYING:
 		return reply_engine(c, i, action, false);
 	case NW_HEALTH_LIVE:
@@ -335,13 +335,21 @@ engine_action(struct admin_call *c, uint32_t i, const char *action, const GStrin
 /* --- reload ---------------------------------------------------------------- */
 
 static enum MHD_Result
-reload(struct admin_call *c)
+reload(struct admin_call *c, const GString *body)
 {
 	struct nw_daemon *d = c->a->daemon;
 	json_t *summary = NULL;
 	GError *error = NULL;
 	enum MHD_Result ret;
+	narwhal_role role;
 
+	/* Reload takes no body: refused as an engine action refuses one, so
+	 * that a body meant to say something (a path) is not ignored. */
+	if (!parse_role_body(c, body, &role, &ret))
+		return ret;
+	if (role != 0)
+		return reply_error_param(c, MHD_HTTP_BAD_REQUEST, "unknown_field", "role",
+		                         "reload takes no body", NULL);
 	if (!nw_daemon_reload(d, &summary, &error)) {
 		/* Refused whole: the file is invalid (400), or it cannot be
 		 * applied now (409: it changes what needs a restart, or Narwhal
@@ -395,7 +403,7 @@ dispatch(struct admin_call *c, const GString *body)
 		if (!post)
 			return reply_error_param(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
 			                         NULL, "POST /admin/reload only", "POST");
-		return reload(c);
+		return reload(c, body);
 	}
 	if (g_str_has_prefix(c->url, engines)) {
 		const char *id = c->url + strlen(engines);
@@ -421,6 +429,29 @@ dispatch(struct admin_call *c, const GString *body)
 	                   "no such admin route: see docs/admin.md");
 }
 
+/* The request's Content-Length, 0 when none (libmicrohttpd has refused a
+ * malformed one before the handler runs). */
+static uint64_t
+declared_length(struct MHD_Connection *conn)
+{
+	const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                            MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+	return v != NULL ? g_ascii_strtoull(v, NULL, 10) : 0;
+}
+
+static enum MHD_Result
+refuse_too_large(struct admin_call *c)
+{
+	json_t *err = nw_http_error_body("invalid_request_error", "request_too_large", NULL,
+	                                 "admin bodies are at most 4096 bytes");
+	enum MHD_Result ret = nw_http_server_refuse(c->conn, 413, err, NULL);
+
+	record(c, 413, "request_too_large");
+	json_decref(err);
+	return ret;
+}
+
 static enum MHD_Result
 on_request(void *data, struct MHD_Connection *conn, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **request)
@@ -438,22 +469,18 @@ on_request(void *data, struct MHD_Connection *conn, const char *url, const char 
 			return reply_error(&c, MHD_HTTP_UNAUTHORIZED, "invalid_admin_token",
 			                   "the admin API needs its token: send Authorization: Bearer "
 			                   "<the token in the variable admin.token_env names>");
+		/* A declared body too large is refused before it is read, as the
+		 * client listener does (docs/admin.md, 413). */
+		if (declared_length(conn) > ADMIN_MAX_BODY)
+			return refuse_too_large(&c);
 		r = g_new0(struct admin_request, 1);
 		r->body = g_string_new(NULL);
 		*request = r;
 		return MHD_YES;
 	}
 	if (*upload_size > 0) {
-		if (r->body->len + *upload_size > ADMIN_MAX_BODY) {
-			json_t *err = nw_http_error_body("invalid_request_error", "request_too_large",
-			                                 NULL, "admin bodies are at most 4096 bytes");
-			enum MHD_Result ret = nw_http_server_refuse(conn, 413,
-			                                            err, NULL);
-
-			record(&c, 413, "request_too_large");
-			json_decref(err);
-			return ret;
-		}
+		if (r->body->len + *upload_size > ADMIN_MAX_BODY)
+			return refuse_too_large(&c);
 		g_string_append_len(r->body, upload, (gssize)*upload_size);
 		*upload_size = 0;
 		return MHD_YES;

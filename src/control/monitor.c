@@ -463,11 +463,18 @@ nw_monitor_eject(struct nw_monitor *m, uint32_t engine)
 		nw_monitor_health_event(m, engine, NW_HEALTH_EJECT, "ejected by the operator");
 }
 
-void
+bool
 nw_monitor_readmit(struct nw_monitor *m, uint32_t engine)
 {
-	if (engine < m->n)
-		nw_monitor_health_event(m, engine, NW_HEALTH_READMIT, NULL);
+	const struct nw_engine_health *h;
+
+	if (engine >= m->n)
+		return false;
+	h = &m->engines[engine].health;
+	if (h->state != NW_HEALTH_EJECTED || h->next_verify_ns <= nw_monitor_now(m))
+		return false;
+	nw_monitor_health_event(m, engine, NW_HEALTH_READMIT, NULL);
+	return true;
 }
 
 /* --- what operators see --------------------------------------------------- */

@@ -89,7 +89,9 @@ int64_t nw_monitor_start_ns(const struct nw_monitor *m);
 /* Operator lifecycle holds (spec 5; the admin API drives them). */
 void nw_monitor_drain(struct nw_monitor *m, uint32_t engine, bool drain);
 void nw_monitor_eject(struct nw_monitor *m, uint32_t engine);
-void nw_monitor_readmit(struct nw_monitor *m, uint32_t engine);
+/* Whether it changed anything: false when the engine is not ejected or its
+ * verification is already due (a readmit asked before the next pass). */
+bool nw_monitor_readmit(struct nw_monitor *m, uint32_t engine);
 
 /* The operator's pin (admin API, docs/admin.md): a pinned engine keeps its
  * role through floor repair, readmission and the controller. */

@@ -680,6 +680,31 @@ test_errors(void)
 		serve_assert_error(&r, 413, "request_too_large");
 		sim_reply_clear(&r);
 	}
+	{
+		/* A declared length over the limit is refused before any body
+		 * byte comes: 413 and the close, not a wait for the body (which
+		 * would end in 408). */
+		g_autofree char *head = g_strdup_printf(
+			"POST /admin/reload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			"Content-Type: application/json\r\nContent-Length: 99999999\r\n\r\n", TOKEN);
+		GString *got = g_string_new(NULL);
+		gboolean reset;
+		int fd = serve_raw_connect(admin_port(&e));
+
+		serve_raw_send(fd, head, strlen(head));
+		g_assert_true(serve_raw_read_to_eof(fd, got, 30000, &reset));
+		g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 413"));
+		g_assert_nonnull(strstr(got->str, "request_too_large"));
+		close(fd);
+		g_string_free(got, TRUE);
+	}
+	/* Reload takes no body: one is refused, never ignored. */
+	admin_call(&e, "POST", "/admin/reload", "{\"path\": \"/etc/passwd\"}", &r);
+	serve_assert_error(&r, 400, "unknown_field");
+	sim_reply_clear(&r);
+	admin_call(&e, "POST", "/admin/reload", "{\"role\": \"decode\"}", &r);
+	serve_assert_error(&r, 400, "unknown_field");
+	sim_reply_clear(&r);
 	/* Reload through the admin API (issue 11, "Configuration reload ...
 	 * and through the admin API"): POST only; the file unchanged reloads
 	 * with no field changed; an invalid file is 400 invalid_config and a
@@ -999,6 +1024,17 @@ test_eject_and_readmit(void)
 	                                            "available")));
 	g_assert_true(json_is_true(json_object_get(reply, "changed")));
 	json_decref(reply);
+	/* Asked again before it is back: nothing more to do (changed false),
+	 * unless the breaker has already put it back (409). */
+	admin_call(&e, "POST", "/admin/engines/sim-3/readmit", NULL, &r);
+	if (r.status == 200) {
+		reply = sim_json(r.body->str);
+		g_assert_true(json_is_false(json_object_get(reply, "changed")));
+		json_decref(reply);
+	} else {
+		serve_assert_error(&r, 409, "engine_not_ejected");
+	}
+	sim_reply_clear(&r);
 	if (!serve_wait_log(&e, "\"event\":\"engine_readmitted\"", WAIT_MS))
 		fail(&e, "sim-3 was not readmitted");
 	if (!wait_engine_flag(&e, "sim-3", "available", TRUE))

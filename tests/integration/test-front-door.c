@@ -23,58 +23,6 @@
 
 static const char *const sim_fast[] = { "--engines", "2", "--time-scale", "50", NULL };
 
-static int
-raw_connect(guint16 port)
-{
-	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	g_assert_cmpint(fd, >=, 0);
-	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-	g_assert_cmpint(connect(fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
-	return fd;
-}
-
-static void
-raw_send(int fd, const char *text, size_t len)
-{
-	size_t off = 0;
-
-	while (off < len) {
-		ssize_t n = send(fd, text + off, len - off, MSG_NOSIGNAL);
-
-		g_assert_cmpint(n, >, 0);
-		off += (size_t)n;
-	}
-}
-
-/* Read until the server closes (TRUE) or the time passes (FALSE); *reset
- * says whether the end was a reset rather than a close. */
-static gboolean
-raw_read_to_eof(int fd, GString *got, guint timeout_ms, gboolean *reset)
-{
-	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
-
-	*reset = FALSE;
-	while (g_get_monotonic_time() < deadline) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		char buf[4096];
-		ssize_t n;
-
-		if (poll(&pfd, 1, 10) <= 0)
-			continue;
-		n = recv(fd, buf, sizeof buf, 0);
-		if (n == 0)
-			return TRUE;
-		if (n < 0) {
-			*reset = errno == ECONNRESET;
-			return TRUE;
-		}
-		g_string_append_len(got, buf, n);
-	}
-	return FALSE;
-}
-
 static unsigned
 count(const char *hay, const char *needle)
 {
@@ -119,10 +67,10 @@ assert_refused_and_closed(struct serve_env *e, const char *request, const char *
 {
 	GString *got = g_string_new(NULL);
 	gboolean reset;
-	int fd = raw_connect(e->port);
+	int fd = serve_raw_connect(e->port);
 
-	raw_send(fd, request, strlen(request));
-	g_assert_true(raw_read_to_eof(fd, got, 5000, &reset));
+	serve_raw_send(fd, request, strlen(request));
+	g_assert_true(serve_raw_read_to_eof(fd, got, 5000, &reset));
 	if (!g_str_has_prefix(got->str, status_line))
 		g_printerr("request:\n%s\nanswer:\n%s\n", request, got->str);
 	g_assert_true(g_str_has_prefix(got->str, status_line));
@@ -262,13 +210,13 @@ test_413_read_by_eager_client(void)
 		                                        "Content-Length: %zu\r\n\r\n", big);
 		GString *got = g_string_new(NULL);
 		gboolean reset;
-		int fd = raw_connect(e.port);
+		int fd = serve_raw_connect(e.port);
 
-		raw_send(fd, head, strlen(head));
+		serve_raw_send(fd, head, strlen(head));
 		/* All of it, as an SDK does, before reading; a reset here or on
 		 * the read is the failure. */
-		raw_send(fd, body, big);
-		g_assert_true(raw_read_to_eof(fd, got, 10000, &reset));
+		serve_raw_send(fd, body, big);
+		g_assert_true(serve_raw_read_to_eof(fd, got, 10000, &reset));
 		g_assert_false(reset);
 		g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 413"));
 		g_assert_nonnull(strstr(got->str, "\"request_too_large\""));
@@ -294,17 +242,17 @@ test_chunked_413_closes_at_once(void)
 	if (!serve_start(&e, sim_fast, "pd", "{\"serving\":{\"max_request_bytes\":400,"
 	                 "\"request_timeout_s\":60}}"))
 		return;
-	fd = raw_connect(e.port);
+	fd = serve_raw_connect(e.port);
 	head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
-	raw_send(fd, head, strlen(head));
+	serve_raw_send(fd, head, strlen(head));
 	for (int i = 0; i < 8; i++) {
 		char chunk[128];
 
 		g_snprintf(chunk, sizeof chunk, "64\r\n%0100d\r\n", 0);
-		raw_send(fd, chunk, strlen(chunk));
+		serve_raw_send(fd, chunk, strlen(chunk));
 	}
 	/* No last chunk: the answer and the close must not wait for one. */
-	g_assert_true(raw_read_to_eof(fd, got, 5000, &reset));
+	g_assert_true(serve_raw_read_to_eof(fd, got, 5000, &reset));
 	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 413"));
 	g_assert_nonnull(strstr(got->str, "\"request_too_large\""));
 	g_assert_true(says_close(got->str));
@@ -329,7 +277,7 @@ test_head_deadline(void)
 	               "server.head_timeout_s passes, though it is never idle");
 	if (!serve_start(&e, sim_fast, "pd", "{\"server\":{\"head_timeout_s\":0.5}}"))
 		return;
-	fd = raw_connect(e.port);
+	fd = serve_raw_connect(e.port);
 	deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
 	for (size_t i = 0; !closed && g_get_monotonic_time() < deadline; i++) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
@@ -337,7 +285,7 @@ test_head_deadline(void)
 
 		/* A byte every 50 ms, and a look for the close in between. */
 		if (send(fd, &c, 1, MSG_NOSIGNAL) != 1 || poll(&pfd, 1, 50) > 0)
-			closed = raw_read_to_eof(fd, got, 1000, &reset);
+			closed = serve_raw_read_to_eof(fd, got, 1000, &reset);
 	}
 	g_assert_true(closed);
 	g_assert_cmpuint(got->len, ==, 0);
@@ -363,9 +311,9 @@ test_body_deadline(void)
 	               "request_timeout and closed");
 	if (!serve_start(&e, sim_fast, "pd", "{\"server\":{\"body_timeout_s\":0.5}}"))
 		return;
-	fd = raw_connect(e.port);
-	raw_send(fd, req, strlen(req));
-	g_assert_true(raw_read_to_eof(fd, got, 10000, &reset));
+	fd = serve_raw_connect(e.port);
+	serve_raw_send(fd, req, strlen(req));
+	g_assert_true(serve_raw_read_to_eof(fd, got, 10000, &reset));
 	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 408"));
 	g_assert_nonnull(strstr(got->str, "\"request_timeout\""));
 	g_assert_cmpint(front_counter(&e, "body_timeouts"), ==, 1);
@@ -382,8 +330,8 @@ open_slow_heads(guint16 port, unsigned n)
 	int *fds = g_new(int, n);
 
 	for (unsigned i = 0; i < n; i++) {
-		fds[i] = raw_connect(port);
-		raw_send(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 40);
+		fds[i] = serve_raw_connect(port);
+		serve_raw_send(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 40);
 	}
 	return fds;
 }
@@ -413,7 +361,7 @@ test_pending_cap(void)
 	/* Each pending head is counted once the daemon has accepted it: the
 	 * health request (the ninth connection) then pushes out the first. */
 	g_assert_cmpint(front_counter(&e, "pending_evictions"), >=, 1);
-	g_assert_true(raw_read_to_eof(fds[0], got, 5000, &reset));
+	g_assert_true(serve_raw_read_to_eof(fds[0], got, 5000, &reset));
 	g_assert_cmpuint(got->len, ==, 0);
 	close_all(fds, 8);
 	g_string_free(got, TRUE);
@@ -497,10 +445,10 @@ test_get_keeps_alive(void)
 	               "in one write gets both answers on the same connection");
 	if (!serve_start(&e, sim_fast, "pd", NULL))
 		return;
-	fd = raw_connect(e.port);
+	fd = serve_raw_connect(e.port);
 	two = g_strdup("GET /narwhal/health HTTP/1.1\r\nHost: x\r\n\r\n"
 	               "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
-	raw_send(fd, two, strlen(two));
+	serve_raw_send(fd, two, strlen(two));
 	g_assert_true(serve_raw_read_until(fd, got, "\"object\":\"list\"", 5000));
 	g_assert_cmpuint(count(got->str, "HTTP/1.1 200"), ==, 2);
 	g_assert_false(says_close(got->str));
@@ -512,8 +460,8 @@ test_get_keeps_alive(void)
 	                                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
 	                                    "Content-Type: application/json\r\n"
 	                                    "Content-Length: %zu\r\n\r\n%s", strlen(body), body));
-	fd = raw_connect(e.port);
-	raw_send(fd, two, strlen(two));
+	fd = serve_raw_connect(e.port);
+	serve_raw_send(fd, two, strlen(two));
 	g_assert_true(serve_raw_read_until(fd, got, "\"text_completion\"", 10000));
 	g_assert_cmpuint(count(got->str, "HTTP/1.1 200"), ==, 2);
 	close(fd);

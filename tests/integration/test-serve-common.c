@@ -3,6 +3,7 @@
 #include "integration/test-serve-common.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -893,4 +894,56 @@ serve_store_clear(struct serve_store *s)
 	g_rmdir(s->dir);
 	g_free(s->path);
 	g_free(s->dir);
+}
+
+/* --- raw sockets --- */
+
+int
+serve_raw_connect(guint16 port)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	g_assert_cmpint(fd, >=, 0);
+	inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+	g_assert_cmpint(connect(fd, (struct sockaddr *)&addr, sizeof addr), ==, 0);
+	return fd;
+}
+
+void
+serve_raw_send(int fd, const char *text, size_t len)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		ssize_t n = send(fd, text + off, len - off, MSG_NOSIGNAL);
+
+		g_assert_cmpint(n, >, 0);
+		off += (size_t)n;
+	}
+}
+
+gboolean
+serve_raw_read_to_eof(int fd, GString *got, guint timeout_ms, gboolean *reset)
+{
+	gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+	*reset = FALSE;
+	while (g_get_monotonic_time() < deadline) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		char buf[4096];
+		ssize_t n;
+
+		if (poll(&pfd, 1, 10) <= 0)
+			continue;
+		n = recv(fd, buf, sizeof buf, 0);
+		if (n == 0)
+			return TRUE;
+		if (n < 0) {
+			*reset = errno == ECONNRESET;
+			return TRUE;
+		}
+		g_string_append_len(got, buf, n);
+	}
+	return FALSE;
 }

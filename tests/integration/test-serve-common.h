@@ -183,4 +183,12 @@ struct serve_store {
 void serve_store_write(struct serve_store *s, unsigned n_engines, double time_scale);
 void serve_store_clear(struct serve_store *s);
 
+/* Raw sockets to a loopback port, for what an HTTP client would not send:
+ * a connected socket (asserted), a whole write (asserted), and a read
+ * until the server closes (TRUE) or timeout_ms passes (FALSE), *reset
+ * saying whether the end was a reset rather than a close. */
+int serve_raw_connect(guint16 port);
+void serve_raw_send(int fd, const char *text, size_t len);
+gboolean serve_raw_read_to_eof(int fd, GString *got, guint timeout_ms, gboolean *reset);
+
 #endif /* NW_TEST_SERVE_COMMON_H */
