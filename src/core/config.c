@@ -329,10 +329,22 @@ load_document(struct loader *ld, const char *text, size_t len, const char *name)
 	json_error_t jerr;
 	json_t *root;
 
+	/* The usual ways a file that looks right is not JSON, said plainly. */
+	if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
+		ERROR(ld, NULL, "starts with a byte-order mark: save the file as UTF-8 without one");
+		return;
+	}
+	if (strspn(text, " \t\r\n") == len) {
+		ERROR(ld, NULL, "the file is empty: a JSON object");
+		return;
+	}
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		ERROR(ld, NULL, "malformed JSON at line %d, column %d: %s",
-		      jerr.line, jerr.column, jerr.text);
+		const char *hint = strstr(jerr.text, "near '/'") != NULL
+		                   ? " (comments are not JSON: remove them)" : "";
+
+		ERROR(ld, NULL, "malformed JSON at line %d, column %d: %s%s",
+		      jerr.line, jerr.column, jerr.text, hint);
 		return;
 	}
 	if (!json_is_object(root)) {

@@ -1067,7 +1067,11 @@ test_malformed_json(void)
 	g_assert_null(e->path);
 	g_assert_nonnull(strstr(e->message, "malformed JSON at line 4, column"));
 	outcome_clear(&o);
-	expect("", false, NULL, "malformed JSON at line 1", false);
+	expect("", false, NULL, "the file is empty: a JSON object", false);
+	expect(" \n", false, NULL, "the file is empty: a JSON object", false);
+	expect("\xEF\xBB\xBF{}", false, NULL, "starts with a byte-order mark", false);
+	expect("{\n  // the fleet\n}", false, NULL, "(comments are not JSON: remove them)",
+	       false);
 	expect("{\"a\": 1} x", false, NULL, "end of file expected", false);
 	/* a repeated key is almost always an edit that lost its twin */
 	expect("{\"serving\": {\"max_attempts\": 1, \"max_attempts\": 2}}", false, NULL,

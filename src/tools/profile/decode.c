@@ -400,7 +400,10 @@ on_tick(void *data)
 			cell_fail(c, "no steady token intervals in its window");
 	} else if (ended) {
 		cell_fail(c, "a stream ended after %" G_GUINT64_FORMAT " timed token(s), before "
-		          "its window of %u", timed, w);
+		          "its window of %u%s", timed, w,
+		          timed == 0 ? " (no token came apart from the others: an engine that "
+		                       "answers with no delay between tokens, such as narwhal-sim "
+		                       "--no-delay, cannot be timed)" : "");
 	}
 }
 
