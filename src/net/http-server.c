@@ -468,12 +468,30 @@ framing_field(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_si
 	return MHD_YES;
 }
 
+/* The path of an absolute-form target ("http://host:port/v1/models"),
+ * which RFC 9112 3.2.2 says a server must accept; url itself otherwise. */
+static const char *
+origin_path(const char *url)
+{
+	const char *p;
+
+	if (g_ascii_strncasecmp(url, "http://", 7) == 0)
+		p = url + 7;
+	else if (g_ascii_strncasecmp(url, "https://", 8) == 0)
+		p = url + 8;
+	else
+		return url;
+	p = strchr(p, '/');
+	return p != NULL ? p : "/";
+}
+
 static enum MHD_Result
-on_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+on_access(void *cls, struct MHD_Connection *conn, const char *target, const char *method,
           const char *version, const char *upload, size_t *upload_size, void **request)
 {
 	struct nw_http_server *srv = cls;
 	struct watched *w = watched_of(conn);
+	const char *url = origin_path(target);
 	enum MHD_Result ret;
 
 	if (w != NULL && !w->in_request) {

@@ -139,6 +139,33 @@ test_space_before_colon(void)
 }
 
 static void
+test_absolute_form(void)
+{
+	struct serve_env e;
+	GString *got = g_string_new(NULL);
+	g_autofree char *request = NULL;
+	gboolean reset;
+	int fd;
+
+	g_test_summary("/front/absolute-form (RFC 9112 3.2.2): a request whose target is an "
+	               "absolute URI is served as its path");
+	if (!serve_start(&e, sim_fast, "pd", NULL)) {
+		g_string_free(got, TRUE);
+		return;
+	}
+	request = g_strdup_printf("GET http://127.0.0.1:%u/v1/models HTTP/1.1\r\nHost: x\r\n"
+	                          "Connection: close\r\n\r\n", (unsigned)e.port);
+	fd = serve_raw_connect(e.port);
+	serve_raw_send(fd, request, strlen(request));
+	g_assert_true(serve_raw_read_to_eof(fd, got, 5000, &reset));
+	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 200"));
+	g_assert_nonnull(strstr(got->str, "\"object\":\"list\""));
+	close(fd);
+	g_string_free(got, TRUE);
+	serve_clear(&e);
+}
+
+static void
 test_two_lengths(void)
 {
 	struct serve_env e;
@@ -477,6 +504,7 @@ main(int argc, char **argv)
 	g_test_add_func("/front/framing/length-and-chunked", test_content_length_and_chunked);
 	g_test_add_func("/front/framing/two-lengths", test_two_lengths);
 	g_test_add_func("/front/framing/space-before-colon", test_space_before_colon);
+	g_test_add_func("/front/absolute-form", test_absolute_form);
 	g_test_add_func("/front/framing/unknown-coding", test_unknown_coding);
 	g_test_add_func("/front/413/eager-client", test_413_read_by_eager_client);
 	g_test_add_func("/front/413/chunked-at-once", test_chunked_413_closes_at_once);
