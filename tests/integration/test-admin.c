@@ -687,15 +687,10 @@ test_errors(void)
 		g_autofree char *head = g_strdup_printf(
 			"POST /admin/reload HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
 			"Content-Type: application/json\r\nContent-Length: 99999999\r\n\r\n", TOKEN);
-		GString *got = g_string_new(NULL);
-		gboolean reset;
-		int fd = serve_raw_connect(admin_port(&e));
+		GString *got = serve_raw_exchange(admin_port(&e), head, 30000);
 
-		serve_raw_send(fd, head, strlen(head));
-		g_assert_true(serve_raw_read_to_eof(fd, got, 30000, &reset));
 		g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 413"));
 		g_assert_nonnull(strstr(got->str, "request_too_large"));
-		close(fd);
 		g_string_free(got, TRUE);
 	}
 	/* Reload takes no body: one is refused, never ignored. */

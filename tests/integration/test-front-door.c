@@ -142,25 +142,18 @@ static void
 test_absolute_form(void)
 {
 	struct serve_env e;
-	GString *got = g_string_new(NULL);
 	g_autofree char *request = NULL;
-	gboolean reset;
-	int fd;
+	GString *got;
 
 	g_test_summary("/front/absolute-form (RFC 9112 3.2.2): a request whose target is an "
 	               "absolute URI is served as its path");
-	if (!serve_start(&e, sim_fast, "pd", NULL)) {
-		g_string_free(got, TRUE);
+	if (!serve_start(&e, sim_fast, "pd", NULL))
 		return;
-	}
 	request = g_strdup_printf("GET http://127.0.0.1:%u/v1/models HTTP/1.1\r\nHost: x\r\n"
 	                          "Connection: close\r\n\r\n", (unsigned)e.port);
-	fd = serve_raw_connect(e.port);
-	serve_raw_send(fd, request, strlen(request));
-	g_assert_true(serve_raw_read_to_eof(fd, got, 5000, &reset));
+	got = serve_raw_exchange(e.port, request, 5000);
 	g_assert_true(g_str_has_prefix(got->str, "HTTP/1.1 200"));
 	g_assert_nonnull(strstr(got->str, "\"object\":\"list\""));
-	close(fd);
 	g_string_free(got, TRUE);
 	serve_clear(&e);
 }

@@ -947,3 +947,16 @@ serve_raw_read_to_eof(int fd, GString *got, guint timeout_ms, gboolean *reset)
 	}
 	return FALSE;
 }
+
+GString *
+serve_raw_exchange(guint16 port, const char *request, guint timeout_ms)
+{
+	GString *got = g_string_new(NULL);
+	gboolean reset;
+	int fd = serve_raw_connect(port);
+
+	serve_raw_send(fd, request, strlen(request));
+	g_assert_true(serve_raw_read_to_eof(fd, got, timeout_ms, &reset));
+	close(fd);
+	return got;
+}

@@ -190,5 +190,8 @@ void serve_store_clear(struct serve_store *s);
 int serve_raw_connect(guint16 port);
 void serve_raw_send(int fd, const char *text, size_t len);
 gboolean serve_raw_read_to_eof(int fd, GString *got, guint timeout_ms, gboolean *reset);
+/* request on a fresh connection, and the whole answer, read until the
+ * server closes (asserted to come within timeout_ms). */
+GString *serve_raw_exchange(guint16 port, const char *request, guint timeout_ms);
 
 #endif /* NW_TEST_SERVE_COMMON_H */
