@@ -89,7 +89,7 @@ check_engine_url(const char *s, char **normalized)
 		p += strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 		               "0123456789.-_");
 		host_end = p;
-		if (*p == ':' && strchr(p + 1, ':') != NULL)
+		if (*p == ':' && memchr(p + 1, ':', strcspn(p + 1, "/?#")) != NULL)
 			return g_strdup("has an IPv6 address without brackets: write it as "
 			                "[address]:port");
 		if (host_end == host)

@@ -934,6 +934,7 @@ static const struct {
 	{ "http://[:::::]:9101", "has a malformed [IPv6] host" },
 	{ "http://999.1.1.1:9101", "has a malformed IPv4 address" },
 	{ "http://1.2.3:9101", "has a malformed IPv4 address" },
+	{ "http://h:8000/a:b", "has something after the port" },
 };
 
 static void
