@@ -5,6 +5,8 @@
  * server (name before the first ':', value without its surrounding
  * blanks). Beyond "no crash, no leak":
  * - a verdict is accepted exactly when it has no status, code or message;
+ * - a field name with a blank in it is refused whatever else comes
+ *   (RFC 9112 5.1);
  * - the fields of one name may be sent as one comma-joined field (RFC 9110
  *   5.3) without changing the verdict;
  * - an accepted length is the value every Content-Length element spells,
@@ -48,6 +50,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct nw_framing split = { 0 }, joined = { 0 };
 	GString *cl = NULL, *te = NULL;
 	nw_framing_verdict v, w;
+	bool blank_name = false;
 
 	for (char **l = lines; *l != NULL; l++) {
 		char *colon = strchr(*l, ':'), *value, *end;
@@ -55,6 +58,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (colon == NULL)
 			continue;
+		for (const char *c = *l; c < colon; c++)
+			blank_name |= is_blank(*c);
 		value = colon + 1;
 		end = *l + strlen(*l);
 		if (end > value && end[-1] == '\r')
@@ -85,7 +90,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	v = nw_framing_verdict_of(&split);
 	w = nw_framing_verdict_of(&joined);
 	check(v);
-	if (v != w)
+	if (blank_name ? v != NW_FRAMING_BAD_NAME : v != w)
 		abort();
 	if ((v == NW_FRAMING_LENGTH || v == NW_FRAMING_CHUNKED) && cl != NULL && te != NULL)
 		abort();
