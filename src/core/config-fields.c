@@ -145,10 +145,10 @@ check_directory(const char *s, char **normalized)
 static char *
 check_numeric_address(const char *s, char **normalized)
 {
-	unsigned char buf[sizeof(struct in6_addr)];
+	const char *end = s + strlen(s);
 
 	(void)normalized;
-	if (inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1)
+	if (is_address(AF_INET, s, end) || is_address(AF_INET6, s, end))
 		return NULL;
 	return g_strdup("is not a numeric IPv4 or IPv6 address");
 }

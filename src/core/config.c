@@ -7,14 +7,12 @@
 #include "core/config.h"
 #include "core/config-fields.h"
 #include "core/config-loader.h"
+#include "core/regular-file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 static void
 error_free(gpointer p)
@@ -374,56 +372,33 @@ nw_config_load_string(const char *text, const char *name, GPtrArray **problems)
 	return loader_end(&ld, problems);
 }
 
-/* Reads a configuration file whole, at most NW_CONFIG_FILE_MAX_BYTES. Only a
- * regular file: a FIFO without a writer would block the caller (a SIGHUP
- * reload runs on the event loop), and a device such as /dev/zero never
- * ends. Opened without blocking so a FIFO is seen before any read. */
-static GString *
+/* The file's bytes, or NULL with the problem reported (only a regular
+ * file, at most NW_CONFIG_FILE_MAX_BYTES: core/regular-file.h). */
+static GBytes *
 read_config_file(struct loader *ld, const char *file)
 {
-	GString *buf;
-	struct stat st;
-	char chunk[8192];
-	ssize_t n;
-	int fd;
+	struct nw_file_read how;
+	GBytes *bytes = nw_regular_file_read(file, NW_CONFIG_FILE_MAX_BYTES, &how);
 
-	fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0) {
-		ERROR(ld, NULL, "cannot open the file: %s", g_strerror(errno));
-		return NULL;
-	}
-	if (fstat(fd, &st) != 0) {
-		ERROR(ld, NULL, "cannot read the file: %s", g_strerror(errno));
-		close(fd);
-		return NULL;
-	}
-	if (!S_ISREG(st.st_mode)) {
+	switch (how.result) {
+	case NW_FILE_READ_OK:
+		break;
+	case NW_FILE_OPEN_FAILED:
+		ERROR(ld, NULL, "cannot open the file: %s", g_strerror(how.errno_value));
+		break;
+	case NW_FILE_NOT_REGULAR:
 		ERROR(ld, NULL, "is not a regular file (%s): a JSON file",
-		      S_ISDIR(st.st_mode) ? "a directory" : "a pipe, socket or device");
-		close(fd);
-		return NULL;
+		      how.is_dir ? "a directory" : "a pipe, socket or device");
+		break;
+	case NW_FILE_TOO_LARGE:
+		ERROR(ld, NULL, "is larger than %u MiB: a configuration file of at most %u MiB",
+		      NW_CONFIG_FILE_MAX_BYTES >> 20, NW_CONFIG_FILE_MAX_BYTES >> 20);
+		break;
+	case NW_FILE_READ_FAILED:
+		ERROR(ld, NULL, "cannot read the file: %s", g_strerror(how.errno_value));
+		break;
 	}
-	buf = g_string_new(NULL);
-	while ((n = read(fd, chunk, sizeof chunk)) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ERROR(ld, NULL, "cannot read the file: %s", g_strerror(errno));
-			break;
-		}
-		if (buf->len + (size_t)n > NW_CONFIG_FILE_MAX_BYTES) {
-			ERROR(ld, NULL, "is larger than %u MiB: a configuration file of at most %u MiB",
-			      NW_CONFIG_FILE_MAX_BYTES >> 20, NW_CONFIG_FILE_MAX_BYTES >> 20);
-			break;
-		}
-		g_string_append_len(buf, chunk, n);
-	}
-	close(fd);
-	if (ld->n_errors) {
-		g_string_free(buf, TRUE);
-		return NULL;
-	}
-	return buf;
+	return bytes;
 }
 
 struct nw_config *
@@ -431,14 +406,17 @@ nw_config_load_file(const char *file, GPtrArray **problems)
 {
 	struct loader ld;
 	struct nw_config *cfg;
-	GString *buf;
+	GBytes *bytes;
 
 	g_return_val_if_fail(file != NULL, NULL);
 	loader_begin(&ld, problems);
-	buf = read_config_file(&ld, file);
-	if (buf != NULL) {
-		load_document(&ld, buf->str, buf->len, file);
-		g_string_free(buf, TRUE);
+	bytes = read_config_file(&ld, file);
+	if (bytes != NULL) {
+		gsize len;
+		const char *text = g_bytes_get_data(bytes, &len);
+
+		load_document(&ld, len > 0 ? text : "", len, file);
+		g_bytes_unref(bytes);
 	}
 	cfg = loader_end(&ld, problems);
 	if (cfg != NULL)

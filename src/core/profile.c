@@ -13,6 +13,7 @@
 #include <glib/gstdio.h>
 
 #include "core/config-fields.h"
+#include "core/regular-file.h"
 
 /* How much of a value from the file a message quotes. */
 #define QUOTE_MAX 64
@@ -661,43 +662,21 @@ fail:
 	return NULL;
 }
 
-/* The store's bytes. Only a regular file is read: opened without
- * blocking and checked before any read, since a named pipe at the path
- * would stop the daemon (a reload runs on its main loop) until something
- * wrote to it, and a device such as /dev/zero would never end. */
+/* The store's bytes: only a regular file (core/regular-file.h). */
 static GBytes *
 read_regular(const char *file, GError **error)
 {
-	int fd = g_open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
-	struct stat st;
-	GMappedFile *m;
-	GBytes *bytes;
-	GError *e = NULL;
+	struct nw_file_read how;
+	GBytes *bytes = nw_regular_file_read(file, G_MAXSIZE, &how);
 
-	if (fd < 0) {
-		int err = errno;
-
-		g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(err),
-		            "%s: cannot read the profile store: %s", file, g_strerror(err));
-		return NULL;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
+	if (how.result == NW_FILE_NOT_REGULAR)
 		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
 		            "%s: not a regular file (a directory, a pipe or a device): profiles.path "
 		            "names the JSON file narwhal-profile writes", file);
-		return NULL;
-	}
-	m = g_mapped_file_new_from_fd(fd, FALSE, &e);
-	close(fd);
-	if (m == NULL) {
-		g_set_error(error, e->domain, e->code, "%s: cannot read the profile store: %s", file,
-		            e->message);
-		g_error_free(e);
-		return NULL;
-	}
-	bytes = g_mapped_file_get_bytes(m);
-	g_mapped_file_unref(m);
+	else if (bytes == NULL)
+		g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(how.errno_value),
+		            "%s: cannot read the profile store: %s", file,
+		            g_strerror(how.errno_value));
 	return bytes;
 }
 
