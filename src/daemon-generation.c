@@ -39,8 +39,8 @@ loaded_plugin_clear(struct loaded_plugin *lp)
  * configuration path at fault, for the message. */
 static gboolean
 load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct nw_fleet *fleet,
-            struct nw_plugin_metrics *metrics, struct loaded_plugin *out, const char **where,
-            GError **error)
+            struct nw_plugin_metrics *metrics, bool quiet, struct loaded_plugin *out,
+            const char **where, GError **error)
 {
 	const struct nw_plugin_config *pc =
 		(const struct nw_plugin_config *)((const char *)cfg + slot->config_offset);
@@ -58,6 +58,7 @@ load_plugin(const struct nw_config *cfg, const struct plugin_slot *slot, struct 
 		return FALSE;
 	}
 	lp.host = nw_host_new(slot->kind, lp.plugin->desc->name, NULL, NULL, fleet, metrics);
+	nw_host_set_quiet(lp.host, quiet);
 	config = nw_config_plugin_section(cfg, pc, slot->kind);
 	lp.instance = nw_plugin_instance_new(lp.plugin, nw_host_table(lp.host), config, error);
 	json_decref(config);
@@ -148,7 +149,8 @@ loaded_json(const struct nw_plugin *p, const struct nw_config *cfg, const char *
 }
 
 gboolean
-nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t *loaded)
+nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t *loaded,
+                        gboolean quiet)
 {
 	json_t *dialects = loaded ? json_object() : NULL;
 	struct nw_fleet *fleet = nw_fleet_new(cfg, 0);
@@ -172,7 +174,7 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t
 		GError *error = NULL;
 		const char *where;
 
-		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, &lp, &where, &error)) {
+		if (load_plugin(cfg, &plugin_slots[i], fleet, metrics, quiet, &lp, &where, &error)) {
 			const struct nw_plugin_config *pc = (const struct nw_plugin_config *)(
 				(const char *)cfg + plugin_slots[i].config_offset);
 
@@ -209,6 +211,18 @@ nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems, json_t
 			g_error_free(error);
 			ok = FALSE;
 		}
+	}
+	/* No store at all, when a plugin refused (predictive admission
+	 * refuses unprofiled engines): a typo in profiles.path looks just like
+	 * an unprofiled fleet. A running daemon logs profiles_missing. */
+	if (store_ok && profiles == NULL && !ok) {
+		g_autofree char *msg = g_strdup_printf(
+			"\"%s\" does not exist%s: no engine has a measured profile; `narwhal-profile "
+			"--config FILE` writes the store (docs/profiles.md)", cfg->profiles.path,
+			g_path_is_absolute(cfg->profiles.path)
+				? "" : " (a relative path is taken from the working directory)");
+
+		nw_config_error_add(problems, true, "profiles.path", msg);
 	}
 	if (loaded != NULL)
 		json_object_set_new(loaded, "dialects", dialects);
@@ -310,8 +324,8 @@ nw_generation_new(struct nw_config *cfg, const struct nw_generation_shared *sh, 
 			(struct loaded_plugin *)((char *)g + plugin_slots[i].loaded_offset);
 		const char *where;
 
-		if (!load_plugin(cfg, &plugin_slots[i], g->fleet, sh->plugin_metrics, lp, &where,
-		                 error)) {
+		if (!load_plugin(cfg, &plugin_slots[i], g->fleet, sh->plugin_metrics, false, lp,
+		                 &where, error)) {
 			/* A field of the file, not a plugin's own message: say which. */
 			if (where != plugin_slots[i].config_path)
 				g_prefix_error(error, "%s: %s: ", cfg->source ? cfg->source : "<config>",

@@ -36,6 +36,7 @@ struct nw_daemon {
 	char *config_file;                     /* re-read by a reload */
 	GMainLoop *loop;
 	int64_t started_us;
+	bool listening; /* "listening" was logged: "stopped" closes it */
 	/* What outlives a reload: */
 	struct nw_plugin_metrics *plugin_metrics;
 	struct nw_serve_metrics serve_metrics; /* shared by every generation */

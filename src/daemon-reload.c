@@ -292,7 +292,7 @@ reload(struct nw_daemon *d, json_t **summary, GError **error)
 	}
 	/* A configuration loaded has no error; its plugins are checked as
 	 * --check-config does. */
-	if (!nw_daemon_check_plugins(cfg, problems, NULL)) {
+	if (!nw_daemon_check_plugins(cfg, problems, NULL, TRUE)) {
 		ok = refuse(error, G_FILE_ERROR_INVAL, file, problems, NULL);
 		goto out_cfg;
 	}

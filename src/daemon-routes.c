@@ -14,8 +14,11 @@
 static json_t *
 plugin_json(const struct nw_plugin *p, bool operator)
 {
-	return json_pack("{s:s, s:s, s:s?}", "name", p->desc->name, "version", p->desc->version,
-	                 "path", operator ? p->path : NULL);
+	json_t *o = json_pack("{s:s, s:s}", "name", p->desc->name, "version", p->desc->version);
+
+	if (operator && p->path != NULL)
+		json_object_set_new(o, "path", json_string(p->path));
+	return o;
 }
 
 struct prefixed {

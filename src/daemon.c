@@ -277,6 +277,7 @@ nw_daemon_new(struct nw_config *cfg, GError **error)
 	       "placement", d->gen->placement.plugin->desc->name,
 	       "controller", d->gen->controller.plugin->desc->name,
 	       "api_keys", d->gen->api_keys ? "required" : "off", NULL);
+	d->listening = true;
 	return d;
 
 fail:
@@ -324,7 +325,8 @@ nw_daemon_free(struct nw_daemon *d)
 
 	if (d == NULL)
 		return;
-	ran = d->http != NULL;
+	/* A start that failed logs startup_failed, and no "stopped" before it. */
+	ran = d->listening;
 	reloads = d->gen != NULL ? d->gen->number : 0; /* one generation a reload */
 	if (d->sigterm)
 		g_source_remove(d->sigterm);

@@ -26,8 +26,10 @@ void nw_daemon_free(struct nw_daemon *d);
  * it validate its own section. Appends struct nw_config_error entries to problems; returns
  * false if any plugin refused. loaded, when not NULL, is an object that
  * gets what was loaded, by kind ("admission", ..., and "dialects" by name):
- * {"name", "version", "path"} each (--check-config --show-plugins). */
+ * {"name", "version", "path"} each (--check-config --show-plugins). quiet:
+ * the plugins' own log lines are dropped, for a check that the daemon's
+ * creation of the same plugins follows (a start, a reload). */
 gboolean nw_daemon_check_plugins(const struct nw_config *cfg, GPtrArray *problems,
-                                 json_t *loaded);
+                                 json_t *loaded, gboolean quiet);
 
 #endif /* NW_DAEMON_H */

@@ -45,6 +45,27 @@ print_loaded(const char *where, const json_t *p)
 	printf("%s\n", json_array_size(hides) > 0 ? ")" : "");
 }
 
+/* A variable the file names for a secret, unset or blank where the check
+ * runs: a warning, since the daemon's own environment (a unit's
+ * EnvironmentFile) may set it, but a start here would fail. */
+static void
+warn_unset_variable(GPtrArray *problems, const char *path, const char *name)
+{
+	const char *value = name != NULL ? g_getenv(name) : NULL;
+	g_autofree char *stripped = value != NULL ? g_strstrip(g_strdup(value)) : NULL;
+	struct nw_config_error *e;
+
+	if (name == NULL || (stripped != NULL && *stripped != '\0'))
+		return;
+	e = g_new0(struct nw_config_error, 1);
+	e->path = g_strdup(path);
+	e->message = g_strdup_printf("the environment variable %s is %s here: narwhal starts only "
+	                             "where it is set (docs/deployment.md, \"Running under systemd\")",
+	                             name, value == NULL ? "unset" : "empty");
+	e->warning = true;
+	g_ptr_array_add(problems, e);
+}
+
 /* --check-config: the effective configuration, or with show_plugins the
  * plugins loaded for it (docs/configuration.md, "Checking a file"). */
 static int
@@ -55,10 +76,14 @@ check_config(const char *file, gboolean show_plugins, gboolean json)
 	json_t *loaded = show_plugins ? json_object() : NULL;
 	int status = 0;
 
+	if (cfg != NULL) {
+		warn_unset_variable(problems, "admin.token_env", cfg->admin.token_env);
+		warn_unset_variable(problems, "server.api_keys_env", cfg->server.api_keys_env);
+	}
 	if (cfg == NULL) {
 		nw_config_print_problems(file, problems, FALSE);
 		status = EXIT_CONFIG;
-	} else if (!nw_daemon_check_plugins(cfg, problems, loaded)) {
+	} else if (!nw_daemon_check_plugins(cfg, problems, loaded, FALSE)) {
 		nw_config_print_problems(file, problems, FALSE);
 		status = EXIT_CONFIG;
 	} else if (show_plugins && !json) {
@@ -99,6 +124,7 @@ run(const char *file)
 	struct nw_config *cfg;
 	struct nw_daemon *d;
 	GError *error = NULL;
+	guint checked_from;
 	int status;
 
 	/* A reload asked for while starting (`systemctl reload` right after
@@ -131,17 +157,20 @@ run(const char *file)
 	/* The plugins are checked first, as --check-config and a reload check
 	 * them, so that a refusal names the file and its field (FILE:
 	 * plugins.placement: ...), which the daemon's own load does not. */
-	if (!nw_daemon_check_plugins(cfg, problems, NULL)) {
+	checked_from = problems->len; /* the file's own warnings are logged above */
+	if (!nw_daemon_check_plugins(cfg, problems, NULL, TRUE)) {
 		g_autoptr(GPtrArray) lines = g_ptr_array_new_with_free_func(g_free);
 
-		for (guint i = 0; i < problems->len; i++) {
+		for (guint i = checked_from; i < problems->len; i++) {
 			const struct nw_config_error *e = g_ptr_array_index(problems, i);
+			g_autofree char *line = nw_config_error_format(file, e);
 
-			if (e->warning)
-				continue;
-			g_ptr_array_add(lines, nw_config_error_format(file, e));
-			nw_log(NARWHAL_LOG_ERROR, "startup_failed", "error",
-			       g_ptr_array_index(lines, lines->len - 1), NULL);
+			/* A warning here is the refusal's context (a missing
+			 * profile store). */
+			g_ptr_array_add(lines, g_strconcat(e->warning ? "warning: " : "", line, NULL));
+			nw_log(e->warning ? NARWHAL_LOG_WARNING : NARWHAL_LOG_ERROR,
+			       e->warning ? "config_warning" : "startup_failed",
+			       e->warning ? "problem" : "error", line, NULL);
 		}
 		nw_log_writer_stop();
 		for (guint i = 0; i < lines->len; i++)

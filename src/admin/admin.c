@@ -194,6 +194,19 @@ engine_index(struct nw_daemon *d, const char *id)
 	return -1;
 }
 
+/* 404 naming the ids there are (the admin listener is the operator's: the
+ * fleet's ids are no secret there). */
+static enum MHD_Result
+reply_engine_not_found(struct admin_call *c)
+{
+	const struct nw_fleet *f = nw_daemon_fleet(c->a->daemon);
+	g_autoptr(GString) msg = g_string_new("no engine has this id: the ids of fleet.engines are ");
+
+	for (uint32_t i = 0; i < f->view.n_engines; i++)
+		g_string_append_printf(msg, "%s\"%s\"", i == 0 ? "" : ", ", f->ids[i]);
+	return reply_error(c, MHD_HTTP_NOT_FOUND, "engine_not_found", msg->str);
+}
+
 /* What an engine action answers: the engine's state entry after it. */
 static enum MHD_Result
 reply_engine(struct admin_call *c, uint32_t i, const char *action, bool changed)
@@ -341,15 +354,13 @@ reload(struct admin_call *c, const GString *body)
 	json_t *summary = NULL;
 	GError *error = NULL;
 	enum MHD_Result ret;
-	narwhal_role role;
 
-	/* Reload takes no body: refused as an engine action refuses one, so
-	 * that a body meant to say something (a path) is not ignored. */
-	if (!parse_role_body(c, body, &role, &ret))
-		return ret;
-	if (role != 0)
-		return reply_error_param(c, MHD_HTTP_BAD_REQUEST, "unknown_field", "role",
-		                         "reload takes no body", NULL);
+	/* Reload takes no body, not even {}: one meant to say something (a
+	 * path) must not be ignored (docs/admin.md). */
+	if (body->len > 0)
+		return reply_error(c, MHD_HTTP_BAD_REQUEST, "body_not_allowed",
+		                   "reload takes no body: it reads the file narwhal started with "
+		                   "(--config) again");
 	if (!nw_daemon_reload(d, &summary, &error)) {
 		/* Refused whole: the file is invalid (400), or it cannot be
 		 * applied now (409: it changes what needs a restart, or Narwhal
@@ -419,8 +430,7 @@ dispatch(struct admin_call *c, const GString *body)
 				                         "engine actions take POST", "POST");
 			i = engine_index(c->a->daemon, name);
 			if (i < 0)
-				return reply_error(c, MHD_HTTP_NOT_FOUND, "engine_not_found",
-				                   "no engine has this id: the ids of fleet.engines");
+				return reply_engine_not_found(c);
 			c->engine = nw_daemon_fleet(c->a->daemon)->ids[i];
 			return engine_action(c, (uint32_t)i, slash + 1, body);
 		}

@@ -26,6 +26,7 @@ struct nw_host {
 	GHashTable *slots;   /* name as the plugin gives it -> its value in
 	                      * metrics: a metric update on the request path
 	                      * allocates nothing once the name is known */
+	bool quiet;          /* nw_host_set_quiet */
 };
 
 int64_t
@@ -187,6 +188,8 @@ svc_log(void *ctx, narwhal_log_level level, const char *message)
 {
 	struct nw_host *h = ctx;
 
+	if (h->quiet)
+		return;
 	if (level > NARWHAL_LOG_ERROR)
 		level = NARWHAL_LOG_ERROR;
 	nw_log(level, "plugin", "plugin", h->plugin, "message", message ? message : "", NULL);
@@ -296,6 +299,12 @@ nw_host_new(narwhal_plugin_kind kind, const char *plugin_name, nw_clock_fn clock
 	h->table.prefill_queue_seconds = svc_prefill_queue_seconds;
 	h->table.price_split = svc_price_split;
 	return h;
+}
+
+void
+nw_host_set_quiet(struct nw_host *host, bool quiet)
+{
+	host->quiet = quiet;
 }
 
 const struct narwhal_host *

@@ -151,6 +151,10 @@ struct nw_host *nw_host_new(narwhal_plugin_kind kind, const char *plugin_name,
                             nw_clock_fn clock, void *clock_data, struct nw_fleet *fleet,
                             struct nw_plugin_metrics *metrics);
 const struct narwhal_host *nw_host_table(const struct nw_host *host);
+/* A host for a plugin created only to check its configuration, before the
+ * daemon creates it again: its log lines are dropped, so that they are not
+ * logged twice. */
+void nw_host_set_quiet(struct nw_host *host, bool quiet);
 /* The prefix of the plugin's metric names, "narwhal_plugin_<kind>_<name>_". */
 const char *nw_host_metric_prefix(const struct nw_host *host);
 void nw_host_free(struct nw_host *host);

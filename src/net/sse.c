@@ -38,6 +38,7 @@ nw_sse_reset(struct nw_sse *p)
 	g_string_truncate(p->data, 0);
 	p->in_place = NULL;
 	p->in_place_len = 0;
+	p->event_bytes = 0;
 	p->has_data = false;
 	p->after_cr = false;
 	p->cr_ended_event = false;
@@ -69,6 +70,7 @@ dispatch(struct nw_sse *p)
 		                            : p->fn(p->fn_data, p->data->str, p->data->len);
 	p->in_place = NULL;
 	p->in_place_len = 0;
+	p->event_bytes = 0;
 	g_string_truncate(p->data, 0);
 	p->has_data = false;
 	if (!go_on)
@@ -135,6 +137,8 @@ feed(struct nw_sse *p, const char *bytes, size_t len)
 				bytes++;
 				if (p->cr_ended_event)
 					last_boundary = (size_t)(bytes - start); /* keep the pair whole */
+				else
+					p->event_bytes++; /* as if the pair had come whole */
 				p->cr_ended_event = false;
 				continue;
 			}
@@ -149,8 +153,9 @@ feed(struct nw_sse *p, const char *bytes, size_t len)
 		}
 		if (q == NULL)
 			q = end;
-		if (p->line->len + (size_t)(q - bytes) + p->data->len + p->in_place_len >
-		    p->max_event) {
+		/* The data so far is part of the event's lines: one bound
+		 * covers both. */
+		if (p->event_bytes + p->line->len + (size_t)(q - bytes) > p->max_event) {
 			p->overflow = true;
 			p->boundary = last_boundary;
 			return false;
@@ -169,6 +174,9 @@ feed(struct nw_sse *p, const char *bytes, size_t len)
 			line_len = (size_t)(q - bytes);
 		}
 		p->boundary = (size_t)(q + 1 - start);
+		/* Counted before the line is processed: a blank line's dispatch
+		 * starts the next event at 0. */
+		p->event_bytes += p->line->len + (size_t)(q + 1 - bytes);
 		if (p->line->len == 0) {
 			if (line_len == 0) {
 				last_boundary = p->boundary;

@@ -21,7 +21,9 @@
 
 #include <glib.h>
 
-/* The default bound on one event (data plus the line being read). */
+/* The default bound on one event: every byte of its lines, comments and
+ * other fields included, so that an engine cannot grow an event without
+ * end out of lines that are not data. */
 #define NW_SSE_MAX_EVENT (16u << 20)
 
 /* One event's data payload (not NUL-terminated; len bytes). Return false
@@ -37,6 +39,7 @@ struct nw_sse {
 	 * copied to data before nw_sse_feed returns. NULL: none. */
 	const char *in_place;
 	size_t in_place_len;
+	size_t event_bytes; /* the event's whole lines so far, with their ends */
 	size_t max_event;
 	bool has_data;
 	bool after_cr;      /* the last byte was CR: an LF next is part of it */

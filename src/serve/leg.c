@@ -44,6 +44,30 @@ concurrent_decode(const struct nw_request *r)
 	return r->leg.kind == NW_LEG_DECODE && nw_phase_pair_concurrent(r);
 }
 
+/* Why a 2xx answer to a stream leg cannot be read as one (docs/api.md,
+ * "Event data that is not JSON"), or NULL: a Content-Type other than
+ * text/event-stream (a JSON body, a web page) or a content coding. An
+ * answer without a Content-Type is taken as the stream asked for. */
+static const char *
+not_a_stream(struct nw_upstream_call *call)
+{
+	static const char sse[] = "text/event-stream";
+	const char *type = call != NULL ? nw_upstream_header(call, "Content-Type") : NULL;
+	const char *coding = call != NULL ? nw_upstream_header(call, "Content-Encoding") : NULL;
+
+	if (type != NULL) {
+		type += strspn(type, " \t");
+		if (g_ascii_strncasecmp(type, sse, sizeof sse - 1) != 0 ||
+		    (type[sizeof sse - 1] != '\0' && strchr("; \t", type[sizeof sse - 1]) == NULL))
+			return "the engine answered the stream it was asked for with another "
+			       "Content-Type";
+	}
+	if (coding != NULL && coding[strspn(coding, " \t")] != '\0' &&
+	    g_ascii_strcasecmp(coding + strspn(coding, " \t"), "identity") != 0)
+		return "the engine answered the stream it was asked for with a Content-Encoding";
+	return NULL;
+}
+
 static void
 on_response(void *data, long status)
 {
@@ -59,6 +83,14 @@ on_response(void *data, long status)
 		s->metrics->counters.engine_status_5xx++;
 	if (status < 200 || status >= 300 || !leg_streams(r))
 		return;
+	{
+		const char *why = not_a_stream(r->leg.call);
+
+		if (why != NULL) {
+			nw_request_fail_engine(r, NW_FAIL_BAD_RESPONSE, status, why, NULL);
+			return;
+		}
+	}
 	if (!r->parsed.stream) {
 		r->leg.collecting = true;
 		nw_collect_begin(r);

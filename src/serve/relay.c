@@ -143,7 +143,10 @@ unsent(const struct nw_relay *rl)
 }
 
 /* Appends bytes. The bytes already sent make room first; the buffer grows
- * only when that is not enough, in RELAY_REST steps. */
+ * only when that is not enough: to the next RELAY_REST step, or by half
+ * again past RELAY_BACKLOG_HARD (only an event still incomplete grows it
+ * that far, up to serving.max_response_bytes, and it is then not copied
+ * whole at every read). */
 static void
 append(struct nw_relay *rl, const void *bytes, size_t n)
 {
@@ -154,7 +157,12 @@ append(struct nw_relay *rl, const void *bytes, size_t n)
 		rl->sent = 0;
 	}
 	if (rl->len + n > rl->cap) {
-		rl->cap = (rl->len + n + RELAY_REST - 1) / RELAY_REST * RELAY_REST;
+		size_t want = rl->len + n;
+
+		if (rl->cap >= RELAY_BACKLOG_HARD)
+			want = MAX(want, rl->cap + rl->cap / 2);
+
+		rl->cap = (want + RELAY_REST - 1) / RELAY_REST * RELAY_REST;
 		rl->buf = g_realloc(rl->buf, rl->cap);
 	}
 	memcpy(rl->buf + rl->len, bytes, n);

@@ -23,6 +23,18 @@
 
 /* The daemon's settings over the harness's: the admission policy, the
  * TTFT target, the store; slo-cost placement. */
+/* How many times needle is in narwhal's log so far. */
+static guint
+log_count(struct serve_env *e, const char *needle)
+{
+	g_autofree char *log = serve_log(e);
+	guint n = 0;
+
+	for (const char *at = log; (at = strstr(at, needle)) != NULL; at++)
+		n++;
+	return n;
+}
+
 static char *
 config_text(const struct serve_store *s, const char *admission, double ttft_s, const char *extra)
 {
@@ -401,6 +413,12 @@ test_defaults_start(void)
 	g_assert_cmpint(daemon_refused(e.config_path, &err), !=, 0);
 	g_test_message("%s", err);
 	g_assert_nonnull(strstr(err, "narwhal-profile"));
+	/* ...and that the store is not there at all (a typo looks the same). */
+	{
+		g_autofree char *says = g_strdup_printf("profiles.path: \"%s\" does not exist", missing);
+
+		g_assert_nonnull(strstr(err, says));
+	}
 
 	/* ...unless told to run as open, which it says in the log and in
 	 * the state (docs/admission.md). */
@@ -411,6 +429,12 @@ test_defaults_start(void)
 	                           missing);
 	g_assert_true(serve_start_daemon(&e, open_cfg, NULL));
 	g_assert_true(serve_wait_log(&e, "narwhal-profile", 5000));
+	/* Said once a start and once a reload: the check of the plugins
+	 * before each creates them quietly. */
+	g_assert_cmpuint(log_count(&e, "admitting through"), ==, 1);
+	g_subprocess_send_signal(e.daemon, SIGHUP);
+	g_assert_true(serve_wait_log(&e, "\"event\":\"reload_applied\"", 10000));
+	g_assert_cmpuint(log_count(&e, "admitting through"), ==, 2);
 	sim_http(e.port, "GET", "/narwhal/state", NULL, NULL, 5000, &r);
 	state = sim_json(r.body->str);
 	g_assert_cmpfloat(json_number_value(json_object_get(json_object_get(json_object_get(

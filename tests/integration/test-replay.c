@@ -751,6 +751,10 @@ test_cli_and_transport(void)
 	engine_start(false);
 	u = url();
 	files_init(&f, NULL, "unused");
+	/* --version, as every other binary has (docs/replay.md). */
+	g_assert_cmpint(replay(&o, "--version", NULL), ==, 0);
+	g_assert_true(g_str_has_prefix(o.out, "narwhal-replay " PACKAGE_VERSION "\n"));
+	outcome_clear(&o);
 	/* Usage errors exit 2 and name the problem. */
 	g_assert_cmpint(replay(&o, "--synthetic", "rate=1", NULL), ==, 2);
 	g_assert_nonnull(strstr(o.err, "--url"));

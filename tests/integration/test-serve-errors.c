@@ -100,9 +100,11 @@ fake_engine_start(struct fake_engine *f, const char *response)
 }
 
 /* narwhal alone in front of the fake engine (the sim only to satisfy the
- * harness, stopped right away). */
+ * harness, stopped right away), with serving settings when serving is not
+ * NULL (the members of the "serving" object). */
 static gboolean
-start_with_fake(struct serve_env *e, struct fake_engine *f, const char *response)
+start_with_fake_serving(struct serve_env *e, struct fake_engine *f, const char *response,
+                        const char *serving)
 {
 	const char *const args[] = { "--engines", "1", NULL };
 	g_autofree char *config = NULL;
@@ -113,11 +115,18 @@ start_with_fake(struct serve_env *e, struct fake_engine *f, const char *response
 	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
 	config = g_strdup_printf("{\"engine\":{\"tokenize\":false},"
 	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1,"
-	                         "\"monitor_interval_s\":600},"
+	                         "\"monitor_interval_s\":600},\"serving\":{%s},"
 	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
-	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f->srv.port);
+	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}",
+	                         serving != NULL ? serving : "", f->srv.port);
 	g_assert_true(serve_start_daemon(e, config, NULL));
 	return TRUE;
+}
+
+static gboolean
+start_with_fake(struct serve_env *e, struct fake_engine *f, const char *response)
+{
+	return start_with_fake_serving(e, f, response, NULL);
 }
 
 #define PLAIN "{\"model\":\"opt-13b-a100\",\"prompt\":\"Hi\",\"max_tokens\":2}"
@@ -343,6 +352,88 @@ test_error_event_hidden(void)
 	g_assert_true(serve_wait_log(&e, "/opt/vllm/engine/core.py", 1000));
 	serve_clear(&e);
 	serve_fake_engine_stop(&f.srv);
+}
+
+/* docs/api.md: an event is bounded by serving.max_response_bytes, all of
+ * its lines counted. Comment and event: lines with no blank line between
+ * them used to pass both that bound and the relay's backlog bound, so an
+ * engine could make one stream hold memory without end. */
+static void
+test_endless_event_bounded(void)
+{
+	static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+		"Connection: close\r\n\r\n"
+		"data: {\"id\":\"cmpl-x\",\"object\":\"text_completion\",\"created\":1,\"model\":"
+		"\"opt-13b-a100\",\"choices\":[{\"index\":0,\"text\":\" a\",\"logprobs\":null,"
+		"\"finish_reason\":null,\"stop_reason\":null}]}\n\n";
+	const char *hdr[] = { "X-Request-Id: endless", NULL };
+	g_autoptr(GString) resp = g_string_new(head);
+	struct serve_env e;
+	struct fake_engine f;
+	struct sim_reply r;
+	json_t *ev;
+
+	g_test_summary("/serve/spec-4.3/endless-event-bounded: an engine event that grows "
+	               "out of comment and event: lines, with no blank line, ends the stream at "
+	               "serving.max_response_bytes with response_too_large, streamed or not");
+	/* 64 KiB of lines that are not data, then the terminator. */
+	for (int i = 0; i < 4096; i++)
+		g_string_append(resp, i % 2 ? ": keepalive\n" : "event: ping\n");
+	g_string_append(resp, "data: [DONE]\n\n");
+	if (!start_with_fake_serving(&e, &f, resp->str, "\"max_response_bytes\": 8192"))
+		return;
+	serve_post(&e, "/v1/completions", STREAM, hdr, 10000, &r);
+	g_assert_cmpint(r.status, ==, 200);
+	g_assert_nonnull(strstr(r.body->str, "\" a\""));
+	assert_absent(&r, "[DONE]");
+	assert_absent(&r, "keepalive");
+	ev = last_event(&r);
+	g_assert_cmpstr(json_string_value(json_object_get(json_object_get(ev, "error"), "code")),
+	                ==, "response_too_large");
+	json_decref(ev);
+	sim_reply_clear(&r);
+	serve_post(&e, "/v1/completions", PLAIN, hdr, 10000, &r);
+	serve_assert_error(&r, 502, "response_too_large");
+	sim_reply_clear(&r);
+	serve_clear(&e);
+	serve_fake_engine_stop(&f.srv);
+}
+
+static void
+check_not_a_stream(const char *response, const char *name)
+{
+	struct serve_env e;
+	struct fake_engine f;
+	struct sim_reply r;
+
+	if (!start_with_fake(&e, &f, response))
+		return;
+	serve_post(&e, "/v1/completions", STREAM, NULL, 10000, &r);
+	serve_assert_error(&r, 502, "engine_bad_response");
+	sim_reply_clear(&r);
+	serve_post(&e, "/v1/completions", PLAIN, NULL, 10000, &r);
+	serve_assert_error(&r, 502, "engine_bad_response");
+	assert_absent(&r, "whale");
+	sim_reply_clear(&r);
+	g_assert_true(serve_wait_log(&e, name, 1000));
+	serve_clear(&e);
+	serve_fake_engine_stop(&f.srv);
+}
+
+/* docs/api.md: a 2xx answer that is not the event stream asked for is an
+ * answer Narwhal cannot read (502 engine_bad_response, not retried), not a
+ * cut transfer (engine_unreachable). */
+static void
+test_not_a_stream(void)
+{
+	g_test_summary("/serve/issue-9/not-a-stream: a complete 2xx answer to a stream leg "
+	               "with another Content-Type, or with a Content-Encoding, is 502 "
+	               "engine_bad_response, streamed or not");
+	check_not_a_stream("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 21\r\n"
+	                   "Connection: close\r\n\r\n<html>whale page</ht>", "Content-Type");
+	check_not_a_stream("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+	                   "Content-Encoding: gzip\r\nConnection: close\r\n\r\n"
+	                   "\x1f\x8b whale", "Content-Encoding");
 }
 
 static void
@@ -574,6 +665,8 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/issue-9/5xx-body-hidden", test_5xx_body_hidden);
 	g_test_add_func("/serve/issue-9/error-event-hidden", test_error_event_hidden);
 	g_test_add_func("/serve/issue-9/4xx-passed-on", test_4xx_passed_on);
+	g_test_add_func("/serve/spec-4.3/endless-event-bounded", test_endless_event_bounded);
+	g_test_add_func("/serve/issue-9/not-a-stream", test_not_a_stream);
 	g_test_add_func("/serve/issue-9/transport-error-hidden", test_transport_error_hidden);
 	g_test_add_func("/serve/issue-9/stream-commit-first-event", test_first_event_retries);
 	g_test_add_func("/serve/issue-9/stream-commit-status", test_commit_modes);

@@ -160,6 +160,46 @@ test_bound(void)
 	g_ptr_array_free(s.events, TRUE);
 }
 
+static void
+test_bound_counts_every_line(void)
+{
+	struct seen s = { g_ptr_array_new_with_free_func(g_free), -1 };
+	struct nw_sse p;
+
+	g_test_summary("/serve/sse/bound-counts-every-line: comments and fields other than "
+	               "data count towards the bound on one event, so an engine cannot hold an "
+	               "event open without end; keep-alive events each end and start again at 0");
+	nw_sse_init(&p, collect, &s);
+	nw_sse_set_max_event(&p, 64);
+	/* Keep-alive comments, each its own event: far more than the bound
+	 * in all, never too many in one event. */
+	for (int i = 0; i < 100; i++)
+		g_assert_true(nw_sse_feed(&p, ": keep-alive\n\n", 14));
+	g_assert_false(p.overflow);
+	/* Comment lines with no blank line between them: one event. */
+	for (int i = 0; i < 4; i++)
+		g_assert_true(nw_sse_feed(&p, ": keep-alive\n", 13));
+	g_assert_false(nw_sse_feed(&p, ": keep-alive\n: keep-alive\n", 26));
+	g_assert_true(p.overflow);
+	g_assert_cmpuint(s.events->len, ==, 0);
+	/* event:, id: and retry: lines likewise, in one chunk or in pieces. */
+	nw_sse_reset(&p);
+	g_assert_false(nw_sse_feed(&p, "event: a\nid: 1\nretry: 5\nevent: b\nevent: c\n"
+	                               "event: d\nevent: e\nevent: f\nevent: g\n", 78));
+	g_assert_true(p.overflow);
+	nw_sse_reset(&p);
+	g_assert_true(nw_sse_feed(&p, "event: tokens\nid: 17\n", 21));
+	g_assert_true(nw_sse_feed(&p, "data: 0123456789\n\n", 18));
+	g_assert_cmpuint(s.events->len, ==, 1);
+	/* A data line that fits alone does not fit after an id line. */
+	g_assert_true(nw_sse_feed(&p, "id: 18181\n", 10));
+	g_assert_false(nw_sse_feed(&p, "data: 01234567890123456789012345678901234567890123456789\n", 57));
+	g_assert_true(p.overflow);
+	g_assert_cmpuint(s.events->len, ==, 1);
+	nw_sse_clear(&p);
+	g_ptr_array_free(s.events, TRUE);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -168,5 +208,6 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/sse/boundary", test_boundary);
 	g_test_add_func("/serve/sse/stop", test_stop);
 	g_test_add_func("/serve/sse/bound", test_bound);
+	g_test_add_func("/serve/sse/bound-counts-every-line", test_bound_counts_every_line);
 	return g_test_run();
 }

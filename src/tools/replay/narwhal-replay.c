@@ -66,6 +66,7 @@ struct options {
 	double sim_time_scale;
 	gint engines;
 	gboolean aggregate;
+	gboolean version;
 };
 
 static struct options opt = {
@@ -158,6 +159,7 @@ static GOptionEntry entries[] = {
 	  "What-if: N engines made from the configured fleet's first, its split scaled", "N" },
 	{ "aggregate", 0, 0, G_OPTION_ARG_NONE, &opt.aggregate,
 	  "What-if: every engine serves whole requests (none hands off), whatever its role", NULL },
+	{ "version", 'V', 0, G_OPTION_ARG_NONE, &opt.version, "Print the version and exit", NULL },
 	{ NULL },
 };
 
@@ -492,6 +494,10 @@ main(int argc, char **argv)
 		return status;
 	}
 	g_option_context_free(ctx);
+	if (opt.version) {
+		printf("narwhal-replay %s\n", PACKAGE_VERSION);
+		return 0;
+	}
 	if (argc > 1)
 		return usage_error("unexpected argument \"%s\"", argv[1]);
 	if ((status = check_options(scales, &n_scales, &policy)) != 0)
