@@ -28,7 +28,12 @@
 #   OUT                 output directory [a new /tmp/narwhal-bench-router.*]
 #   PERF [0]            1: perf record -g the proxy of every narwhal* cell;
 #                       all: of every proxy cell (distorts those cells; for
-#                       profiling runs only; reports in OUT/perf-*.txt)
+#                       profiling runs only; reports in OUT/perf-*.txt);
+#                       layers: perf record (no call graphs) of every proxy
+#                       cell, split by layer into OUT/layers.tsv and
+#                       OUT/layers.md (README, "What the decided stack
+#                       costs by itself")
+#   run.sh --layers OUT  # re-print the layer tables of a PERF=layers run
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +42,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = --report ]; then
 	[ -f "${2:-}" ] || nwb_die "usage: $0 --report RAW.tsv"
 	exec awk -f "$here/report.awk" "$2"
+fi
+if [ "${1:-}" = --layers ]; then
+	[ -f "${2:-}/raw.tsv" ] && [ -f "$2/layers.tsv" ] || nwb_die "usage: $0 --layers OUT (of a PERF=layers run)"
+	exec awk -f "$here/layers-report.awk" "$2/raw.tsv" "$2/layers.tsv"
 fi
 
 narwhal=${1:-./narwhal}
@@ -81,7 +90,7 @@ if [ $need_narwhal = 1 ]; then
 	[ -d "$plugin_dir" ] || nwb_die "no plugin directory $plugin_dir (set NARWHAL_PLUGIN_DIR)"
 fi
 [ $need_nginx = 1 ] && nwb_need nginx
-case $perf in 0) ;; 1 | all) nwb_need perf ;; *) nwb_die "PERF: 0, 1 or all" ;; esac
+case $perf in 0) ;; 1 | all | layers) nwb_need perf ;; *) nwb_die "PERF: 0, 1, all or layers" ;; esac
 [ "$(nproc)" -ge 2 ] || echo "warning: only $(nproc) CPU; proxy and load share it" >&2
 
 out=${OUT:-$(mktemp -d /tmp/narwhal-bench-router.XXXXXX)}
@@ -236,8 +245,14 @@ cell() { # run mode c target
 	p0=$(nwb_ticks $pids)
 	s0=$(nwb_ticks "$sim_pid")
 	perf_pid=
-	if [ -n "$pids" ] && { [ "$perf" = all ] || { [ "$perf" = 1 ] && [ "${t#narwhal}" != "$t" ]; }; }; then
-		(sleep 1 && perf record -q -g -o "$out/perf-$tag.data" -p "$(echo $pids | tr ' ' ,)" \
+	profile=no graph=-g
+	case $perf in
+	all) profile=yes ;;
+	layers) profile=yes graph= ;;
+	1) [ "${t#narwhal}" != "$t" ] && profile=yes ;;
+	esac
+	if [ -n "$pids" ] && [ $profile = yes ]; then
+		(sleep 1 && perf record -q $graph -o "$out/perf-$tag.data" -p "$(echo $pids | tr ' ' ,)" \
 			-- sleep $((duration > 3 ? duration - 2 : 1)) >/dev/null 2>&1) &
 		perf_pid=$!
 	fi
@@ -296,6 +311,11 @@ cell() { # run mode c target
 	if [ -f "$out/perf-$tag.data" ]; then
 		perf report --stdio --no-children -i "$out/perf-$tag.data" 2>/dev/null | head -n 150 >"$out/perf-$tag.txt" || true
 		perf report --stdio --no-children --sort dso -i "$out/perf-$tag.data" 2>/dev/null | head -n 40 >"$out/perf-$tag-dso.txt" || true
+		if [ "$perf" = layers ]; then
+			split=$(perf report --stdio --no-children --sort dso,sym -g none -i "$out/perf-$tag.data" 2>/dev/null |
+				awk -f "$here/layers.awk") &&
+				printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$mode" "$c" "$t" "$split" >>"$out/layers.tsv"
+		fi
 	fi
 }
 
@@ -322,4 +342,7 @@ done
 cat "$out/meta.txt"
 awk -f "$here/report.awk" "$out/raw.tsv" |
 	tee "$out/report.md"
+if [ "$perf" = layers ] && [ -f "$out/layers.tsv" ]; then
+	awk -f "$here/layers-report.awk" "$out/raw.tsv" "$out/layers.tsv" | tee "$out/layers.md"
+fi
 echo "total time $(($(nwb_now) - start)) s; raw data, wrk outputs and logs in $out"
