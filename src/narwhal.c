@@ -53,17 +53,14 @@ warn_unset_variable(GPtrArray *problems, const char *path, const char *name)
 {
 	const char *value = name != NULL ? g_getenv(name) : NULL;
 	g_autofree char *stripped = value != NULL ? g_strstrip(g_strdup(value)) : NULL;
-	struct nw_config_error *e;
+	g_autofree char *message = NULL;
 
 	if (name == NULL || (stripped != NULL && *stripped != '\0'))
 		return;
-	e = g_new0(struct nw_config_error, 1);
-	e->path = g_strdup(path);
-	e->message = g_strdup_printf("the environment variable %s is %s here: narwhal starts only "
-	                             "where it is set (docs/deployment.md, \"Running under systemd\")",
-	                             name, value == NULL ? "unset" : "empty");
-	e->warning = true;
-	g_ptr_array_add(problems, e);
+	message = g_strdup_printf("the environment variable %s is %s here: narwhal starts only "
+	                          "where it is set (docs/deployment.md, \"Running under systemd\")",
+	                          name, value == NULL ? "unset" : "empty");
+	nw_config_error_add(problems, true, path, message);
 }
 
 /* --check-config: the effective configuration, or with show_plugins the

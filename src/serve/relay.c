@@ -161,7 +161,6 @@ append(struct nw_relay *rl, const void *bytes, size_t n)
 
 		if (rl->cap >= RELAY_BACKLOG_HARD)
 			want = MAX(want, rl->cap + rl->cap / 2);
-
 		rl->cap = (want + RELAY_REST - 1) / RELAY_REST * RELAY_REST;
 		rl->buf = g_realloc(rl->buf, rl->cap);
 	}
