@@ -145,6 +145,13 @@ read_whole(struct nw_request *r, const char *payload, size_t len, bool skipped,
 	switch (ev->kind) {
 	case NARWHAL_SSE_DONE:
 		json_decref(chunk);
+		/* A terminator before any chunk leaves nothing to assemble: an
+		 * empty "choices" is no answer a client's SDK can read. */
+		if (nw_assembly_chunks(c->assembly) == 0) {
+			nw_request_fail_engine(r, NW_FAIL_BAD_RESPONSE, r->leg.status,
+			                       "the engine's stream ended before any chunk", NULL);
+			return false;
+		}
 		c->done = true;
 		return false; /* nothing after the terminator matters */
 	case NARWHAL_SSE_ERROR:

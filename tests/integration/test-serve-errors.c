@@ -436,6 +436,30 @@ test_not_a_stream(void)
 	                   "\x1f\x8b whale", "Content-Encoding");
 }
 
+/* docs/api.md: a non-streamed answer is assembled from the engine's
+ * chunks; a stream that ends before any is an answer Narwhal cannot read,
+ * not a 200 with no choice. */
+static void
+test_no_chunk(void)
+{
+	g_test_summary("/serve/issue-9/no-chunk: a decode stream with [DONE] and no chunk before "
+	               "it gives a non-streamed client 502 engine_bad_response, not an empty 200");
+	static const char resp[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+		"Connection: close\r\n\r\n\n\n: ping\n\ndata: [DONE]\n\n";
+	struct serve_env e;
+	struct fake_engine f;
+	struct sim_reply r;
+
+	if (!start_with_fake(&e, &f, resp))
+		return;
+	serve_post(&e, "/v1/completions", PLAIN, NULL, 10000, &r);
+	serve_assert_error(&r, 502, "engine_bad_response");
+	sim_reply_clear(&r);
+	g_assert_true(serve_wait_log(&e, "before any chunk", 1000));
+	serve_clear(&e);
+	serve_fake_engine_stop(&f.srv);
+}
+
 static void
 test_4xx_passed_on(void)
 {
@@ -667,6 +691,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/issue-9/4xx-passed-on", test_4xx_passed_on);
 	g_test_add_func("/serve/spec-4.3/endless-event-bounded", test_endless_event_bounded);
 	g_test_add_func("/serve/issue-9/not-a-stream", test_not_a_stream);
+	g_test_add_func("/serve/issue-9/no-chunk", test_no_chunk);
 	g_test_add_func("/serve/issue-9/transport-error-hidden", test_transport_error_hidden);
 	g_test_add_func("/serve/issue-9/stream-commit-first-event", test_first_event_retries);
 	g_test_add_func("/serve/issue-9/stream-commit-status", test_commit_modes);
