@@ -675,7 +675,21 @@ nw_phase_fail_in_band(struct nw_request *r, const struct narwhal_sse_event *ev,
 	case NARWHAL_ERROR_RETRYABLE:
 		nw_request_fail_engine(r, NW_FAIL_STATUS, 0, detail, NULL);
 		break;
-	case NARWHAL_ERROR_CLIENT:
+	case NARWHAL_ERROR_CLIENT: {
+		/* The client's own request, said in the stream: its words pass
+		 * on as a 400's do (docs/dialects.md: in a stream the code or
+		 * the type gives the status). */
+		const struct nw_dialect *d = nw_serve_dialect(s, r->leg.engine);
+		struct narwhal_engine_error err;
+
+		nw_dialect_read_error(d, 0, payload, len, &err);
+		s->metrics->counters.permanent_errors++;
+		if (err.error_class == NARWHAL_ERROR_CLIENT && err.message[0] != '\0')
+			nw_request_fail_engine(r, NW_FAIL_PERMANENT, 400, detail, err.message);
+		else
+			nw_request_fail_engine(r, NW_FAIL_PERMANENT, 0, detail, NULL);
+		break;
+	}
 	case NARWHAL_ERROR_PERMANENT:
 	default:
 		s->metrics->counters.permanent_errors++;

@@ -460,6 +460,40 @@ test_no_chunk(void)
 	serve_fake_engine_stop(&f.srv);
 }
 
+/* docs/dialects.md: in a stream the code or the type gives the status; an
+ * engine's refusal of the client's own request, sent as the stream's first
+ * event, reaches the client as a 400's words do, its addresses hidden. */
+static void
+test_in_band_400_passed_on(void)
+{
+	static const char resp[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+		"Connection: close\r\n\r\n"
+		"data: {\"error\":{\"message\":\"top_k must be -1 or at least 1, got 0 "
+		"(at http://10.9.8.7:8000)\",\"type\":\"BadRequestError\",\"code\":400}}\n\n";
+	struct serve_env e;
+	struct fake_engine f;
+	struct sim_reply r;
+	json_t *err;
+
+	g_test_summary("/serve/issue-9/in-band-400-passed-on: an error event of code 400 about "
+	               "the client's own request gives it 400 engine_rejected with the engine's "
+	               "words, addresses hidden, as an HTTP 400 does");
+	if (!start_with_fake_serving(&e, &f, resp, "\"stream_commit\": \"first_event\""))
+		return;
+	for (int i = 0; i < 2; i++) {
+		serve_post(&e, "/v1/completions", i ? STREAM : PLAIN, NULL, 10000, &r);
+		serve_assert_error(&r, 400, "engine_rejected");
+		err = error_of(r.body->str);
+		g_assert_nonnull(strstr(json_string_value(json_object_get(err, "message")),
+		                        "top_k must be -1"));
+		json_decref(err);
+		assert_absent(&r, "10.9.8.7");
+		sim_reply_clear(&r);
+	}
+	serve_clear(&e);
+	serve_fake_engine_stop(&f.srv);
+}
+
 static void
 test_4xx_passed_on(void)
 {
@@ -692,6 +726,7 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/spec-4.3/endless-event-bounded", test_endless_event_bounded);
 	g_test_add_func("/serve/issue-9/not-a-stream", test_not_a_stream);
 	g_test_add_func("/serve/issue-9/no-chunk", test_no_chunk);
+	g_test_add_func("/serve/issue-9/in-band-400-passed-on", test_in_band_400_passed_on);
 	g_test_add_func("/serve/issue-9/transport-error-hidden", test_transport_error_hidden);
 	g_test_add_func("/serve/issue-9/stream-commit-first-event", test_first_event_retries);
 	g_test_add_func("/serve/issue-9/stream-commit-status", test_commit_modes);
