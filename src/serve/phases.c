@@ -280,13 +280,16 @@ nw_phase_context_error(const struct nw_request *r, struct nw_client_error *err)
 	bool known = max_len > 0 && r->prompt_tokens_exact;
 
 	/* The client's own request, never an engine leg's rewritten one (a
-	 * prefill leg asks for 1 output token). */
+	 * prefill leg asks for 1 output token). The sums are shown only when
+	 * they agree with the engine's refusal: an engine that counts more
+	 * (a template, its own tokenizer) still refused. */
 	if (known && r->prompt_tokens >= (uint64_t)max_len)
 		nw_client_error_set(err, 400, "context_length_exceeded", what,
 		                    "the prompt has %" G_GUINT64_FORMAT " tokens and the model's "
 		                    "context length is %" G_GINT64_FORMAT " tokens: shorten the %s",
 		                    r->prompt_tokens, max_len, what);
-	else if (known && r->parsed.max_tokens_set)
+	else if (known && r->parsed.max_tokens_set &&
+	         r->prompt_tokens + r->parsed.max_tokens > (uint64_t)max_len)
 		nw_client_error_set(err, 400, "context_length_exceeded", "max_tokens",
 		                    "the prompt has %" G_GUINT64_FORMAT " tokens and max_tokens asks "
 		                    "for %u more, but the model's context length is %" G_GINT64_FORMAT

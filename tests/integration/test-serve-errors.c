@@ -67,6 +67,7 @@ last_event(const struct sim_reply *r)
 struct fake_engine {
 	struct serve_fake_engine srv;
 	const char *response;
+	const char *tokenize; /* the answer to POST /tokenize; NULL: response */
 };
 
 static void
@@ -82,7 +83,8 @@ fake_connection(int fd, gpointer data)
 	if (serve_fake_answer_control(fd, in->str, TRUE) >= 0) {
 		/* the monitor's call: answered */
 	} else if (strstr(in->str, "\r\n\r\n") != NULL) {
-		serve_send_all(fd, f->response);
+		serve_send_all(fd, f->tokenize != NULL && g_str_has_prefix(in->str, "POST /tokenize ")
+		                           ? f->tokenize : f->response);
 	}
 	shutdown(fd, SHUT_WR);
 	while (recv(fd, buf, sizeof buf, 0) > 0)
@@ -494,6 +496,56 @@ test_in_band_400_passed_on(void)
 	serve_fake_engine_stop(&f.srv);
 }
 
+/* An engine that counts the prompt longer than Narwhal did (a template,
+ * its own tokenizer) refuses for length a request whose sums fit: the
+ * client's message must not show those sums as if they did not. */
+static void
+test_length_refusal_despite_sums(void)
+{
+	static const char refusal[] = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+		"Connection: close\r\nContent-Length: 154\r\n\r\n"
+		"{\"object\":\"error\",\"message\":\"This model's maximum context length is 2048 "
+		"tokens. However, you requested 2100 tokens.\",\"type\":\"BadRequestError\",\"code\":400}";
+	static const char tokenized[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+		"Connection: close\r\nContent-Length: 49\r\n\r\n"
+		"{\"count\":5,\"max_model_len\":2048,\"tokens\":[1,2,3]}";
+	struct serve_env e;
+	struct fake_engine f;
+	struct sim_reply r;
+	g_autofree char *config = NULL;
+	const char *const args[] = { "--engines", "1", NULL };
+	json_t *err;
+	const char *msg;
+
+	g_test_summary("/serve/issue-9/length-refusal-despite-sums: an engine's length refusal "
+	               "of a request whose exact sums fit is 400 context_length_exceeded without "
+	               "the contradicting arithmetic");
+	if (!serve_start(&e, args, NULL, NULL))
+		return;
+	memset(&f, 0, sizeof f);
+	f.response = refusal;
+	f.tokenize = tokenized;
+	serve_fake_engine_start(&f.srv, fake_connection, &f);
+	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
+	config = g_strdup_printf("{\"engine\":{\"tokenize\":true},"
+	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1},"
+	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
+	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f.srv.port);
+	g_assert_true(serve_start_daemon(&e, config, NULL));
+	g_assert_true(serve_wait_log(&e, "\"event\":\"model_discovered\"", 5000));
+	serve_post(&e, "/v1/completions", PLAIN, NULL, 10000, &r);
+	serve_assert_error(&r, 400, "context_length_exceeded");
+	err = error_of(r.body->str);
+	msg = json_string_value(json_object_get(err, "message"));
+	g_test_message("%s", msg);
+	g_assert_null(strstr(msg, "at most"));
+	g_assert_nonnull(strstr(msg, "max_tokens 2"));
+	json_decref(err);
+	sim_reply_clear(&r);
+	serve_clear(&e);
+	serve_fake_engine_stop(&f.srv);
+}
+
 static void
 test_4xx_passed_on(void)
 {
@@ -727,6 +779,8 @@ main(int argc, char **argv)
 	g_test_add_func("/serve/issue-9/not-a-stream", test_not_a_stream);
 	g_test_add_func("/serve/issue-9/no-chunk", test_no_chunk);
 	g_test_add_func("/serve/issue-9/in-band-400-passed-on", test_in_band_400_passed_on);
+	g_test_add_func("/serve/issue-9/length-refusal-despite-sums",
+	                test_length_refusal_despite_sums);
 	g_test_add_func("/serve/issue-9/transport-error-hidden", test_transport_error_hidden);
 	g_test_add_func("/serve/issue-9/stream-commit-first-event", test_first_event_retries);
 	g_test_add_func("/serve/issue-9/stream-commit-status", test_commit_modes);
