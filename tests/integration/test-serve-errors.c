@@ -94,35 +94,45 @@ fake_connection(int fd, gpointer data)
 }
 
 static void
-fake_engine_start(struct fake_engine *f, const char *response)
+fake_engine_start(struct fake_engine *f, const char *response, const char *tokenize)
 {
 	memset(f, 0, sizeof *f);
 	f->response = response;
+	f->tokenize = tokenize;
 	serve_fake_engine_start(&f->srv, fake_connection, f);
 }
 
 /* narwhal alone in front of the fake engine (the sim only to satisfy the
  * harness, stopped right away), with serving settings when serving is not
- * NULL (the members of the "serving" object). */
+ * NULL (the members of the "serving" object), and with engine.tokenize on,
+ * answered by tokenize, when tokenize is not NULL. */
 static gboolean
-start_with_fake_serving(struct serve_env *e, struct fake_engine *f, const char *response,
-                        const char *serving)
+start_with_fake_engine(struct serve_env *e, struct fake_engine *f, const char *response,
+                       const char *tokenize, const char *serving)
 {
 	const char *const args[] = { "--engines", "1", NULL };
 	g_autofree char *config = NULL;
 
 	if (!serve_start(e, args, NULL, NULL))
 		return FALSE;
-	fake_engine_start(f, response);
+	fake_engine_start(f, response, tokenize);
 	g_assert_cmpint(serve_stop_daemon(e, SIGTERM, 10000), ==, 0);
-	config = g_strdup_printf("{\"engine\":{\"tokenize\":false},"
+	config = g_strdup_printf("{\"engine\":{\"tokenize\":%s},"
 	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1,"
 	                         "\"monitor_interval_s\":600},\"serving\":{%s},"
 	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
 	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}",
-	                         serving != NULL ? serving : "", f->srv.port);
+	                         tokenize != NULL ? "true" : "false", serving != NULL ? serving : "",
+	                         f->srv.port);
 	g_assert_true(serve_start_daemon(e, config, NULL));
 	return TRUE;
+}
+
+static gboolean
+start_with_fake_serving(struct serve_env *e, struct fake_engine *f, const char *response,
+                        const char *serving)
+{
+	return start_with_fake_engine(e, f, response, NULL, serving);
 }
 
 static gboolean
@@ -512,26 +522,14 @@ test_length_refusal_despite_sums(void)
 	struct serve_env e;
 	struct fake_engine f;
 	struct sim_reply r;
-	g_autofree char *config = NULL;
-	const char *const args[] = { "--engines", "1", NULL };
 	json_t *err;
 	const char *msg;
 
 	g_test_summary("/serve/issue-9/length-refusal-despite-sums: an engine's length refusal "
 	               "of a request whose exact sums fit is 400 context_length_exceeded without "
 	               "the contradicting arithmetic");
-	if (!serve_start(&e, args, NULL, NULL))
+	if (!start_with_fake_engine(&e, &f, refusal, tokenized, NULL))
 		return;
-	memset(&f, 0, sizeof f);
-	f.response = refusal;
-	f.tokenize = tokenized;
-	serve_fake_engine_start(&f.srv, fake_connection, &f);
-	g_assert_cmpint(serve_stop_daemon(&e, SIGTERM, 10000), ==, 0);
-	config = g_strdup_printf("{\"engine\":{\"tokenize\":true},"
-	                         "\"controller\":{\"min_prefill\":1,\"min_decode\":1},"
-	                         "\"fleet\":{\"model\":\"opt-13b-a100\",\"engines\":[{\"id\":\"fake\","
-	                         "\"url\":\"http://127.0.0.1:%u\",\"role\":\"prefill\"}]}}", f.srv.port);
-	g_assert_true(serve_start_daemon(&e, config, NULL));
 	g_assert_true(serve_wait_log(&e, "\"event\":\"model_discovered\"", 5000));
 	serve_post(&e, "/v1/completions", PLAIN, NULL, 10000, &r);
 	serve_assert_error(&r, 400, "context_length_exceeded");
