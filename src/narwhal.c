@@ -22,7 +22,9 @@
 #include "core/json-alloc.h"
 #include "core/log.h"
 #include "core/process.h"
+#include "admin/admin.h"
 #include "daemon.h"
+#include "serve/serve.h"
 
 enum { EXIT_CONFIG = 1, EXIT_USAGE = 2 };
 
@@ -45,21 +47,20 @@ print_loaded(const char *where, const json_t *p)
 	printf("%s\n", json_array_size(hides) > 0 ? ")" : "");
 }
 
-/* A variable the file names for a secret, unset or blank where the check
- * runs: a warning, since the daemon's own environment (a unit's
- * EnvironmentFile) may set it, but a start here would fail. */
+/* A secret the file names by variable (admin.token_env,
+ * server.api_keys_env) that the start's own reader could not read here: a
+ * warning, since the daemon's environment (a unit's EnvironmentFile) may
+ * set it, but a start here would fail. */
 static void
-warn_unset_variable(GPtrArray *problems, const char *path, const char *name)
+warn_unreadable_secret(GPtrArray *problems, const char *path, const char *name, bool readable)
 {
-	const char *value = name != NULL ? g_getenv(name) : NULL;
-	g_autofree char *stripped = value != NULL ? g_strstrip(g_strdup(value)) : NULL;
 	g_autofree char *message = NULL;
 
-	if (name == NULL || (stripped != NULL && *stripped != '\0'))
+	if (readable)
 		return;
 	message = g_strdup_printf("the environment variable %s is %s here: narwhal starts only "
 	                          "where it is set (docs/deployment.md, \"Running under systemd\")",
-	                          name, value == NULL ? "unset" : "empty");
+	                          name, g_getenv(name) == NULL ? "unset" : "empty");
 	nw_config_error_add(problems, true, path, message);
 }
 
@@ -73,9 +74,16 @@ check_config(const char *file, gboolean show_plugins, gboolean json)
 	json_t *loaded = show_plugins ? json_object() : NULL;
 	int status = 0;
 
-	if (cfg != NULL) {
-		warn_unset_variable(problems, "admin.token_env", cfg->admin.token_env);
-		warn_unset_variable(problems, "server.api_keys_env", cfg->server.api_keys_env);
+	if (cfg != NULL && cfg->admin.token_env != NULL) {
+		g_autofree char *token = nw_admin_read_token(cfg->admin.token_env, NULL);
+
+		warn_unreadable_secret(problems, "admin.token_env", cfg->admin.token_env, token != NULL);
+	}
+	if (cfg != NULL && cfg->server.api_keys_env != NULL) {
+		g_auto(GStrv) keys = nw_serve_read_api_keys(cfg->server.api_keys_env, NULL);
+
+		warn_unreadable_secret(problems, "server.api_keys_env", cfg->server.api_keys_env,
+		                       keys != NULL);
 	}
 	if (cfg == NULL) {
 		nw_config_print_problems(file, problems, FALSE);

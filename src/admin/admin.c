@@ -516,6 +516,24 @@ on_completed(void *data, struct MHD_Connection *conn, void **request,
 
 /* --- lifecycle ------------------------------------------------------------- */
 
+char *
+nw_admin_read_token(const char *token_env, GError **error)
+{
+	/* Blanks around the token (a secret file's line end) are not part of
+	 * it, as with server.api_keys_env's keys. */
+	const char *token = g_getenv(token_env);
+	char *stripped = token != NULL ? g_strstrip(g_strdup(token)) : NULL;
+
+	if (stripped != NULL && *stripped != '\0')
+		return stripped;
+	g_free(stripped);
+	g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
+	            "admin.token_env: the environment variable %s is %s: set it to the admin "
+	            "API's bearer token, or set admin.token_env to null to run without the "
+	            "admin API", token_env, token == NULL ? "unset" : "empty");
+	return NULL;
+}
+
 struct nw_admin *
 nw_admin_start(struct nw_daemon *d, GError **error)
 {
@@ -526,8 +544,7 @@ nw_admin_start(struct nw_daemon *d, GError **error)
 		.head_timeout_s = ADMIN_TIMEOUT_S, .body_timeout_s = ADMIN_TIMEOUT_S,
 		.max_pending = ADMIN_CONNECTIONS,
 	};
-	const char *token;
-	g_autofree char *stripped = NULL;
+	g_autofree char *token = NULL;
 	struct nw_admin *a;
 	GError *local = NULL;
 	char port[8];
@@ -537,20 +554,12 @@ nw_admin_start(struct nw_daemon *d, GError **error)
 		       "no admin API: admin.token_env is null (docs/admin.md)", NULL);
 		return NULL;
 	}
-	/* Blanks around the token (a secret file's line end) are not part of
-	 * it, as with server.api_keys_env's keys. */
-	token = g_getenv(cfg->admin.token_env);
-	stripped = token != NULL ? g_strstrip(g_strdup(token)) : NULL;
-	if (stripped == NULL || *stripped == '\0') {
-		g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
-		            "admin.token_env: the environment variable %s is %s: set it to the admin "
-		            "API's bearer token, or set admin.token_env to null to run without the "
-		            "admin API", cfg->admin.token_env, token == NULL ? "unset" : "empty");
+	token = nw_admin_read_token(cfg->admin.token_env, error);
+	if (token == NULL)
 		return NULL;
-	}
 	a = g_new0(struct nw_admin, 1);
 	a->daemon = d;
-	a->token = g_steal_pointer(&stripped);
+	a->token = g_steal_pointer(&token);
 	a->capacity = MAX(cfg->controller.flip_history, 1u);
 	g_queue_init(&a->history);
 	/* Present from the start, so that a rate can be taken of them. */

@@ -26,6 +26,11 @@ struct nw_admin;
  * cannot be bound. */
 struct nw_admin *nw_admin_start(struct nw_daemon *d, GError **error);
 
+/* The admin token from the variable admin.token_env names, blanks around
+ * it dropped: NULL with error when the variable is unset or blank (a start
+ * then fails; --check-config warns). token_env must not be NULL. */
+char *nw_admin_read_token(const char *token_env, GError **error);
+
 /* The bound port (admin.port 0 picks one). */
 uint16_t nw_admin_port(const struct nw_admin *a);
 
